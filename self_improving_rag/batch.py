@@ -1,0 +1,507 @@
+"""YAML batch runs and the evaluation harness (``sirag batch``, ``sirag eval``).
+
+A batch file names the corpus, the questions, config overrides and an optional grid; each
+grid point is a run with its own folder holding ``results.jsonl`` (one line per question,
+the ``sirag ask --json`` keys plus ``id`` and the gold fields), ``summary.json`` and the
+resolved ``config.yaml``. Runs resume: questions already in ``results.jsonl`` are skipped,
+and memory rows are keyed by (run, question id), so a killed run loses at most the question
+in flight and never duplicates a row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .config import Config, _merge, config_from_dict, default_config_text, parse_override, to_yaml
+from .errors import BatchError, ConfigError
+from .evaluation.datasets import QAItem, load_qa, squad_contexts
+
+log = logging.getLogger(__name__)
+
+
+class QuestionsSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    file: str | None = None
+    inline: list[dict[str, Any]] | None = None
+
+
+class BatchSpec(BaseModel):
+    """The schema of a batch YAML file (unknown keys fail, naming the key)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(..., min_length=1, max_length=80, pattern=r"^[\w.-]+$")
+    corpus: list[str] = []
+    index: str | None = None
+    questions: QuestionsSpec
+    overrides: dict[str, Any] = {}
+    grid: dict[str, list[Any]] = {}
+    output_dir: str = "runs"
+    loop: bool = True
+    limit: int | None = Field(None, ge=1)
+
+
+def load_batch(path: str | Path) -> tuple[BatchSpec, Path]:
+    p = Path(path)
+    if not p.is_file():
+        raise BatchError(f"batch file {p} not found; pass a YAML file like configs/batch-sherlock-dev.yaml")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise BatchError(f"{p}: malformed YAML ({exc.__class__.__name__}); fix the syntax") from exc
+    if not isinstance(data, dict):
+        raise BatchError(f"{p}: expected a mapping with name, corpus, questions")
+    try:
+        spec = BatchSpec.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        what = f"unknown key '{loc}'" if err["type"] == "extra_forbidden" else f"'{loc}': {err['msg']}"
+        raise BatchError(f"{p}: {what}; see configs/batch-sherlock-dev.yaml for the format") from exc
+    if not spec.questions.file and not spec.questions.inline:
+        raise BatchError(f"{p}: questions needs 'file' (JSONL or SQuAD JSON) or 'inline' items")
+    return spec, p.parent.resolve()
+
+
+def _resolve(base: Path, path: str) -> Path:
+    return (base / os.path.expanduser(path)).resolve()
+
+
+def load_items(spec: BatchSpec, base: Path) -> list[QAItem]:
+    if spec.questions.file:
+        items = load_qa(_resolve(base, spec.questions.file))
+    else:
+        items = []
+        for i, row in enumerate(spec.questions.inline or []):
+            if "question" not in row:
+                raise BatchError(f"inline question {i + 1} has no 'question' field")
+            answers = tuple(row.get("answers", []))
+            items.append(QAItem(id=str(row.get("id", f"q{i + 1:03d}")), question=row["question"], answers=answers,
+                                answerable=bool(row.get("answerable", bool(answers)))))
+    return items[: spec.limit] if spec.limit else items
+
+
+def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    if not grid:
+        return [{}]
+    keys = list(grid)
+    for k in keys:
+        if not isinstance(grid[k], list) or not grid[k]:
+            raise BatchError(f"grid key '{k}' needs a non-empty list of values")
+    return [dict(zip(keys, vals)) for vals in itertools.product(*(grid[k] for k in keys))]
+
+
+def resolved_config(base_config: Config, spec: BatchSpec, point: dict[str, Any], index_dir: str) -> Config:
+    data = yaml.safe_load(default_config_text())
+    data = _merge(data, base_config.model_dump(mode="json"))
+    for k, v in {**spec.overrides, **point}.items():
+        data = _merge(data, parse_override(f"{k}={json.dumps(v)}"))
+    data = _merge(data, {"paths": {"index_dir": index_dir}})
+    try:
+        return config_from_dict(data, f"batch {spec.name}")
+    except ConfigError as exc:
+        raise BatchError(str(exc)) from exc
+
+
+def point_label(point: dict[str, Any]) -> str:
+    return "-".join(f"{k.split('.')[-1]}={v}" for k, v in point.items()) or "default"
+
+
+# -- results file -----------------------------------------------------------------------
+
+def read_done(path: Path) -> dict[str, dict]:
+    """Rows already written; a torn last line (killed mid-write) is cut off."""
+    done: dict[str, dict] = {}
+    if not path.exists():
+        return done
+    good_bytes = 0
+    with path.open("rb") as fh:
+        for raw in fh:
+            try:
+                row = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                break
+            if not raw.endswith(b"\n"):
+                break
+            done[row["id"]] = row
+            good_bytes += len(raw)
+    if good_bytes != path.stat().st_size:
+        with path.open("r+b") as fh:
+            fh.truncate(good_bytes)
+    return done
+
+
+def append_row(path: Path, row: dict) -> None:
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+# -- scoring ----------------------------------------------------------------------------
+
+def grade(row: dict) -> dict:
+    """Per-question gold scores for a result row."""
+    from .evaluation.metrics import contains_gold, exact_match, token_f1
+
+    out: dict[str, Any] = {}
+    if row.get("answerable") is None:
+        return out
+    if row["answerable"]:
+        pred = row.get("answer") or ""
+        golds = row.get("gold_answers") or []
+        if golds:
+            out["em"] = exact_match(pred, golds) if pred else 0.0
+            out["f1"] = token_f1(pred, golds) if pred else 0.0
+            out["contains"] = contains_gold(pred, golds) if pred else 0.0
+            out["correct"] = bool(not row["refused"] and (out["contains"] or out["em"] or out["f1"] >= 0.6))
+    else:
+        out["correct"] = bool(row["refused"])
+    return out
+
+
+def summarise(rows: list[dict]) -> dict:
+    """The evaluation summary of a run."""
+    from .evaluation.metrics import (auroc, expected_calibration_error, percentiles, reliability_bins,
+                                     refusal_metrics, risk_coverage)
+
+    s: dict[str, Any] = {"n": len(rows)}
+    if not rows:
+        return s
+    graded = [r for r in rows if "correct" in r.get("grade", {})]
+    ans = [r for r in graded if r["answerable"]]
+    s["answered"] = sum(1 for r in rows if not r["refused"])
+    s["refused"] = sum(1 for r in rows if r["refused"])
+    if graded:
+        s["correct_or_rightly_refused"] = sum(r["grade"]["correct"] for r in graded) / len(graded)
+    if ans:
+        for k in ("em", "f1", "contains"):
+            s[k] = sum(r["grade"].get(k, 0.0) for r in ans) / len(ans)
+    if graded:
+        ref = refusal_metrics([r["refused"] for r in graded], [r["answerable"] for r in graded])
+        s["refusal"] = ref
+        conf = [float(r["confidence"]) for r in graded]
+        ok = [1 if r["grade"]["correct"] else 0 for r in graded]
+        # Selective answering: a refusal answers nothing, so its "answer confidence" is 0.
+        ans_conf = [0.0 if r["refused"] else float(r["confidence"]) for r in ans]
+        ans_ok = [1 if r["grade"]["correct"] else 0 for r in ans]
+        if ans:
+            rc = risk_coverage(ans_conf, ans_ok)
+            s["aurc"] = rc.get("aurc")
+            s["accuracy_at_80_coverage"] = rc.get("accuracy_at_coverage")
+            s["risk_coverage_curve"] = rc.get("curve")
+        answered_rows = [r for r in ans if not r["refused"]]
+        if answered_rows:
+            s["confidence_auroc_answered"] = auroc([float(r["confidence"]) for r in answered_rows],
+                                                   [1 if r["grade"]["correct"] else 0 for r in answered_rows])
+        s["confidence_auroc"] = auroc(conf, ok)
+        s["ece"] = expected_calibration_error(conf, ok)
+        s["reliability"] = reliability_bins(conf, ok)
+    faith = [a["signals"]["faithfulness"]["value"] for r in rows for a in r["attempts"]
+             if a["number"] == r.get("chosen_attempt") and a["signals"]["faithfulness"]["value"] is not None]
+    s["faithfulness_mean"] = sum(faith) / len(faith) if faith else None
+    ev = [r["evidence_hit"] for r in rows if r.get("evidence_hit") is not None]
+    s["evidence_in_context_first_attempt"] = sum(ev) / len(ev) if ev else None
+    stages: dict[str, list[float]] = {}
+    for r in rows:
+        for k, v in r["timings_ms"].items():
+            stages.setdefault(k, []).append(v)
+    s["latency_ms"] = {k: percentiles(v) for k, v in stages.items()}
+    s["prompt_tokens_per_question"] = sum(sum(a["prompt_tokens"] for a in r["attempts"]) for r in rows) / len(rows)
+    s["attempts_per_question"] = sum(len(r["attempts"]) for r in rows) / len(rows)
+    s["first_attempt_success"] = sum(1 for r in rows if r["attempts"] and r["attempts"][0]["failure"] == "NONE") / len(rows)
+    return s
+
+
+def _evidence_hit(item: QAItem, answer_json: dict) -> bool | None:
+    from .evaluation.metrics import evidence_hit
+
+    if not item.evidence or not answer_json["attempts"]:
+        return None
+    texts = answer_json["attempts"][0].get("hit_texts") or []
+    return any(evidence_hit(t, q) for t in texts for q in item.evidence)
+
+
+# -- running ----------------------------------------------------------------------------
+
+_ENGINE = None
+
+
+def _worker_init(config_json: dict, index_dir: str, loop: bool) -> None:
+    global _ENGINE
+    from .engine import Engine
+    from .memory import MemoryStore
+
+    config = config_from_dict(config_json)
+    _ENGINE = (Engine(config, memory=MemoryStore(config.paths.memory_db), index_dir=index_dir), loop)
+
+
+def _worker_ask(item: QAItem, run_id: str) -> dict:
+    engine, loop = _ENGINE
+    return _ask_row(engine, item, run_id, loop)
+
+
+def _ask_row(engine, item: QAItem, run_id: str, loop: bool) -> dict:
+    from .errors import SiragError
+
+    try:
+        ans = engine.ask(item.question, loop=loop, run_id=run_id, item_id=item.id)
+        data = ans.to_json()
+        # Texts of the first attempt's hits, for evidence recall (not part of the ask contract).
+        data["attempts"][0]["hit_texts"] = [p.text for p in ans.attempts[0].passages]
+    except SiragError as exc:
+        data = {"question": item.question, "answer": None, "refused": True, "refusal_reason": f"error: {exc}",
+                "confidence": 0.0, "sources": [], "attempts": [], "timings_ms": {}, "error": str(exc)}
+    row = {"id": item.id, "gold_answers": list(item.answers), "answerable": item.answerable, **data}
+    row["evidence_hit"] = _evidence_hit(item, data)
+    row["grade"] = grade(row)
+    if row["attempts"]:
+        row["attempts"][0].pop("hit_texts", None)
+    return row
+
+
+def ensure_index(config: Config, corpus: list[Path], index_dir: str, progress: bool) -> None:
+    """Ingest the corpus when its index is missing or its files changed (cheap when unchanged)."""
+    from .ingestion.pipeline import ingest
+    from .retrieval.embedder import make_embedder
+
+    embedder = make_embedder(config.embedder.name, config.embedder.batch_size, config.embedder.max_tokens)
+    ingest([str(p) for p in corpus], config, embedder, index_dir=index_dir, progress=progress)
+
+
+def squad_corpus(squad_file: Path, out_dir: Path) -> Path:
+    """Write the SQuAD paragraphs as one text file each (the corpus of a SQuAD evaluation)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for doc_id, text in squad_contexts(squad_file):
+        p = out_dir / f"{doc_id}.txt"
+        if not p.exists() or p.read_text(encoding="utf-8") != text:
+            p.write_text(text, encoding="utf-8")
+    return out_dir
+
+
+def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | None = None, workers: int = 1,
+              loop: bool | None = None, progress: bool = True, suffix: str = "",
+              on_row: Callable[[dict], None] | None = None) -> list[dict]:
+    """Run every grid point; returns one summary per run."""
+    from tqdm import tqdm
+
+    items = load_items(spec, base)
+    if limit:
+        items = items[:limit]
+    if not items:
+        raise BatchError(f"batch {spec.name}: no questions to run")
+    loop = spec.loop if loop is None else loop
+    out_root = _resolve(base, spec.output_dir)
+    index_dir = str(_resolve(base, spec.index)) if spec.index else str(out_root / spec.name / "index")
+    corpus = [_resolve(base, c) for c in spec.corpus]
+    if not corpus and spec.questions.file and items and items[0].context is not None:
+        corpus = [squad_corpus(_resolve(base, spec.questions.file), Path(index_dir).parent / "corpus")]
+    summaries = []
+    for point in grid_points(spec.grid):
+        config = resolved_config(base_config, spec, point, index_dir)
+        if corpus:
+            ensure_index(config, corpus, index_dir, progress)
+        run_name = spec.name + ("" if not point else "-" + point_label(point)) + suffix + ("" if loop else "-noloop")
+        run_dir = out_root / run_name
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(to_yaml(config), encoding="utf-8")
+        results = run_dir / "results.jsonl"
+        done = read_done(results)
+        todo = [it for it in items if it.id not in done]
+        bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=run_name, unit="q",
+                   disable=not progress or None)
+        try:
+            if workers <= 1:
+                from .engine import Engine
+                from .memory import MemoryStore
+
+                engine = Engine(config, memory=MemoryStore(config.paths.memory_db), index_dir=index_dir)
+                try:
+                    for it in todo:
+                        row = _ask_row(engine, it, run_name, loop)
+                        append_row(results, row)
+                        if on_row:
+                            on_row(row)
+                        bar.update(1)
+                finally:
+                    engine.close()
+            else:
+                import multiprocessing as mp
+
+                with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                                         initializer=_worker_init,
+                                         initargs=(config.model_dump(mode="json"), index_dir, loop)) as pool:
+                    futs = [pool.submit(_worker_ask, it, run_name) for it in todo]
+                    for f in as_completed(futs):
+                        row = f.result()
+                        append_row(results, row)
+                        if on_row:
+                            on_row(row)
+                        bar.update(1)
+        finally:
+            bar.close()
+        rows = list(read_done(results).values())
+        summary = {"run": run_name, "grid_point": point, "loop": loop, **summarise(rows)}
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+        _record_gold(config, run_name, rows)
+        summaries.append(summary)
+    if len(summaries) > 1:
+        write_comparison(summaries, out_root / f"{spec.name}{suffix}-comparison")
+    return summaries
+
+
+def _record_gold(config: Config, run_name: str, rows: list[dict]) -> None:
+    """Gold labels become feedback in memory (for calibration), once per outcome."""
+    from .memory import MemoryStore
+
+    store = MemoryStore(config.paths.memory_db)
+    try:
+        for r in rows:
+            oid = r.get("outcome_id")
+            if oid and "correct" in r.get("grade", {}) and not r["refused"]:
+                store.add_feedback(oid, correct=r["grade"]["correct"], source="gold", note=run_name)
+    finally:
+        store.close()
+
+
+COMPARE_KEYS = ("n", "correct_or_rightly_refused", "em", "f1", "contains", "first_attempt_success",
+                "attempts_per_question", "prompt_tokens_per_question", "aurc", "ece", "confidence_auroc",
+                "faithfulness_mean", "evidence_in_context_first_attempt")
+
+
+def write_comparison(summaries: list[dict], stem: Path) -> None:
+    rows = []
+    for s in summaries:
+        rows.append({"run": s["run"], **{k: s.get(k) for k in COMPARE_KEYS}})
+    stem.with_suffix(".json").write_text(json.dumps(rows, indent=2), encoding="utf-8")
+    stem.with_suffix(".md").write_text(markdown_table(rows), encoding="utf-8")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(8, 3 + 0.3 * len(rows)))
+        ax.barh([r["run"] for r in rows], [r["correct_or_rightly_refused"] or 0 for r in rows])
+        ax.set_xlabel("answered correctly or rightly refused")
+        ax.set_xlim(0, 1)
+        fig.tight_layout()
+        fig.savefig(stem.with_suffix(".png"))
+        plt.close(fig)
+    except ImportError:
+        pass
+
+
+def markdown_table(rows: list[dict]) -> str:
+    if not rows:
+        return ""
+    keys = list(rows[0])
+    fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else ("" if v is None else str(v))  # noqa: E731
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(fmt(r[k]) for k in keys) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+# -- CLI ----------------------------------------------------------------------------------
+
+def _print_summary(s: dict) -> None:
+    keys = [k for k in COMPARE_KEYS if k in s] + ["refused", "answered"]
+    print(f"run {s['run']}: " + ", ".join(f"{k}={s[k]:.3f}" if isinstance(s.get(k), float) else f"{k}={s.get(k)}"
+                                        for k in keys))
+    if s.get("refusal"):
+        r = s["refusal"]
+        print("  refusal: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()
+                                        if k in ("precision", "recall", "f1", "false_refusal_rate")))
+    if s.get("latency_ms"):
+        print("  latency p50/p95 (s): " + ", ".join(
+            f"{k} {v.get('p50', 0) / 1000:.2f}/{v.get('p95', 0) / 1000:.2f}" for k, v in s["latency_ms"].items() if v.get("p50") is not None))
+
+
+def cmd_batch(args: argparse.Namespace, config: Config) -> int:
+    """Run the questions of a YAML batch file (corpus, questions, overrides, optional grid).
+
+    Example: sirag batch configs/batch-sherlock-dev.yaml --limit 10
+    Re-running resumes: questions already in results.jsonl are skipped.
+    """
+    spec, base = load_batch(args.file)
+    summaries = run_batch(spec, base, config, limit=args.limit, workers=args.workers,
+                          loop=False if args.no_retry else None, progress=sys.stderr.isatty() and not args.json)
+    if args.json:
+        print(json.dumps(summaries))
+    else:
+        for s in summaries:
+            _print_summary(s)
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace, config: Config) -> int:
+    """Evaluate against gold answers: a batch YAML, or --dataset FILE --corpus DIR.
+
+    Examples: sirag eval configs/batch-sherlock-dev.yaml --compare-no-retry
+              sirag eval --dataset ../shared/data/qa/squad2_dev_normans.json --limit 40
+              sirag eval configs/batch-sherlock-dev.yaml --retrieval-only
+    """
+    if args.file:
+        spec, base = load_batch(args.file)
+    elif args.dataset:
+        spec = BatchSpec(name=args.name or Path(args.dataset).stem, corpus=args.corpus or [],
+                         index=args.index, questions=QuestionsSpec(file=str(Path(args.dataset).resolve())),
+                         output_dir=args.output_dir)
+        base = Path.cwd()
+    else:
+        raise BatchError("sirag eval needs a batch YAML file or --dataset FILE (with --corpus DIR unless it is SQuAD)")
+    if args.retrieval_only:
+        from .evaluation.retrieval_eval import retrieval_eval
+
+        table = retrieval_eval(spec, base, config, limit=args.limit, ks=(1, 3, 5, 10))
+        print(json.dumps(table) if args.json else table["markdown"])
+        return 0
+    progress = sys.stderr.isatty() and not args.json
+    summaries = run_batch(spec, base, config, limit=args.limit, workers=args.workers,
+                          loop=False if args.no_retry else None, progress=progress)
+    if args.compare_no_retry and not args.no_retry:
+        summaries += run_batch(spec, base, config, limit=args.limit, workers=args.workers, loop=False, progress=progress)
+        out = _resolve(base, spec.output_dir) / f"{spec.name}-loop-vs-noloop"
+        write_comparison(summaries, out)
+    if args.json:
+        print(json.dumps(summaries))
+    else:
+        for s in summaries:
+            _print_summary(s)
+        if len(summaries) > 1:
+            print(markdown_table([{"run": s["run"], **{k: s.get(k) for k in COMPARE_KEYS}} for s in summaries]))
+    return 0
+
+
+def add_batch_commands(sub, common, registry: dict, command) -> None:
+    """Register ``batch`` and ``eval`` on the CLI's subparsers."""
+    import textwrap
+
+    for name, fn in (("batch", cmd_batch), ("eval", cmd_eval)):
+        doc = textwrap.dedent(fn.__doc__ or "").strip()
+        sp = sub.add_parser(name, parents=[common], help=doc.splitlines()[0], description=doc,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        sp.add_argument("file", nargs="?" if name == "eval" else None, help="batch YAML file")
+        sp.add_argument("--limit", type=int, help="only the first N questions")
+        sp.add_argument("--workers", type=int, default=1, help="worker processes sharing the memory store")
+        sp.add_argument("--no-retry", action="store_true", help="run with the loop off")
+        if name == "eval":
+            sp.add_argument("--dataset", help="JSONL or SQuAD 2.0 JSON with gold answers")
+            sp.add_argument("--corpus", action="append", help="documents to ingest (repeatable)")
+            sp.add_argument("--name", help="run name (default: the dataset's file name)")
+            sp.add_argument("--output-dir", default="runs", help="where run folders go (default runs/)")
+            sp.add_argument("--compare-no-retry", action="store_true", help="also run with the loop off and compare")
+            sp.add_argument("--retrieval-only", action="store_true",
+                            help="evidence recall@k and MRR per chunker x retriever, no generation")
+        registry[name] = fn

@@ -1,0 +1,426 @@
+"""The ``sirag`` command line. Each command parses its arguments, makes one library call and
+formats the result; the library holds the logic."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Callable
+
+from . import __version__
+from .config import Config, load_config
+from .errors import InputError, SiragError
+
+log = logging.getLogger("sirag")
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {}
+
+
+def command(fn: Callable[[argparse.Namespace, Config], int]) -> Callable[[argparse.Namespace, Config], int]:
+    COMMANDS[fn.__name__.removeprefix("cmd_").replace("_", "-")] = fn
+    return fn
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=None) + "\n")
+
+
+def _memory(config: Config, read_only: bool = False):
+    from .memory import MemoryStore
+
+    return MemoryStore(config.paths.memory_db, read_only=read_only)
+
+
+def _engine(args: argparse.Namespace, config: Config, record: bool = True):
+    from .engine import Engine
+
+    memory = _memory(config) if record else None
+    return Engine(config, memory=memory, index_dir=args.index, record=record)
+
+
+# -- commands -----------------------------------------------------------------------------
+
+@command
+def cmd_ingest(args: argparse.Namespace, config: Config) -> int:
+    """Ingest files or folders (.txt .md .html .pdf) into the corpus index with every chunker.
+
+    Example: sirag ingest ../shared/data/corpora/sherlock --index index/sherlock
+    Unchanged files reuse their chunks and embeddings; a removed file's chunks go away.
+    """
+    from .ingestion.pipeline import ingest
+    from .retrieval.embedder import make_embedder
+
+    embedder = make_embedder(config.embedder.name, config.embedder.batch_size, config.embedder.max_tokens)
+    report = ingest(args.paths, config, embedder, index_dir=args.index, rebuild=args.rebuild,
+                    progress=not args.json and sys.stderr.isatty())
+    stats = None
+    if args.stats:
+        from .ingestion.stats import chunk_stats
+
+        stats = chunk_stats(args.index or config.paths.index_dir, png=args.stats_png)
+    if args.json:
+        _print_json({**report.to_json(), **({"stats": stats} if stats else {})})
+    else:
+        print(f"indexed {len(report.documents)} document(s) into {report.index_dir} "
+              f"({report.reused_documents} unchanged, {report.embedded_texts} texts embedded, "
+              f"{report.cached_texts} from cache) in {report.timings_ms['total'] / 1000:.1f} s")
+        for name, n in report.chunks.items():
+            print(f"  {name:9s} {n:6d} chunks")
+        if stats:
+            _print_stats(stats)
+    for p in report.problems:
+        print(f"warning: {p}", file=sys.stderr)
+    return 0
+
+
+@command
+def cmd_stats(args: argparse.Namespace, config: Config) -> int:
+    """Chunk-length distribution per chunker and per document, and a histogram PNG.
+
+    Example: sirag stats --index index/sherlock --png chunk_lengths.png
+    """
+    from .ingestion.stats import chunk_stats
+
+    stats = chunk_stats(args.index or config.paths.index_dir, png=args.png)
+    if args.json:
+        _print_json(stats)
+    else:
+        _print_stats(stats)
+    return 0
+
+
+def _print_stats(stats: dict) -> None:
+    print("tokens per chunk: count mean p10 p50 p90 p99 max")
+    for name, s in stats["chunkers"].items():
+        print(f"  {name:9s} {s['count']:6d} {s['mean']:6.1f} {s['p10']:5.0f} {s['p50']:5.0f} {s['p90']:5.0f} {s['p99']:5.0f} {s['max']:5.0f}")
+    for name, docs in stats["documents"].items():
+        for doc, s in docs.items():
+            print(f"  {name:9s} {doc[:40]:40s} {s['count']:5d} mean {s['mean']:.0f} max {s['max']:.0f}")
+    if stats.get("png"):
+        print(f"histogram: {stats['png']}")
+
+
+def _format_answer(ans: dict, verbose: bool) -> str:
+    lines = []
+    if ans["refused"]:
+        lines.append("REFUSED: " + (ans["refusal_reason"] or ""))
+        if ans["sources"]:
+            lines.append("closest passages:")
+    else:
+        lines.append(ans["answer"])
+        lines.append(f"confidence {ans['confidence']:.2f}   (attempt {ans['chosen_attempt']} of {len(ans['attempts'])})")
+        lines.append("sources:")
+    for s in ans["sources"]:
+        snippet = textwrap.shorten(s["text"], 220, placeholder=" …")
+        lines.append(f"  [{s['number']}] {s['doc']} chars {s['start']}-{s['end']}  {s['section']}")
+        lines.append(f"      {snippet}")
+    for a in ans["attempts"]:
+        sig = a["signals"]
+        vals = " ".join(f"{k}={'n/a' if sig[k]['value'] is None else format(sig[k]['value'], '.2f')}"
+                        for k in ("coverage", "redundancy", "grounding", "faithfulness", "confidence"))
+        lines.append(f"attempt {a['number']}: {a['strategy_key']}" + (f" (repair: {a['repair']})" if a["repair"] else ""))
+        lines.append(f"  {vals} refusal={sig['refusal']}")
+        lines.append(f"  diagnosis {a['failure']}: {a['failure_reason']}")
+        if verbose:
+            for k in ("coverage", "grounding", "faithfulness"):
+                lines.append(f"    {k}: {sig[k]['reason']}")
+        lines.append(f"  tokens: prompt {a['prompt_tokens']} completion {a['completion_tokens']}; "
+                     + " ".join(f"{k} {v / 1000:.2f}s" for k, v in a["timings_ms"].items()))
+    t = ans["timings_ms"]
+    lines.append("time: " + " ".join(f"{k} {v / 1000:.2f}s" for k, v in t.items()))
+    if ans.get("outcome_id"):
+        lines.append(f"memory: outcome {ans['outcome_id'][:12]} (sirag feedback {ans['outcome_id'][:12]} --correct|--wrong)")
+    return "\n".join(lines)
+
+
+def _read_question(args: argparse.Namespace) -> str:
+    q = " ".join(args.question)
+    if q == "-":
+        q = sys.stdin.read()
+    return q
+
+
+@command
+def cmd_ask(args: argparse.Namespace, config: Config) -> int:
+    """Answer a question from the indexed documents, with sources, signals and timings.
+
+    Example: sirag ask "What did Holmes call the magazine article's title?" --json
+    The loop retries with another strategy when the checks fail, or refuses; --no-retry
+    answers in one attempt. Every attempt is recorded in the memory store.
+    """
+    from .engine import check_question
+
+    question = check_question(_read_question(args))
+    engine = _engine(args, config, record=not args.no_memory)
+    stream = args.stream and not args.json
+    on_token = (lambda piece: (sys.stderr.write(piece), sys.stderr.flush())) if stream else None
+
+    def on_attempt(a) -> None:
+        if stream:
+            sys.stderr.write(f"\n[attempt {a.number}: {a.attribution.failure}]\n")
+
+    try:
+        answer = engine.ask(question, loop=not args.no_retry, on_token=on_token, on_attempt=on_attempt)
+    finally:
+        engine.close()
+    data = answer.to_json()
+    if args.json:
+        _print_json(data)
+    else:
+        print(_format_answer(data, args.verbose))
+    return 0
+
+
+@command
+def cmd_search(args: argparse.Namespace, config: Config) -> int:
+    """Show the passages a strategy retrieves for a question, with each retriever's score.
+
+    Example: sirag search "Who killed Drebber?" --chunker section --retriever hybrid --top-k 10
+    """
+    from dataclasses import replace
+
+    from .engine import check_question
+    from .retrieval.embedder import make_embedder
+    from .retrieval.searcher import Searcher
+
+    question = check_question(_read_question(args))
+    strategy = config.strategy.to_strategy()
+    over = {k: v for k, v in (("chunker", args.chunker), ("retriever", args.retriever), ("top_k", args.top_k)) if v is not None}
+    if args.no_rerank:
+        over["rerank"] = False
+    strategy = replace(strategy, **over)
+    embedder = make_embedder(config.embedder.name, config.embedder.batch_size, config.embedder.max_tokens)
+    searcher = Searcher(config, embedder, args.index)
+    try:
+        result = searcher.search(question, strategy)
+    finally:
+        searcher.close()
+    hits = [{"rank": h.rank, "doc": h.chunk.doc_id, "section": h.chunk.section, "start": h.chunk.start,
+             "end": h.chunk.end, "chunk_id": h.chunk.chunk_id, "scores": {k: round(v, 4) for k, v in h.scores.items()},
+             "text": h.chunk.text} for h in result.hits]
+    if args.json:
+        _print_json({"question": question, "strategy": strategy.to_json(), "hits": hits,
+                     "passages": [p.__dict__ for p in result.passages], "timings_ms": result.timings_ms})
+        return 0
+    print(f"strategy {strategy.key}")
+    for h in hits:
+        sc = " ".join(f"{k}={v:.3f}" for k, v in h["scores"].items())
+        print(f"{h['rank']:2d}. {h['doc']} [{h['start']}-{h['end']}] {h['section']}\n    {sc}\n    "
+              + textwrap.shorten(h["text"], 240, placeholder=" …"))
+    print("time: " + " ".join(f"{k} {v:.1f}ms" for k, v in result.timings_ms.items()))
+    return 0
+
+
+@command
+def cmd_memory(args: argparse.Namespace, config: Config) -> int:
+    """Analyse the memory store: stats, strategies, failures, show ID, search TEXT, export, report.
+
+    Examples: sirag memory stats; sirag memory show 3f2a9c; sirag memory search Baskerville;
+    sirag memory export --csv out.csv; sirag memory report --html report.html
+    """
+    action = args.action
+    needs_write = False
+    store = _memory(config, read_only=not needs_write and Path(config.paths.memory_db).exists())
+    try:
+        if action == "stats":
+            data: Any = store.stats()
+        elif action == "strategies":
+            data = store.strategies()
+        elif action == "failures":
+            data = store.failures()
+        elif action == "show":
+            if not args.arg:
+                raise InputError("sirag memory show needs an outcome id (or its first 6+ characters)")
+            data = store.show(args.arg)
+        elif action == "search":
+            if not args.arg:
+                raise InputError("sirag memory search needs some text to look for")
+            data = store.search(args.arg, limit=args.limit)
+        elif action == "export":
+            fmt, path = ("csv", args.csv) if args.csv else ("json", args.json_file)
+            if not path:
+                raise InputError("sirag memory export needs --csv FILE or --json-file FILE")
+            n = store.export(fmt, path)
+            data = {"exported": n, "path": str(path), "format": fmt}
+        elif action == "report":
+            if not args.html:
+                raise InputError("sirag memory report needs --html FILE")
+            from .memory.report import write_html_report
+
+            data = {"report": str(write_html_report(store, Path(args.html)))}
+        else:
+            raise InputError(f"unknown memory action {action!r}")
+    finally:
+        store.close()
+    if args.json or action in ("show",):
+        _print_json(data)
+    elif isinstance(data, list):
+        for row in data:
+            print("  ".join(f"{k}={_short(v)}" for k, v in row.items()))
+        if not data:
+            print("(nothing yet)")
+    else:
+        for k, v in data.items():
+            print(f"{k}: {_short(v)}")
+    return 0
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    s = str(v)
+    return s if len(s) < 120 else s[:117] + "..."
+
+
+@command
+def cmd_feedback(args: argparse.Namespace, config: Config) -> int:
+    """Label an answer in memory as correct or wrong (used by `sirag calibrate` and the policy).
+
+    Example: sirag feedback 3f2a9c1b --correct
+    """
+    store = _memory(config)
+    try:
+        oid = store.show(args.outcome_id)["id"]
+        store.add_feedback(oid, correct=args.correct, source="user", note=args.note or "")
+    finally:
+        store.close()
+    print(f"recorded: outcome {oid[:12]} is {'correct' if args.correct else 'wrong'}")
+    return 0
+
+
+@command
+def cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
+    """Fit the confidence weights on labelled outcomes in memory; print AUROC and ECE before and after.
+
+    Example: sirag calibrate   (labels come from `sirag feedback` and from `sirag eval` gold)
+    """
+    from .evaluation.calibrate import calibrate_from_memory
+
+    store = _memory(config)
+    try:
+        result = calibrate_from_memory(store, min_labels=args.min_labels, seed=config.policy.seed, save=not args.dry_run)
+    finally:
+        store.close()
+    if args.json:
+        _print_json(result)
+    else:
+        for k, v in result.items():
+            print(f"{k}: {_short(v) if not isinstance(v, dict) else json.dumps(v)}")
+    return 0
+
+
+# -- parser -------------------------------------------------------------------------------
+
+def _doc(fn: Callable) -> str:
+    return textwrap.dedent(fn.__doc__ or "").strip()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="FILE", help="YAML config layered over the packaged defaults")
+    common.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one setting, e.g. --set strategy.top_k=8 (repeatable)")
+    common.add_argument("--index", metavar="DIR", help="corpus index directory (default: paths.index_dir)")
+    common.add_argument("--memory", metavar="DB", help="memory store file (default: paths.memory_db)")
+    common.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
+    common.add_argument("-v", "--verbose", action="store_true", help="more detail on stderr and in the output")
+    common.add_argument("--debug", action="store_true", help="show tracebacks of unexpected errors")
+
+    p = argparse.ArgumentParser(prog="sirag", description=(
+        "A self-correcting RAG engine: answers questions from your documents with a local model, "
+        "checks each answer, retries with another strategy or refuses, and remembers what worked."),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Start with: sirag ingest DOCS/  then  sirag ask \"QUESTION\". Each command has --help.")
+    p.add_argument("--version", action="version", version=f"sirag {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    def add(name: str, fn: Callable) -> argparse.ArgumentParser:
+        doc = _doc(fn)
+        return sub.add_parser(name, parents=[common], help=doc.splitlines()[0], description=doc,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    sp = add("ingest", cmd_ingest)
+    sp.add_argument("paths", nargs="+", metavar="PATH", help="files or folders of documents")
+    sp.add_argument("--rebuild", action="store_true", help="ignore the previous index and re-chunk everything")
+    sp.add_argument("--stats", action="store_true", help="print chunk-length statistics afterwards")
+    sp.add_argument("--stats-png", metavar="FILE", help="with --stats: write a histogram PNG")
+
+    sp = add("stats", cmd_stats)
+    sp.add_argument("--png", metavar="FILE", help="write a chunk-length histogram PNG")
+
+    for name, fn in (("ask", cmd_ask), ("search", cmd_search)):
+        sp = add(name, fn)
+        sp.add_argument("question", nargs="+", help="the question (use - to read it from stdin)")
+        if name == "ask":
+            sp.add_argument("--no-retry", action="store_true", help="one attempt only (the loop off)")
+            sp.add_argument("--no-memory", action="store_true", help="do not record this question in memory")
+            sp.add_argument("--stream", action="store_true", help="stream each attempt's tokens to stderr")
+        else:
+            sp.add_argument("--chunker", choices=["fixed", "section", "semantic"])
+            sp.add_argument("--retriever", choices=["dense", "bm25", "hybrid"])
+            sp.add_argument("--top-k", type=int)
+            sp.add_argument("--no-rerank", action="store_true", help="rank by retrieval score only")
+
+    sp = add("memory", cmd_memory)
+    sp.add_argument("action", choices=["stats", "strategies", "failures", "show", "search", "export", "report"])
+    sp.add_argument("arg", nargs="?", help="outcome id for show, text for search")
+    sp.add_argument("--limit", type=int, default=20)
+    sp.add_argument("--csv", metavar="FILE", help="export: write CSV here")
+    sp.add_argument("--json-file", metavar="FILE", help="export: write JSON here")
+    sp.add_argument("--html", metavar="FILE", help="report: write the HTML report here")
+
+    sp = add("feedback", cmd_feedback)
+    sp.add_argument("outcome_id", help="outcome id (or its first 6+ characters) from sirag ask")
+    g = sp.add_mutually_exclusive_group(required=True)
+    g.add_argument("--correct", action="store_true", dest="correct")
+    g.add_argument("--wrong", action="store_false", dest="correct")
+    sp.add_argument("--note", help="a note kept with the label")
+
+    sp = add("calibrate", cmd_calibrate)
+    sp.add_argument("--min-labels", type=int, default=20, help="labelled outcomes needed to fit (default 20)")
+    sp.add_argument("--dry-run", action="store_true", help="report the fit without storing it")
+
+    from .batch import add_batch_commands
+
+    add_batch_commands(sub, common, COMMANDS, command)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    debug = getattr(args, "debug", False) or os.environ.get("SIRAG_DEBUG") == "1"
+    try:
+        config = load_config(args.config, [*args.overrides, *( [f"paths.memory_db={args.memory}"] if args.memory else [])])
+        from .logging_setup import setup_logging
+
+        setup_logging(config.paths.log_dir, args.verbose, args.command)
+        return COMMANDS[args.command](args, config)
+    except SiragError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        log.debug("error", exc_info=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted: stopped cleanly; finished results were kept", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
+        if debug:
+            raise
+        logging.getLogger("sirag").error("unexpected error", exc_info=True)
+        print(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback; please report it)",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,247 @@
+"""Configuration: pydantic models loaded from YAML.
+
+Layers, lowest first: the packaged ``configs/default.yaml`` < a user file given with
+``--config`` < ``--set key=value`` overrides. Loading has no side effects: no
+directories are created, nothing is seeded.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import ConfigError
+from .types import Strategy
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PathsConfig(_Model):
+    index_dir: str = "index/default"
+    memory_db: str = "memory/memory.db"
+    log_dir: str = "logs"
+    model_cache: str = "~/.cache/self_improving_rag/models"
+
+
+class EmbedderConfig(_Model):
+    name: str = "all-minilm-l6-v2"  # or "hash" (deterministic, for tests)
+    batch_size: int = Field(64, ge=1, le=4096)
+    max_tokens: int = Field(256, ge=16, le=8192)
+
+
+class FixedChunkerConfig(_Model):
+    size: int = Field(200, ge=16, le=8192)
+    overlap: int = Field(30, ge=0, le=4096)
+
+
+class SectionChunkerConfig(_Model):
+    max_tokens: int = Field(220, ge=16, le=8192)
+    min_tokens: int = Field(40, ge=0, le=8192)
+
+
+class SemanticChunkerConfig(_Model):
+    percentile: float = Field(90.0, gt=0, lt=100)
+    window: int = Field(1, ge=1, le=10)
+    min_tokens: int = Field(40, ge=0, le=8192)
+    max_tokens: int = Field(220, ge=16, le=8192)
+
+
+class IngestionConfig(_Model):
+    chunkers: list[Literal["fixed", "section", "semantic"]] = ["fixed", "section", "semantic"]
+    max_file_mb: float = Field(64, gt=0)
+    fixed: FixedChunkerConfig = FixedChunkerConfig()
+    section: SectionChunkerConfig = SectionChunkerConfig()
+    semantic: SemanticChunkerConfig = SemanticChunkerConfig()
+
+
+class RetrievalConfig(_Model):
+    fusion: Literal["rrf", "weighted"] = "rrf"
+    rrf_k: int = Field(60, ge=1)
+    dense_weight: float = Field(0.5, ge=0, le=1)
+    candidates: int = Field(30, ge=1, le=1000)
+    ann_threshold: int = Field(200_000, ge=1)  # above this many vectors use HNSW
+    rerank_sentences: int = Field(2, ge=1, le=10)
+    refine: bool = True
+    refine_context_sentences: int = Field(1, ge=0, le=5)
+
+
+class GeneratorConfig(_Model):
+    backend: Literal["llama_cpp", "transformers", "openai", "scripted"] = "llama_cpp"
+    model: str = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+    n_ctx: int = Field(4096, ge=256)
+    n_threads: int = Field(2, ge=1)
+    n_batch: int = Field(512, ge=8)
+    seed: int = 0
+    temperature: float = Field(0.0, ge=0, le=2)
+    max_tokens: int = Field(160, ge=1, le=4096)
+    timeout_s: float = Field(300.0, gt=0)
+    # OpenAI-compatible HTTP backend
+    base_url: str = "http://127.0.0.1:8000/v1"
+    api_key_env: str = "OPENAI_API_KEY"
+    retries: int = Field(2, ge=0, le=10)
+    # transformers backend
+    compute_dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
+    load_in_4bit: bool = True
+    device_map: str = "auto"
+    max_memory: dict[str, str] | None = None
+    gguf_file: str | None = None
+    # scripted backend (tests): replies returned in order
+    replies: list[str] = []
+
+
+class ScoringConfig(_Model):
+    judge: Literal["llm", "none"] = "llm"
+    judge_max_claims: int = Field(4, ge=0, le=20)
+    relevance_threshold: float = Field(0.5, ge=0, le=1)
+    redundancy_threshold: float = Field(0.92, ge=0, le=1)
+    claim_support_threshold: float = Field(0.5, ge=0, le=1)
+
+
+class ThresholdsConfig(_Model):
+    coverage: float = Field(0.45, ge=0, le=1)
+    grounding: float = Field(0.2, ge=0, le=1)
+    faithfulness: float = Field(0.5, ge=0, le=1)
+    redundancy: float = Field(0.5, ge=0, le=1)
+    confidence: float = Field(0.5, ge=0, le=1)
+
+
+class LoopConfig(_Model):
+    enabled: bool = True
+    max_attempts: int = Field(3, ge=1, le=20)
+    max_seconds: float = Field(180.0, gt=0)
+    answer_threshold: float = Field(0.5, ge=0, le=1)
+    show_passages_on_refusal: int = Field(3, ge=0, le=20)
+
+
+class PolicyConfig(_Model):
+    method: Literal["thompson", "ucb", "fixed"] = "thompson"
+    seed: int = 0
+    min_history: int = Field(3, ge=0)  # outcomes needed before memory overrides the default
+
+
+class StrategyConfig(_Model):
+    chunker: Literal["fixed", "section", "semantic"] = "section"
+    retriever: Literal["dense", "bm25", "hybrid"] = "hybrid"
+    top_k: int = Field(4, ge=1, le=100)
+    rerank: bool = True
+    prompt: Literal["base", "cite_then_answer", "strict"] = "cite_then_answer"
+    neighbors: int = Field(0, ge=0, le=5)
+    query_rewrite: Literal["none", "keywords"] = "none"
+    context_budget: int = Field(450, ge=32, le=32000)
+
+    def to_strategy(self) -> Strategy:
+        return Strategy(**self.model_dump())
+
+
+class Config(_Model):
+    paths: PathsConfig = PathsConfig()
+    embedder: EmbedderConfig = EmbedderConfig()
+    ingestion: IngestionConfig = IngestionConfig()
+    retrieval: RetrievalConfig = RetrievalConfig()
+    generator: GeneratorConfig = GeneratorConfig()
+    scoring: ScoringConfig = ScoringConfig()
+    thresholds: ThresholdsConfig = ThresholdsConfig()
+    loop: LoopConfig = LoopConfig()
+    policy: PolicyConfig = PolicyConfig()
+    strategy: StrategyConfig = StrategyConfig()
+
+
+def default_config_text() -> str:
+    """The packaged default YAML."""
+    return resources.files("self_improving_rag").joinpath("configs/default.yaml").read_text("utf-8")
+
+
+def _read_yaml(text: str, source: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{source}: malformed YAML{where}; fix the syntax and retry") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of settings at the top level, got {type(data).__name__}")
+    return data
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def parse_override(item: str) -> dict[str, Any]:
+    """Turn ``a.b.c=value`` into ``{"a": {"b": {"c": value}}}``; the value is read as YAML."""
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set strategy.top_k=8")
+    key, _, raw = item.partition("=")
+    parts = [p for p in key.strip().split(".") if p]
+    if not parts:
+        raise ConfigError(f"--set {item!r}: empty key; use e.g. --set strategy.top_k=8")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {item!r}: the value is not valid YAML; quote it") from exc
+    tree: dict[str, Any] = {parts[-1]: value}
+    for part in reversed(parts[:-1]):
+        tree = {part: tree}
+    return tree
+
+
+def _describe(exc: ValidationError, source: str) -> str:
+    msgs = []
+    for err in exc.errors()[:3]:
+        loc = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            msgs.append(f"unknown key '{loc}'")
+        else:
+            msgs.append(f"'{loc}': {err['msg']} (got {err.get('input')!r})")
+    more = f" and {len(exc.errors()) - 3} more" if len(exc.errors()) > 3 else ""
+    return f"{source}: " + "; ".join(msgs) + more + "; see configs/default.yaml for valid keys and values"
+
+
+def config_from_dict(data: dict[str, Any], source: str = "config") -> Config:
+    """Validate a settings mapping, naming the bad key and its source on failure."""
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, source)) from exc
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Load the packaged defaults, then the user file, then ``--set`` overrides."""
+    data = _read_yaml(default_config_text(), "packaged configs/default.yaml")
+    source = "packaged configs/default.yaml"
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} not found; pass an existing YAML file to --config")
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config file {p} cannot be read ({exc}); check its permissions and encoding") from exc
+        user = _read_yaml(text, str(p))
+        # Validate the user's layer alone first so errors name their file.
+        config_from_dict(_merge(data, user), str(p))
+        data = _merge(data, user)
+        source = str(p)
+    for item in overrides:
+        data = _merge(data, parse_override(item))
+        config_from_dict(data, f"--set {item}")
+    return config_from_dict(data, source)
+
+
+def to_yaml(config: Config) -> str:
+    """Resolved configuration as YAML (written beside batch results)."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

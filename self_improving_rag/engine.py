@@ -1,0 +1,217 @@
+"""The engine: one question through retrieve -> generate -> score -> attribute -> repair,
+within a budget, then an answer or an honest refusal, recorded in memory."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from typing import Callable
+
+from .config import Config
+from .errors import InputError
+from .evaluation.signals import SignalScorer
+from .feedback.attribution import attribute
+from .feedback.policy import StrategyPolicy, query_features
+from .generation.prompts import REFUSAL_PHRASE, build_messages, is_refusal, load_template, parse_citations
+from .retrieval.embedder import Embedder, make_embedder
+from .retrieval.searcher import Searcher
+from .types import Answer, AttemptRecord, Attribution, Generation, Passage, Signal, Signals, Strategy
+
+log = logging.getLogger(__name__)
+
+MAX_QUESTION_CHARS = 2000
+
+
+def check_question(question: str) -> str:
+    """A usable question, whitespace-normalised; InputError otherwise."""
+    if not isinstance(question, str) or not question.strip():
+        raise InputError("the question is empty; ask a question in words, e.g. sirag ask \"Who is Holmes?\"")
+    q = " ".join(question.split())
+    if len(q) > MAX_QUESTION_CHARS:
+        raise InputError(f"the question has {len(q)} characters, more than {MAX_QUESTION_CHARS}; shorten it to one question")
+    if not any(ch.isalnum() for ch in q):
+        raise InputError("the question has no letters or digits; ask a question in words")
+    return q
+
+
+class Engine:
+    """Answers questions over one corpus index. Re-entrant: ``ask`` never swaps its stages."""
+
+    def __init__(self, config: Config, *, embedder: Embedder | None = None, generator=None, memory=None,
+                 index_dir: str | None = None, record: bool = True) -> None:
+        self.config = config
+        self.embedder = embedder if embedder is not None else make_embedder(
+            config.embedder.name, config.embedder.batch_size, config.embedder.max_tokens)
+        self._generator = generator
+        self.memory = memory
+        self.record = record
+        self.searcher = Searcher(config, self.embedder, index_dir)
+        self._policy: StrategyPolicy | None = None
+        self._scorer: SignalScorer | None = None
+
+    @property
+    def generator(self):
+        if self._generator is None:
+            from .generation.factory import make_generator
+
+            self._generator = make_generator(self.config)
+        return self._generator
+
+    def warm_up(self) -> None:
+        if self._policy is not None:
+            return
+        self.searcher.warm_up()
+        self.generator.warm_up()
+        available = tuple(self.searcher.available_chunkers())
+        default = self.config.strategy.to_strategy()
+        if default.chunker not in available:
+            default = replace(default, chunker=available[0])
+        self._policy = StrategyPolicy(self.config.policy, default, self.memory, available)
+        weights = None
+        if self.memory is not None:
+            fit = self.memory.latest_calibration()
+            weights = fit.get("weights") if fit else None
+        self._scorer = SignalScorer(self.config.scoring, self.searcher.embed_cached, self.generator, weights)
+
+    @property
+    def policy(self) -> StrategyPolicy:
+        self.warm_up()
+        assert self._policy is not None
+        return self._policy
+
+    def ask(self, question: str, *, loop: bool | None = None, on_token: Callable[[str], None] | None = None,
+            on_attempt: Callable[[AttemptRecord], None] | None = None, run_id: str | None = None,
+            item_id: str | None = None, first_strategy: Strategy | None = None) -> Answer:
+        """Answer one question (or refuse), recording every attempt in memory."""
+        t_start = time.perf_counter()
+        question = check_question(question)
+        self.warm_up()
+        loop = self.config.loop.enabled if loop is None else loop
+        features = query_features(question)
+        strategy = first_strategy or self.policy.first(question, features)
+        max_attempts = self.config.loop.max_attempts if loop else 1
+        attempts: list[AttemptRecord] = []
+        tried = {strategy.key}
+        repair: str | None = None
+        while True:
+            attempt = self._attempt(question, strategy, repair, len(attempts) + 1,
+                                    on_token if not attempts else None)
+            attempts.append(attempt)
+            if on_attempt is not None:
+                on_attempt(attempt)
+            failure = attempt.attribution.failure
+            elapsed = time.perf_counter() - t_start
+            if failure == "NONE" or len(attempts) >= max_attempts:
+                break
+            if elapsed >= self.config.loop.max_seconds:
+                log.info("time budget of %.0f s spent after %d attempts", self.config.loop.max_seconds, len(attempts))
+                break
+            nxt = self.policy.repair(question, failure, strategy, tried, features)
+            if nxt is None:
+                break
+            repair, strategy = nxt
+            tried.add(strategy.key)
+            log.info("attempt %d failed (%s): retrying with %s", len(attempts), failure, repair)
+        answer = self._finish(question, attempts, features.query_class, t_start)
+        if self.record and self.memory is not None:
+            t = time.perf_counter()
+            outcome_id = self.memory.record(answer, features=features.__dict__, run_id=run_id, item_id=item_id,
+                                            success_threshold=self.config.loop.answer_threshold)
+            timings = {**answer.timings_ms, "memory": (time.perf_counter() - t) * 1000}
+            timings["total"] = (time.perf_counter() - t_start) * 1000
+            answer = replace(answer, outcome_id=outcome_id, timings_ms=timings)
+        return answer
+
+    def _rewrite(self, question: str) -> tuple[str, Generation | None]:
+        t = load_template("keywords")
+        msgs = [{"role": "system", "content": t.system}, {"role": "user", "content": t.user.format(question=question)}]
+        gen = self.generator.generate(msgs, max_tokens=24)
+        words = " ".join(gen.text.replace(",", " ").split()[:10])
+        return (f"{question} {words}" if words else question), gen
+
+    def _attempt(self, question: str, strategy: Strategy, repair: str | None, number: int,
+                 on_token) -> AttemptRecord:
+        timings: dict[str, float] = {}
+        prompt_tokens = completion_tokens = 0
+        query = None
+        if strategy.query_rewrite == "keywords":
+            t = time.perf_counter()
+            query, rw = self._rewrite(question)
+            timings["rewrite"] = (time.perf_counter() - t) * 1000
+            if rw is not None:
+                prompt_tokens += rw.prompt_tokens
+                completion_tokens += rw.completion_tokens
+        t = time.perf_counter()
+        retrieval = self.searcher.search(question, strategy, query)
+        timings["retrieve"] = (time.perf_counter() - t) * 1000
+        generation: Generation | None = None
+        if retrieval.passages:
+            messages = build_messages(strategy.prompt, question, retrieval.passages)
+            t = time.perf_counter()
+            generation = self.generator.generate(messages, on_token=on_token)
+            timings["generate"] = (time.perf_counter() - t) * 1000
+            raw = generation.text
+            prompt_tokens += generation.prompt_tokens
+            completion_tokens += generation.completion_tokens
+        else:
+            raw = REFUSAL_PHRASE
+        refused = is_refusal(raw)
+        citations = parse_citations(raw, len(retrieval.passages))
+        t = time.perf_counter()
+        assert self._scorer is not None
+        signals = self._scorer.score(question, retrieval, generation, raw, refused, citations)
+        timings["score"] = (time.perf_counter() - t) * 1000
+        attribution = attribute(signals, self.config.thresholds)
+        timings["total"] = sum(timings.values())
+        return AttemptRecord(
+            number=number, strategy=strategy, repair=repair, answer=None if refused else raw, raw_answer=raw,
+            citations=citations, signals=signals, attribution=attribution, prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens, timings_ms=timings, passages=retrieval.passages,
+        )
+
+    def _finish(self, question: str, attempts: list[AttemptRecord], query_class: str, t_start: float) -> Answer:
+        threshold = self.config.loop.answer_threshold
+        answered = [a for a in attempts if a.answer is not None and (a.signals.confidence.value or 0) >= threshold]
+        timings = _sum_timings(attempts)
+        timings["total"] = (time.perf_counter() - t_start) * 1000
+        if answered:
+            best = max(answered, key=lambda a: a.signals.confidence.value or 0.0)
+            cited = [p for p in best.passages if p.number in best.citations] or list(best.passages)
+            return Answer(question=question, answer=best.answer, refused=False, refusal_reason=None,
+                          confidence=float(best.signals.confidence.value or 0.0), sources=tuple(cited),
+                          attempts=tuple(attempts), timings_ms=timings, query_class=query_class,
+                          chosen_attempt=best.number)
+        best = max(attempts, key=lambda a: ((a.signals.grounding.value or 0.0), (a.signals.coverage.value or 0.0)))
+        last = attempts[-1]
+        conf = max(float(a.signals.confidence.value or 0.0) for a in attempts)
+        if all(a.signals.refusal for a in attempts):
+            why = f"the model found no answer in the passages after {len(attempts)} attempt(s)"
+        else:
+            why = f"no answer reached confidence {threshold:.2f} after {len(attempts)} attempt(s) (best {conf:.2f})"
+        reason = f"{why}; last diagnosis {last.attribution.failure}: {last.attribution.reason}"
+        n_show = self.config.loop.show_passages_on_refusal
+        return Answer(question=question, answer=None, refused=True, refusal_reason=reason, confidence=conf,
+                      sources=tuple(best.passages[:n_show]), attempts=tuple(attempts), timings_ms=timings,
+                      query_class=query_class, chosen_attempt=None)
+
+    def close(self) -> None:
+        self.searcher.close()
+
+
+def _sum_timings(attempts: list[AttemptRecord]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for a in attempts:
+        for k, v in a.timings_ms.items():
+            if k != "total":
+                out[k] = out.get(k, 0.0) + v
+    return out
+
+
+def empty_signals(reason: str) -> Signals:
+    none = lambda n: Signal(n, None, reason)  # noqa: E731
+    return Signals(none("coverage"), none("redundancy"), none("grounding"), none("faithfulness"),
+                   Signal("confidence", 0.0, reason), True)
+
+
+__all__ = ["Engine", "check_question", "Attribution", "Passage"]

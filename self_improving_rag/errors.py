@@ -1,0 +1,49 @@
+"""One small hierarchy of known errors.
+
+Every message says what went wrong and what to do about it; the CLI prints the
+message on one line and exits with code 2.
+"""
+
+from __future__ import annotations
+
+
+class SiragError(Exception):
+    """Base class of the errors the CLI reports as one clear line."""
+
+    exit_code = 2
+
+
+class ConfigError(SiragError):
+    """A configuration file or override is invalid."""
+
+
+class IngestionError(SiragError):
+    """Documents could not be read or indexed."""
+
+
+class IndexNotFoundError(SiragError):
+    """No index exists where one was expected."""
+
+
+class IndexMismatchError(SiragError):
+    """An index was built with another embedder or chunker configuration."""
+
+
+class ModelNotFoundError(SiragError):
+    """A model file or the package that bundles it is missing or corrupt."""
+
+
+class GenerationError(SiragError):
+    """The generator failed to load, timed out, or produced nothing."""
+
+
+class MemoryStoreError(SiragError):
+    """The memory database cannot be opened or written."""
+
+
+class InputError(SiragError):
+    """A question or another user input is unusable."""
+
+
+class BatchError(SiragError):
+    """A batch file is invalid or a batch run cannot continue."""

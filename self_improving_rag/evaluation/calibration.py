@@ -1,0 +1,260 @@
+"""The confidence model: a logistic combination of the self-evaluation signals.
+
+    confidence = σ(bias + Σ_i w_i · x_i),   σ(z) = 1 / (1 + e^(−z))
+
+over the features in :data:`FEATURES`. The weights start as hand-set priors
+(:data:`DEFAULT_WEIGHTS`) and can be refit on labelled attempts with
+:func:`fit_weights`, an L2-regularised logistic regression whose penalty pulls the
+weights toward the priors rather than toward zero, so a few dozen labels nudge the
+model instead of overturning it.
+
+Feature scales: ``coverage``, ``grounding``, ``faithfulness`` and ``redundancy`` are
+in [0, 1]; ``mean_logprob`` is the mean token log-probability of the answer (≤ 0;
+about −0.1 for a fluent, certain answer and −1.5 for a guess), clipped below at
+:data:`LOGPROB_FLOOR`; ``refusal`` is 1.0 for a refusal, else 0.0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from self_improving_rag.evaluation.metrics import auroc, expected_calibration_error
+
+__all__ = [
+    "FEATURES",
+    "DEFAULT_WEIGHTS",
+    "NEUTRAL_VALUES",
+    "LOGPROB_FLOOR",
+    "confidence",
+    "fit_weights",
+    "evaluate_fit",
+    "cross_fit",
+]
+
+FEATURES: tuple[str, ...] = ("coverage", "grounding", "faithfulness", "redundancy", "mean_logprob", "refusal")
+
+#: Value used for a feature that is missing (``None``): a middling value that neither
+#: argues for nor against the answer. ``refusal`` is imputed as "not a refusal", since
+#: the engine always knows whether it refused and a missing flag means none was raised.
+NEUTRAL_VALUES: dict[str, float] = {
+    "coverage": 0.5,
+    "grounding": 0.5,
+    "faithfulness": 0.5,
+    "redundancy": 0.3,
+    "mean_logprob": -0.6,
+    "refusal": 0.0,
+}
+
+#: Log-probabilities below this are clipped: past it the answer is noise either way, and
+#: an unbounded feature would let a single extreme value dominate a fit.
+LOGPROB_FLOOR = -5.0
+
+_PRIOR_SLOPES: dict[str, float] = {
+    "coverage": 1.5,  # the passages address the question
+    "grounding": 2.0,  # the answer's claims are found in the passages
+    "faithfulness": 2.0,  # the answer is entailed by what it cites
+    "redundancy": -0.5,  # repetitive context crowds out evidence: a slight penalty
+    "mean_logprob": 1.5,  # from −1.5 to −0.1 adds 2.1 to the logit
+    "refusal": -3.0,  # a refusal is rarely a correct answer to score with confidence
+}
+
+#: Hand-set priors. The bias is chosen so that an attempt whose every feature is at its
+#: neutral value gets confidence exactly 0.5: bias = −Σ_i w_i · neutral_i = −1.7.
+#: Then a strong attempt (coverage, grounding, faithfulness 0.9, redundancy 0.2,
+#: mean_logprob −0.1) scores σ(3.0) ≈ 0.95, a weak one (0.3, 0.3, 0.3, 0.5, −1.5)
+#: scores σ(−2.55) ≈ 0.07, and a neutral refusal σ(−3.0) ≈ 0.05.
+DEFAULT_WEIGHTS: dict[str, float] = {
+    "bias": -sum(_PRIOR_SLOPES[f] * NEUTRAL_VALUES[f] for f in FEATURES),
+    **_PRIOR_SLOPES,
+}
+
+
+def _sigmoid(z: np.ndarray | float) -> np.ndarray:
+    z = np.asarray(z, dtype=float)
+    # Split by sign so that exp never overflows.
+    out = np.empty_like(z)
+    pos = z >= 0
+    out[pos] = 1.0 / (1.0 + np.exp(-z[pos]))
+    ez = np.exp(z[~pos])
+    out[~pos] = ez / (1.0 + ez)
+    return out
+
+
+def _feature_vector(features: Mapping[str, Any]) -> np.ndarray:
+    """The design row [1, x_1, ..., x_6] with imputation and clipping; unknown keys ignored."""
+    row = [1.0]
+    for name in FEATURES:
+        value = features.get(name)
+        if value is None:
+            x = NEUTRAL_VALUES[name]
+        else:
+            if isinstance(value, str):
+                raise ValueError(f"feature {name!r} must be a number or None, got {value!r}")
+            x = float(value)
+            if not math.isfinite(x):
+                raise ValueError(f"feature {name!r} must be finite or None, got {value!r}")
+            if name == "mean_logprob":
+                x = min(max(x, LOGPROB_FLOOR), 0.0)
+        row.append(x)
+    return np.asarray(row, dtype=float)
+
+
+def _weight_vector(weights: Mapping[str, float]) -> np.ndarray:
+    missing = [k for k in ("bias", *FEATURES) if k not in weights]
+    if missing:
+        raise ValueError(f"weights lack {', '.join(missing)}; start from DEFAULT_WEIGHTS")
+    w = np.asarray([float(weights[k]) for k in ("bias", *FEATURES)], dtype=float)
+    if not np.all(np.isfinite(w)):
+        raise ValueError("weights must be finite numbers")
+    return w
+
+
+def _as_weights(w: np.ndarray) -> dict[str, float]:
+    return {k: float(v) for k, v in zip(("bias", *FEATURES), w)}
+
+
+def confidence(features: Mapping[str, float | None], weights: Mapping[str, float] | None = None) -> float:
+    """σ(bias + Σ_i w_i · x_i); a ``None`` feature takes its :data:`NEUTRAL_VALUES` entry.
+
+    ``weights`` defaults to :data:`DEFAULT_WEIGHTS`; keys of ``features`` that are not in
+    :data:`FEATURES` are ignored (so a whole ``Signals.values()`` dict can be passed).
+    """
+    w = _weight_vector(DEFAULT_WEIGHTS if weights is None else weights)
+    return float(_sigmoid(_feature_vector(features) @ w))
+
+
+def _design(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    if len(rows) != len(labels):
+        raise ValueError(f"rows has {len(rows)} items but labels has {len(labels)}")
+    y = []
+    for v in labels:
+        if isinstance(v, (bool, np.bool_)) or v in (0, 1):
+            y.append(float(v))
+        else:
+            raise ValueError(f"labels must be 0/1 or booleans, got {v!r}")
+    X = np.vstack([_feature_vector(r) for r in rows]) if rows else np.zeros((0, 1 + len(FEATURES)))
+    return X, np.asarray(y, dtype=float)
+
+
+def fit_weights(
+    rows: Sequence[Mapping[str, Any]],
+    labels: Sequence[Any],
+    l2: float = 1.0,
+    prior: Mapping[str, float] | None = None,
+) -> dict[str, float]:
+    """Refit the weights by L2-regularised logistic regression shrunk toward the prior.
+
+    Minimises, over w = (bias, w_1, ..., w_6) with p_j = σ(x_j · w),
+
+        J(w) = −Σ_j [y_j log p_j + (1 − y_j) log(1 − p_j)] + (l2 / 2) · ‖w − w₀‖²
+
+    where w₀ is ``prior`` (default :data:`DEFAULT_WEIGHTS`); the bias is penalised too,
+    so with no labels the result is w₀. J is strictly convex for l2 > 0 and is solved by
+    Newton's method (IRLS) with step halving:
+    gradient g = Xᵀ(p − y) + l2 (w − w₀), Hessian H = Xᵀ diag(p(1 − p)) X + l2 I.
+    Missing features are imputed as in :func:`confidence` before fitting.
+    """
+    if not (isinstance(l2, (int, float)) and math.isfinite(l2) and l2 > 0):
+        raise ValueError(f"l2 must be a positive finite number (it keeps the fit well posed), got {l2!r}")
+    w0 = _weight_vector(DEFAULT_WEIGHTS if prior is None else prior)
+    X, y = _design(rows, labels)
+    if X.shape[0] == 0:
+        return _as_weights(w0)
+
+    def objective(w: np.ndarray) -> float:
+        z = X @ w
+        # log(1 + e^z) − y z, computed stably.
+        nll = float(np.sum(np.logaddexp(0.0, z) - y * z))
+        return nll + 0.5 * l2 * float(np.sum((w - w0) ** 2))
+
+    w = w0.copy()
+    f = objective(w)
+    eye = np.eye(w.size)
+    for _ in range(100):
+        p = _sigmoid(X @ w)
+        grad = X.T @ (p - y) + l2 * (w - w0)
+        hess = (X * (p * (1 - p))[:, None]).T @ X + l2 * eye
+        step = np.linalg.solve(hess, grad)
+        t = 1.0
+        while True:
+            w_new = w - t * step
+            f_new = objective(w_new)
+            if f_new <= f or t < 1e-10:
+                break
+            t *= 0.5
+        converged = abs(f - f_new) <= 1e-10 * max(1.0, abs(f)) or np.max(np.abs(t * step)) < 1e-9
+        w, f = w_new, f_new
+        if converged:
+            break
+    return _as_weights(w)
+
+
+def evaluate_fit(
+    rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], weights: Mapping[str, float] | None = None
+) -> dict[str, Any]:
+    """Score ``weights`` on labelled rows: AUROC and ECE of the confidences, and Brier score.
+
+    brier = mean_j (p_j − y_j)². AUROC is ``None`` when the labels hold one class and
+    everything is ``None`` for no rows; ``notes`` says why.
+    """
+    X, y = _design(rows, labels)
+    w = _weight_vector(DEFAULT_WEIGHTS if weights is None else weights)
+    notes: dict[str, str] = {}
+    if X.shape[0] == 0:
+        notes["all"] = "undefined: no rows"
+        return {"auroc": None, "ece": None, "brier": None, "n": 0, "notes": notes}
+    p = _sigmoid(X @ w)
+    score = auroc(p.tolist(), y.astype(bool).tolist())
+    if score is None:
+        notes["auroc"] = "undefined: the labels contain only one class"
+    return {
+        "auroc": score,
+        "ece": expected_calibration_error(p.tolist(), y.tolist()),
+        "brier": float(np.mean((p - y) ** 2)),
+        "n": int(X.shape[0]),
+        "notes": notes,
+    }
+
+
+def cross_fit(
+    rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], seed: int = 0, l2: float = 1.0
+) -> dict[str, Any]:
+    """Fit on one half, evaluate the defaults and the fitted weights on the other half.
+
+    The split is stratified by label (each class shuffled with ``seed`` and halved), so
+    both halves see both classes whenever each class has at least two rows. Returns
+    ``{"weights", "before", "after", "n_train", "n_test", "seed"}`` where ``before``
+    and ``after`` are :func:`evaluate_fit` results on the held-out half.
+    """
+    X_check, y = _design(rows, labels)  # validates lengths and labels
+    n = X_check.shape[0]
+    if n < 2:
+        raise ValueError(f"cross_fit needs at least 2 rows to split, got {n}")
+    rng = np.random.default_rng(seed)
+    train_idx: list[int] = []
+    test_idx: list[int] = []
+    for cls in (0.0, 1.0):
+        idx = np.flatnonzero(y == cls)
+        rng.shuffle(idx)
+        half = len(idx) // 2
+        train_idx.extend(idx[:half].tolist())
+        test_idx.extend(idx[half:].tolist())
+    if not train_idx:  # e.g. two rows of different classes: halves would be empty
+        train_idx, test_idx = test_idx[:1], test_idx[1:]
+    train_idx.sort()
+    test_idx.sort()
+    weights = fit_weights([rows[i] for i in train_idx], [labels[i] for i in train_idx], l2=l2)
+    test_rows = [rows[i] for i in test_idx]
+    test_labels = [labels[i] for i in test_idx]
+    return {
+        "weights": weights,
+        "before": evaluate_fit(test_rows, test_labels, DEFAULT_WEIGHTS),
+        "after": evaluate_fit(test_rows, test_labels, weights),
+        "n_train": len(train_idx),
+        "n_test": len(test_idx),
+        "seed": seed,
+    }

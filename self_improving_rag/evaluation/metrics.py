@@ -1,0 +1,439 @@
+"""Pure scoring functions for answers, refusals, selective prediction and retrieval.
+
+Every function is deterministic and side-effect free. A value that is undefined for
+the given input (no denominator, a single class, an empty list) is ``None`` -- never a
+silent 0.0 -- and the dict-returning functions say why under ``"notes"``. Bad
+arguments (mismatched lengths, confidences outside [0, 1], k < 1) raise ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import string
+import unicodedata
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "normalize_answer",
+    "exact_match",
+    "token_f1",
+    "contains_gold",
+    "refusal_metrics",
+    "risk_coverage",
+    "accuracy_at_coverage",
+    "expected_calibration_error",
+    "reliability_bins",
+    "auroc",
+    "percentiles",
+    "evidence_hit",
+    "recall_at_k",
+    "mrr",
+]
+
+# --------------------------------------------------------------------------- answers
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_ASCII_PUNCT = frozenset(string.punctuation)
+
+
+def _strip_punct_char(ch: str) -> str:
+    # Long dashes join words in 19th-century prose ("Holmes—the"); deleting them would glue
+    # the words together, so they become a space. Other punctuation is deleted as in SQuAD.
+    cat = unicodedata.category(ch)
+    if cat == "Pd" and ch != "-":
+        return " "
+    if ch in _ASCII_PUNCT or cat.startswith("P"):
+        return ""
+    return ch
+
+
+def normalize_answer(s: str) -> str:
+    """SQuAD-style answer normalisation.
+
+    Steps: Unicode NFKC; lowercase; delete punctuation (ASCII ``string.punctuation`` and
+    every Unicode ``P*`` character, so curly quotes and ellipses go too; long dashes
+    become a space); drop the articles *a*, *an*, *the*; collapse whitespace.
+
+    >>> normalize_answer("“The Book of Life,”")
+    'book of life'
+    """
+    s = unicodedata.normalize("NFKC", s).lower()
+    s = "".join(_strip_punct_char(ch) for ch in s)
+    s = _ARTICLES.sub(" ", s)
+    return " ".join(s.split())
+
+
+def _gold_list(golds: Sequence[str] | str) -> list[str]:
+    # A bare string is one gold answer, not a sequence of one-character answers.
+    gold_list = [golds] if isinstance(golds, str) else list(golds)
+    if not gold_list:
+        raise ValueError(
+            "golds is empty: answer metrics are undefined for unanswerable questions; "
+            "score those with refusal_metrics"
+        )
+    return gold_list
+
+
+def exact_match(pred: str, golds: Sequence[str] | str) -> float:
+    """EM = max over golds g of [normalize(pred) == normalize(g)], in {0.0, 1.0}."""
+    p = normalize_answer(pred)
+    return float(any(p == normalize_answer(g) for g in _gold_list(golds)))
+
+
+def _f1_tokens(pred_tokens: list[str], gold_tokens: list[str]) -> float:
+    if not pred_tokens or not gold_tokens:
+        # SQuAD convention: two empty answers agree; one empty answer shares nothing.
+        return float(pred_tokens == gold_tokens)
+    common = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
+    if common == 0:
+        return 0.0
+    precision = common / len(pred_tokens)
+    recall = common / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def token_f1(pred: str, golds: Sequence[str] | str) -> float:
+    """Token F1 = max over golds of 2PR / (P + R) on normalised whitespace tokens.
+
+    With c = |tokens(pred) ∩ tokens(gold)| counted as a multiset, P = c / |pred| and
+    R = c / |gold|. If either side normalises to nothing, F1 is 1 when both do, else 0.
+    """
+    p = normalize_answer(pred).split()
+    return max(_f1_tokens(p, normalize_answer(g).split()) for g in _gold_list(golds))
+
+
+def contains_gold(pred: str, golds: Sequence[str] | str) -> float:
+    """1.0 if some normalised gold occurs in the normalised prediction on token boundaries.
+
+    Containment is checked as ``" " + gold + " " in " " + pred + " "`` so the gold
+    "eloi" does not match inside "eloise". A gold that normalises to nothing (e.g. "The")
+    counts only for a prediction that normalises to nothing too, so EM <= contains.
+    """
+    p = normalize_answer(pred)
+    padded = f" {p} "
+    for g in _gold_list(golds):
+        n = normalize_answer(g)
+        if (n and f" {n} " in padded) or (not n and not p):
+            return 1.0
+    return 0.0
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+def _as_bools(name: str, values: Sequence[Any]) -> list[bool]:
+    out = []
+    for v in values:
+        if isinstance(v, (bool, np.bool_)) or v in (0, 1):
+            out.append(bool(v))
+        else:
+            raise ValueError(f"{name} must hold booleans or 0/1, got {v!r}")
+    return out
+
+
+def _ratio(num: int, den: int, what: str, notes: dict[str, str], key: str) -> float | None:
+    if den == 0:
+        notes[key] = f"undefined: {what} is zero"
+        return None
+    return num / den
+
+
+def refusal_metrics(refused: Sequence[bool], answerable: Sequence[bool]) -> dict[str, Any]:
+    """Quality of refusing unanswerable questions (the positive class is "unanswerable").
+
+    With TP = refused ∧ unanswerable:
+      precision = TP / #refused, recall = TP / #unanswerable, F1 = 2PR / (P + R),
+      false_refusal_rate = #(refused ∧ answerable) / #answerable.
+    A rate with a zero denominator is ``None`` and ``notes`` says why; F1 is ``None``
+    when P or R is, and 0.0 when P + R = 0.
+    """
+    if len(refused) != len(answerable):
+        raise ValueError(f"refused has {len(refused)} items but answerable has {len(answerable)}")
+    r = _as_bools("refused", refused)
+    a = _as_bools("answerable", answerable)
+    tp = sum(ri and not ai for ri, ai in zip(r, a))
+    wrong_refusals = sum(ri and ai for ri, ai in zip(r, a))
+    n_refused = sum(r)
+    n_answerable = sum(a)
+    n_unanswerable = len(a) - n_answerable
+    notes: dict[str, str] = {}
+    precision = _ratio(tp, n_refused, "the number of refusals", notes, "precision")
+    recall = _ratio(tp, n_unanswerable, "the number of unanswerable questions", notes, "recall")
+    if precision is None or recall is None:
+        f1 = None
+        notes["f1"] = "undefined: precision or recall is undefined"
+    elif precision + recall == 0:
+        f1 = 0.0
+    else:
+        f1 = 2 * precision * recall / (precision + recall)
+    frr = _ratio(wrong_refusals, n_answerable, "the number of answerable questions", notes, "false_refusal_rate")
+    return {
+        "precision": precision,
+        "recall": recall,
+        "f1": f1,
+        "false_refusal_rate": frr,
+        "n": len(r),
+        "n_refused": n_refused,
+        "n_unanswerable": n_unanswerable,
+        "n_answerable": n_answerable,
+        "notes": notes,
+    }
+
+
+# --------------------------------------------------------------------------- selective prediction
+
+
+def _check_conf_correct(confidences: Sequence[float], correct: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    if len(confidences) != len(correct):
+        raise ValueError(f"confidences has {len(confidences)} items but correct has {len(correct)}")
+    conf = np.asarray(confidences, dtype=float).reshape(-1)
+    if conf.size and not np.all(np.isfinite(conf)):
+        raise ValueError("confidences must be finite numbers (use None-filtering before scoring)")
+    corr = np.asarray(correct, dtype=float).reshape(-1)
+    if corr.size and (np.any(corr < 0) or np.any(corr > 1) or not np.all(np.isfinite(corr))):
+        raise ValueError("correct must hold values in [0, 1] (booleans, 0/1, or graded scores)")
+    return conf, corr
+
+
+def _sorted_desc(conf: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    # Stable sort on -conf: ties keep input order, so results are deterministic.
+    order = np.argsort(-conf, kind="stable")
+    return conf[order], corr[order]
+
+
+def risk_coverage(
+    confidences: Sequence[float], correct: Sequence[Any], coverage: float = 0.8
+) -> dict[str, Any]:
+    """Risk-coverage curve of answering only the most confident items.
+
+    Items are sorted by confidence, highest first. Answering the top k of n gives
+    coverage k/n and selective risk 1 - mean(correct[:k]). Items with equal confidence
+    cannot be separated by a threshold, so the curve has one point per distinct
+    confidence (at the end of each tie group), and every k inside a group takes that
+    group's risk:
+
+      AURC = (1/n) Σ_k risk(k)  =  Σ_groups (|group| / n) · risk(end of group).
+
+    ``e_aurc`` = AURC − AURC of the ideal order (all correct items first), the excess
+    risk due to ranking alone. ``correct`` may be graded in [0, 1] (e.g. token F1).
+    Returns ``curve`` (list of {threshold, coverage, risk}), ``aurc``, ``e_aurc``,
+    ``accuracy_at_coverage`` (see :func:`accuracy_at_coverage`), ``coverage_target``,
+    ``n`` and ``notes``; empty input gives ``None`` values with a note.
+    """
+    conf, corr = _check_conf_correct(confidences, correct)
+    n = conf.size
+    if n == 0:
+        return {
+            "curve": [],
+            "aurc": None,
+            "e_aurc": None,
+            "accuracy_at_coverage": None,
+            "coverage_target": coverage,
+            "n": 0,
+            "notes": {"aurc": "undefined: no items"},
+        }
+    conf_s, corr_s = _sorted_desc(conf, corr)
+    cum_correct = np.cumsum(corr_s)
+    k = np.arange(1, n + 1)
+    # Last index of each group of equal confidences.
+    group_end = np.flatnonzero(np.append(conf_s[1:] != conf_s[:-1], True))
+    curve = []
+    aurc = 0.0
+    start = 0
+    for end in group_end:
+        risk = 1.0 - cum_correct[end] / k[end]
+        curve.append({"threshold": float(conf_s[end]), "coverage": float(k[end] / n), "risk": float(risk)})
+        aurc += (end - start + 1) / n * risk
+        start = end + 1
+    ideal = np.sort(corr)[::-1]
+    ideal_aurc = float(np.mean(1.0 - np.cumsum(ideal) / k))
+    return {
+        "curve": curve,
+        "aurc": float(aurc),
+        "e_aurc": float(aurc - ideal_aurc),
+        "accuracy_at_coverage": accuracy_at_coverage(conf, corr, coverage),
+        "coverage_target": coverage,
+        "n": n,
+        "notes": {},
+    }
+
+
+def accuracy_at_coverage(confidences: Sequence[float], correct: Sequence[Any], coverage: float = 0.8) -> float | None:
+    """Mean correctness of the ceil(coverage · n) most confident items.
+
+    Ties at the cut-off are broken by input order. ``None`` for empty input.
+    """
+    if not 0.0 < coverage <= 1.0:
+        raise ValueError(f"coverage must be in (0, 1], got {coverage}")
+    conf, corr = _check_conf_correct(confidences, correct)
+    if conf.size == 0:
+        return None
+    _, corr_s = _sorted_desc(conf, corr)
+    # The small tolerance keeps 0.8 * 10 from rounding up to 9 via 8.000000000000002.
+    k = max(1, math.ceil(coverage * conf.size - 1e-9))
+    return float(np.mean(corr_s[:k]))
+
+
+def _bin_index(conf: np.ndarray, n_bins: int) -> np.ndarray:
+    return np.minimum((conf * n_bins).astype(int), n_bins - 1)
+
+
+def _check_bins(conf: np.ndarray, n_bins: int) -> None:
+    if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
+        raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}")
+    if conf.size and (np.any(conf < 0) or np.any(conf > 1)):
+        raise ValueError("confidences must lie in [0, 1] for calibration metrics")
+
+
+def reliability_bins(confidences: Sequence[float], correct: Sequence[Any], n_bins: int = 10) -> list[dict[str, Any]]:
+    """Equal-width reliability diagram on [0, 1].
+
+    Bin b covers [b/n_bins, (b+1)/n_bins) (the last bin includes 1.0). Each bin reports
+    ``lo``, ``hi``, ``count``, ``mean_confidence``, ``accuracy`` (mean correctness) and
+    ``gap`` = accuracy − mean_confidence; the three means are ``None`` for an empty bin.
+    """
+    conf, corr = _check_conf_correct(confidences, correct)
+    _check_bins(conf, n_bins)
+    idx = _bin_index(conf, n_bins)
+    bins = []
+    for b in range(n_bins):
+        mask = idx == b
+        count = int(mask.sum())
+        mean_conf = float(conf[mask].mean()) if count else None
+        acc = float(corr[mask].mean()) if count else None
+        bins.append(
+            {
+                "lo": b / n_bins,
+                "hi": (b + 1) / n_bins,
+                "count": count,
+                "mean_confidence": mean_conf,
+                "accuracy": acc,
+                "gap": None if mean_conf is None or acc is None else acc - mean_conf,
+            }
+        )
+    return bins
+
+
+def expected_calibration_error(
+    confidences: Sequence[float], correct: Sequence[Any], n_bins: int = 10
+) -> float | None:
+    """ECE = Σ_b (|B_b| / n) · |accuracy(B_b) − mean_confidence(B_b)| over equal-width bins.
+
+    Bins as in :func:`reliability_bins`. ``None`` for empty input (no items to average).
+    """
+    bins = reliability_bins(confidences, correct, n_bins)
+    n = sum(b["count"] for b in bins)
+    if n == 0:
+        return None
+    return float(sum(b["count"] / n * abs(b["gap"]) for b in bins if b["count"]))
+
+
+# --------------------------------------------------------------------------- ranking quality
+
+
+def _average_ranks(x: np.ndarray) -> np.ndarray:
+    """1-based ranks; tied values share the mean of the ranks they span."""
+    order = np.argsort(x, kind="stable")
+    xs = x[order]
+    ranks = np.empty(x.size, dtype=float)
+    starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])
+    ends = np.r_[starts[1:], x.size]
+    for s, e in zip(starts, ends):
+        ranks[order[s:e]] = (s + 1 + e) / 2.0  # mean of ranks s+1 .. e
+    return ranks
+
+
+def auroc(scores: Sequence[float], labels: Sequence[Any]) -> float | None:
+    """Area under the ROC curve by the Mann-Whitney statistic.
+
+    AUROC = (R₊ − n₊(n₊ + 1)/2) / (n₊ · n₋), where R₊ is the sum of the (tie-averaged)
+    ranks of the positive items' scores: the probability that a random positive scores
+    above a random negative, ties counting one half. ``None`` when only one class occurs.
+    """
+    if len(scores) != len(labels):
+        raise ValueError(f"scores has {len(scores)} items but labels has {len(labels)}")
+    s = np.asarray(scores, dtype=float).reshape(-1)
+    if s.size and not np.all(np.isfinite(s)):
+        raise ValueError("scores must be finite numbers")
+    y = np.asarray(_as_bools("labels", labels), dtype=bool)
+    n_pos = int(y.sum())
+    n_neg = int(y.size - n_pos)
+    if n_pos == 0 or n_neg == 0:
+        return None
+    ranks = _average_ranks(s)
+    return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def percentiles(values: Sequence[float], ps: Sequence[float] = (50, 95)) -> dict[str, float | None]:
+    """Percentiles with linear interpolation between order statistics.
+
+    Keys are ``"p50"``, ``"p95"``, ... (``"p99.9"`` for fractional p). All values are
+    ``None`` for empty input.
+    """
+    for p in ps:
+        if not 0 <= p <= 100:
+            raise ValueError(f"percentile must be in [0, 100], got {p}")
+    v = np.asarray(values, dtype=float).reshape(-1)
+    if v.size and not np.all(np.isfinite(v)):
+        raise ValueError("values must be finite numbers")
+    out: dict[str, float | None] = {}
+    for p in ps:
+        key = f"p{int(p)}" if float(p).is_integer() else f"p{p}"
+        out[key] = float(np.percentile(v, p)) if v.size else None
+    return out
+
+
+# --------------------------------------------------------------------------- retrieval
+
+
+def evidence_hit(chunk_text: str, evidence_quote: str) -> bool:
+    """True if the evidence quote occurs in the chunk after collapsing whitespace runs.
+
+    Characters are compared exactly (curly and straight quotes differ): the quotes are
+    verbatim copies of the source, so only line wrapping may differ.
+    """
+    quote = " ".join(evidence_quote.split())
+    if not quote:
+        raise ValueError("evidence_quote is empty; an empty quote would match every chunk")
+    return quote in " ".join(chunk_text.split())
+
+
+def _check_k(k: int | None) -> None:
+    if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+
+
+def recall_at_k(ranked_hits_per_query: Sequence[Sequence[bool]], k: int) -> float | None:
+    """Fraction of queries with at least one relevant item among their first k results.
+
+    ``ranked_hits_per_query[q][i]`` says whether the i-th result of query q is relevant.
+    ``None`` when there are no queries.
+    """
+    _check_k(k)
+    if not ranked_hits_per_query:
+        return None
+    return sum(any(hits[:k]) for hits in ranked_hits_per_query) / len(ranked_hits_per_query)
+
+
+def mrr(ranked_hits_per_query: Sequence[Sequence[bool]], k: int | None = None) -> float | None:
+    """Mean reciprocal rank: mean over queries of 1 / (rank of the first relevant result).
+
+    A query with no relevant result (within the first k, if k is given) contributes 0.
+    ``None`` when there are no queries.
+    """
+    _check_k(k)
+    if not ranked_hits_per_query:
+        return None
+    total = 0.0
+    for hits in ranked_hits_per_query:
+        window = hits if k is None else hits[:k]
+        for rank, hit in enumerate(window, start=1):
+            if hit:
+                total += 1.0 / rank
+                break
+    return total / len(ranked_hits_per_query)

@@ -1,0 +1,219 @@
+"""Self-evaluation signals of one attempt. Formulas are in docs/signals.md.
+
+Model calls (embeddings, the generator's yes/no judgement) are kept apart from the pure
+scoring functions below them, so each score can be tested without a model.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..config import ScoringConfig
+from ..generation.prompts import format_passages, load_template, parse_citations, strip_citations
+from ..ingestion.sentences import split_sentences
+from ..text import capitalised_terms, content_terms
+from ..types import Generation, Passage, RetrievalResult, Signal, Signals
+from .calibration import confidence as calibrated_confidence
+
+
+# -- pure scoring functions ---------------------------------------------------------------
+
+def coverage_score(question: str, context: str) -> Signal:
+    """Weighted share of the question's content terms present in the context (names count 2x)."""
+    q_terms = list(dict.fromkeys(content_terms(question)))
+    if not q_terms:
+        return Signal("coverage", None, "the question has no content words to look for")
+    ctx = set(content_terms(context))
+    names = capitalised_terms(question)
+    weights = {t: (2.0 if t in names else 1.0) for t in q_terms}
+    found = [t for t in q_terms if t in ctx]
+    missing = [t for t in q_terms if t not in ctx]
+    value = sum(weights[t] for t in found) / sum(weights.values())
+    reason = (f"{len(found)}/{len(q_terms)} question terms in the context"
+              + (f"; missing: {', '.join(repr(m) for m in missing[:5])}" if missing else ""))
+    return Signal("coverage", value, reason, {"found": found, "missing": missing})
+
+
+def redundancy_score(vectors: np.ndarray, texts: list[str], threshold: float) -> Signal:
+    """Share of passages that nearly duplicate an earlier one (cosine >= threshold or word Jaccard >= 0.6)."""
+    n = len(texts)
+    if n < 2:
+        return Signal("redundancy", None, "fewer than two passages")
+    dups = []
+    word_sets = [set(re.findall(r"\w+", t.lower())) for t in texts]
+    for j in range(1, n):
+        for i in range(j):
+            cos = float(vectors[i] @ vectors[j])
+            jac = len(word_sets[i] & word_sets[j]) / max(1, len(word_sets[i] | word_sets[j]))
+            if cos >= threshold or jac >= 0.6:
+                dups.append({"passage": j + 1, "duplicates": i + 1, "cosine": round(cos, 3), "jaccard": round(jac, 3)})
+                break
+    value = len(dups) / (n - 1)
+    return Signal("redundancy", value, f"{len(dups)} of {n} passages repeat an earlier one", {"pairs": dups})
+
+
+def grounding_score(relevances: list[float], threshold: float) -> Signal:
+    """Share of retrieved passages whose reranker relevance (after sigmoid) is >= threshold."""
+    if not relevances:
+        return Signal("grounding", 0.0, "retrieval returned nothing", {"relevance": []})
+    rel = [r for r in relevances if r >= threshold]
+    value = len(rel) / len(relevances)
+    return Signal("grounding", value, f"{len(rel)}/{len(relevances)} passages relevant (max relevance {max(relevances):.2f})",
+                  {"relevance": [round(r, 3) for r in relevances]})
+
+
+def split_claims(answer: str) -> list[tuple[str, tuple[int, ...]]]:
+    """The answer's claims (sentences, split at ';') without citations, each with the passage
+    numbers it cites; a claim without its own citation inherits those of its sentence."""
+    text = answer.strip()
+    if not text:
+        return []
+    claims = []
+    for s, e in split_sentences(text):
+        sentence_cites = parse_citations(text[s:e])
+        for part in text[s:e].split(";"):
+            c = strip_citations(part).strip(" .")
+            if re.search(r"\w", c):
+                claims.append((c, parse_citations(part) or sentence_cites))
+    return claims
+
+
+def lexical_support(claim: str, passage_text: str) -> float:
+    """Share of the claim's content terms found in the passage."""
+    terms = set(content_terms(claim))
+    if not terms:
+        return 1.0
+    return len(terms & set(content_terms(passage_text))) / len(terms)
+
+
+@dataclass(frozen=True)
+class ClaimCheck:
+    claim: str
+    cited: tuple[int, ...]
+    lexical: float
+    similarity: float
+    judge: float | None
+    support: float
+    supported: bool
+
+
+def claim_support(lexical: float, similarity: float, judge: float | None) -> float:
+    """Support of one claim: the judge's P(yes) when available, blended with lexical evidence;
+    otherwise the mean of lexical overlap and the activated best-sentence similarity."""
+    sim_act = 1.0 / (1.0 + np.exp(-10.0 * (similarity - 0.45)))
+    lexical_part = 0.5 * lexical + 0.5 * float(sim_act)
+    if judge is None:
+        return lexical_part
+    return 0.7 * judge + 0.3 * lexical_part
+
+
+def faithfulness_score(checks: list[ClaimCheck], refused: bool, method: str) -> Signal:
+    """Share of the answer's claims supported by the passages."""
+    name = "faithfulness"
+    if refused:
+        return Signal(name, None, "the answer is a refusal; nothing to verify", {"method": method})
+    if not checks:
+        return Signal(name, None, "the answer has no claims", {"method": method})
+    ok = [c for c in checks if c.supported]
+    bad = [c.claim for c in checks if not c.supported]
+    reason = f"{len(ok)}/{len(checks)} claims supported ({method})"
+    if bad:
+        reason += "; unsupported: " + "; ".join(repr(b[:80]) for b in bad[:3])
+    return Signal(name, len(ok) / len(checks), reason, {
+        "method": method, "unsupported": bad,
+        "claims": [{"claim": c.claim, "cited": list(c.cited), "lexical": round(c.lexical, 3),
+                    "similarity": round(c.similarity, 3), "judge": None if c.judge is None else round(c.judge, 3),
+                    "support": round(c.support, 3), "supported": c.supported} for c in checks],
+    })
+
+
+# -- the scorer: model calls wired to the pure functions -----------------------------------
+
+class SignalScorer:
+    """Scores an attempt: embeddings from the searcher's cache, judgements from the generator."""
+
+    def __init__(self, config: ScoringConfig, embed: Callable[[list[str]], np.ndarray], generator=None,
+                 weights: dict[str, float] | None = None) -> None:
+        self.config = config
+        self.embed = embed
+        self.generator = generator
+        self.weights = weights
+
+    def score(self, question: str, retrieval: RetrievalResult, generation: Generation | None, answer: str,
+              refused: bool, citations: tuple[int, ...]) -> Signals:
+        passages = list(retrieval.passages)
+        context = "\n".join(p.text for p in passages)
+        coverage = coverage_score(question, context)
+        if passages:
+            vecs = self.embed([p.text for p in passages])
+            redundancy = redundancy_score(vecs, [p.text for p in passages], self.config.redundancy_threshold)
+        else:
+            redundancy = Signal("redundancy", None, "no passages")
+        grounding = grounding_score([h.scores.get("relevance", 0.0) for h in retrieval.hits],
+                                    self.config.relevance_threshold)
+        use_judge = self.config.judge == "llm" and self.generator is not None
+        checks = [] if refused else self._check_claims(question, answer, passages, citations, use_judge)
+        faithfulness = faithfulness_score(checks, refused, "llm-judge+lexical" if use_judge else "lexical")
+        features = {
+            "coverage": coverage.value, "grounding": grounding.value, "faithfulness": faithfulness.value,
+            "redundancy": redundancy.value, "refusal": 1.0 if refused else 0.0,
+            "mean_logprob": generation.mean_logprob if generation is not None else None,
+        }
+        conf = calibrated_confidence(features, self.weights)
+        confidence = Signal("confidence", conf, "logistic model over the signals and the mean token log-prob"
+                            + (" (fitted weights)" if self.weights else " (default weights)"),
+                            {"features": features, "mean_logprob": features["mean_logprob"]})
+        return Signals(coverage, redundancy, grounding, faithfulness, confidence, refused)
+
+    def _check_claims(self, question: str, answer: str, passages: list[Passage], citations: tuple[int, ...],
+                      use_judge: bool) -> list[ClaimCheck]:
+        claims_cited = split_claims(answer)
+        claims = [c for c, _ in claims_cited]
+        if not claims or not passages:
+            return [ClaimCheck(c, cites, 0.0, 0.0, None, 0.0, False) for c, cites in claims_cited]
+        by_num = {p.number: p for p in passages}
+        sent_texts: list[str] = []
+        owner: list[int] = []
+        for p in passages:
+            spans = split_sentences(p.text) or [(0, len(p.text))]
+            for s, e in spans:
+                sent_texts.append(p.text[s:e])
+                owner.append(p.number)
+        vecs = self.embed(claims + sent_texts)
+        cvecs, svecs = vecs[: len(claims)], vecs[len(claims):]
+        sims = cvecs @ svecs.T
+        checks = []
+        judged = 0
+        for ci, claim in enumerate(claims):
+            cited = tuple(n for n in claims_cited[ci][1] if n in by_num)
+            # Cited passages first; if they do not support the claim, all passages.
+            pools = [cited, tuple(by_num)] if cited else [tuple(by_num)]
+            best = None
+            for pool in pools:
+                lex = max(lexical_support(claim, by_num[n].text) for n in pool)
+                idx = [i for i, o in enumerate(owner) if o in pool]
+                sim = float(sims[ci, idx].max()) if idx else 0.0
+                cand = (lex, sim)
+                if best is None or claim_support(*cand, None) > claim_support(*best, None):
+                    best = cand
+                if claim_support(*best, None) >= self.config.claim_support_threshold:
+                    break
+            judge = None
+            if use_judge and judged < self.config.judge_max_claims:
+                judge = self._judge(question, claim, passages)
+                judged += 1
+            support = claim_support(best[0], best[1], judge)
+            checks.append(ClaimCheck(claim, cited, best[0], best[1], judge, support,
+                                     support >= self.config.claim_support_threshold))
+        return checks
+
+    def _judge(self, question: str, claim: str, passages: list[Passage]) -> float | None:
+        t = load_template("judge")
+        messages = [{"role": "system", "content": t.system},
+                    {"role": "user", "content": t.user.format(passages=format_passages(passages),
+                                                              question=" ".join(question.split()), claim=claim)}]
+        return self.generator.yes_probability(messages)

@@ -1,0 +1,1 @@
+"""Failure attribution, the repair catalogue and the memory-biased policy."""

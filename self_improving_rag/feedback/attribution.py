@@ -1,0 +1,64 @@
+"""Map an attempt's signals to a failure type, a human-readable reason and candidate repairs."""
+
+from __future__ import annotations
+
+from ..config import ThresholdsConfig
+from ..types import Attribution, Signals
+from .repairs import CATALOGUE
+
+FAILURES = ("NONE", "WEAK_RETRIEVAL", "HALLUCINATION_RISK", "LOW_CONFIDENCE", "REDUNDANT_CONTEXT", "MISSED_ANSWER")
+
+
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.2f}"
+
+
+def attribute(signals: Signals, thr: ThresholdsConfig) -> Attribution:
+    """The first failure whose condition holds, in this order:
+
+    1. refusal with coverage and grounding at or above their thresholds -> MISSED_ANSWER
+    2. coverage or grounding below threshold                          -> WEAK_RETRIEVAL
+    3. faithfulness below threshold                                   -> HALLUCINATION_RISK
+    4. redundancy above threshold                                     -> REDUNDANT_CONTEXT
+    5. confidence below threshold                                     -> LOW_CONFIDENCE
+    otherwise NONE. A refusal with weak evidence is WEAK_RETRIEVAL: another strategy may find it.
+    """
+    cov, grd = signals.coverage.value, signals.grounding.value
+    weak_cov = cov is not None and cov < thr.coverage
+    weak_grd = grd is not None and grd < thr.grounding
+
+    def make(failure: str, reason: str) -> Attribution:
+        return Attribution(failure, reason, CATALOGUE.get(failure, ()))
+
+    if signals.refusal:
+        if not weak_cov and not weak_grd:
+            return make("MISSED_ANSWER", f"the model declined although coverage {_fmt(cov)} >= {thr.coverage:.2f} "
+                                         f"and grounding {_fmt(grd)} >= {thr.grounding:.2f}")
+        return make("WEAK_RETRIEVAL", "the model declined and the evidence is weak: " + _weak_reason(signals, thr))
+    if weak_cov or weak_grd:
+        return make("WEAK_RETRIEVAL", _weak_reason(signals, thr))
+    fth = signals.faithfulness.value
+    if fth is not None and fth < thr.faithfulness:
+        bad = signals.faithfulness.detail.get("unsupported", [])
+        named = f": unsupported claim {bad[0]!r}" if bad else ""
+        return make("HALLUCINATION_RISK", f"faithfulness {fth:.2f} < {thr.faithfulness:.2f} with good evidence{named}")
+    red = signals.redundancy.value
+    if red is not None and red > thr.redundancy:
+        return make("REDUNDANT_CONTEXT", f"redundancy {red:.2f} > {thr.redundancy:.2f}: passages repeat each other")
+    conf = signals.confidence.value
+    if conf is not None and conf < thr.confidence:
+        return make("LOW_CONFIDENCE", f"confidence {conf:.2f} < {thr.confidence:.2f}")
+    return make("NONE", f"all signals clear their thresholds (confidence {_fmt(conf)})")
+
+
+def _weak_reason(signals: Signals, thr: ThresholdsConfig) -> str:
+    parts = []
+    cov = signals.coverage
+    if cov.value is not None and cov.value < thr.coverage:
+        missing = cov.detail.get("missing", [])
+        m = f": the passages do not mention {', '.join(repr(x) for x in missing[:3])}" if missing else ""
+        parts.append(f"coverage {cov.value:.2f} < {thr.coverage:.2f}{m}")
+    grd = signals.grounding
+    if grd.value is not None and grd.value < thr.grounding:
+        parts.append(f"grounding {grd.value:.2f} < {thr.grounding:.2f}: few passages are relevant")
+    return "; ".join(parts) or "evidence looks weak"

@@ -1,0 +1,142 @@
+"""Memory-biased choice of the first strategy and of the order of repairs.
+
+Thompson sampling on Beta(1 + successes, 1 + failures) counts from the memory store, with
+the configured default (and the catalogue order) as a prior that wins while memory is thin.
+Sampling uses a generator seeded from the config seed and the question, so runs repeat.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..config import PolicyConfig
+from ..types import Strategy
+from .repairs import CATALOGUE, apply_repair
+
+QUERY_CLASSES = ("who", "what", "where", "when", "why", "how", "yes-no", "other")
+_YES_NO = re.compile(r"^(is|are|was|were|do|does|did|can|could|will|would|has|have|had|should|shall|may|might)\b", re.I)
+
+
+@dataclass(frozen=True)
+class QueryFeatures:
+    """What the policy knows of a question before answering it."""
+
+    query_class: str
+    n_words: int
+    n_names: int
+    multi_part: bool
+
+
+def query_features(question: str) -> QueryFeatures:
+    q = question.strip()
+    words = re.findall(r"[\w'’-]+", q)
+    low = q.lower()
+    cls = "other"
+    first = low.split()[0] if low.split() else ""
+    for c in ("who", "what", "where", "when", "why", "how"):
+        if first.startswith(c) or re.search(rf"\b{c}\b", low[:40]):
+            cls = c
+            break
+    if first in ("which", "whom", "whose"):
+        cls = "who" if first in ("whom", "whose") else "what"
+    if cls == "other" and _YES_NO.match(low):
+        cls = "yes-no"
+    names = sum(1 for i, w in enumerate(words) if i > 0 and w[:1].isupper())
+    return QueryFeatures(cls, len(words), names, " and " in low and "?" in q[:-1] or q.count("?") > 1)
+
+
+class StrategyPolicy:
+    """Chooses strategies from memory counts; falls back to the default when memory is empty."""
+
+    def __init__(self, config: PolicyConfig, default: Strategy, memory=None,
+                 available_chunkers: tuple[str, ...] = ("fixed", "section", "semantic")) -> None:
+        self.config = config
+        self.default = default
+        self.memory = memory
+        self.available = available_chunkers
+
+    def _rng(self, question: str, salt: str) -> np.random.Generator:
+        h = hashlib.sha256(f"{self.config.seed}\x00{salt}\x00{question}".encode()).digest()
+        return np.random.default_rng(int.from_bytes(h[:8], "little"))
+
+    def _score(self, rng: np.random.Generator, s: int, f: int, n_total: int) -> float:
+        if self.config.method == "ucb":
+            n = s + f
+            if n == 0:
+                return 0.5 + math.sqrt(2 * math.log(max(2, n_total)))
+            return s / n + math.sqrt(2 * math.log(max(2, n_total)) / n)
+        return float(rng.beta(1 + s, 1 + f))
+
+    def first(self, question: str, features: QueryFeatures) -> Strategy:
+        """The first strategy for a question of this class."""
+        if self.memory is None or self.config.method == "fixed":
+            return self.default
+        counts = self.memory.strategy_counts(features.query_class)
+        total = sum(s + f for s, f in counts.values())
+        if total < self.config.min_history:
+            return self.default
+        rng = self._rng(question, "first")
+        best_key, best = self.default.key, -1.0
+        known = {self.default.key: self.default}
+        for key in counts:
+            st = strategy_from_key(key)
+            if st is not None and st.chunker in self.available:
+                known[key] = st
+        for key, st in known.items():
+            s, f = counts.get(key, (0, 0))
+            # The configured default carries one pseudo-success: it wins ties on thin evidence.
+            bonus = 1 if key == self.default.key else 0
+            v = self._score(rng, s + bonus, f, total)
+            if v > best:
+                best_key, best = key, v
+        return known[best_key]
+
+    def repair_order(self, question: str, failure: str, features: QueryFeatures) -> list[str]:
+        """Candidate repairs for a failure, best first."""
+        catalogue = list(CATALOGUE.get(failure, ()))
+        if not catalogue:
+            return []
+        if self.memory is None or self.config.method == "fixed":
+            return catalogue
+        counts = self.memory.repair_counts(failure, features.query_class)
+        total = sum(s + f for s, f in counts.values())
+        if total < self.config.min_history:
+            return catalogue
+        rng = self._rng(question, failure)
+        # Catalogue position is a weak prior: earlier repairs get a small pseudo-success.
+        scored = []
+        for pos, name in enumerate(catalogue):
+            s, f = counts.get(name, (0, 0))
+            prior = 0.5 * (len(catalogue) - pos) / len(catalogue)
+            scored.append((self._score(rng, s, f, total) + prior / (1 + s + f), -pos, name))
+        return [n for *_, n in sorted(scored, reverse=True)]
+
+    def repair(self, question: str, failure: str, strategy: Strategy, tried: set[str],
+               features: QueryFeatures) -> tuple[str, Strategy] | None:
+        """The next strategy for this failure that was not tried yet, with the repair's name."""
+        for name in self.repair_order(question, failure, features):
+            nxt = apply_repair(name, strategy, self.available)
+            if nxt is not None and nxt.key not in tried:
+                return name, nxt
+        # Nothing specific applies: any untried general repair before giving up.
+        for name in ("switch_chunker", "hybrid_retriever", "raise_top_k", "neighbors"):
+            nxt = apply_repair(name, strategy, self.available)
+            if nxt is not None and nxt.key not in tried:
+                return name, nxt
+        return None
+
+
+def strategy_from_key(key: str) -> Strategy | None:
+    """Parse a Strategy key written by ``Strategy.key``."""
+    try:
+        parts = dict(p.split("=", 1) for p in key.split("|"))
+        return Strategy(chunker=parts["c"], retriever=parts["r"], top_k=int(parts["k"]), rerank=parts["rr"] == "1",
+                        prompt=parts["p"], neighbors=int(parts["n"]), query_rewrite=parts["q"],
+                        context_budget=int(parts["b"]))
+    except (KeyError, ValueError):
+        return None

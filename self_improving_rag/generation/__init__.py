@@ -1,0 +1,1 @@
+"""Generation: model registry, backends and prompts."""

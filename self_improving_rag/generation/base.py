@@ -1,0 +1,24 @@
+"""The generator interface shared by every backend."""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol
+
+from ..types import Generation
+
+TokenCallback = Callable[[str], None]
+
+
+class Generator(Protocol):
+    """``generate(messages) -> Generation``; ``yes_probability(messages)`` judges a yes/no question."""
+
+    name: str
+
+    def warm_up(self) -> None: ...
+
+    def generate(self, messages: list[dict[str, str]], max_tokens: int | None = None,
+                 on_token: TokenCallback | None = None) -> Generation: ...
+
+    def yes_probability(self, messages: list[dict[str, str]]) -> float | None: ...
+
+    def count_tokens(self, text: str) -> int: ...

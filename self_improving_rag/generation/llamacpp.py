@@ -1,0 +1,174 @@
+"""llama.cpp backend (default): a GGUF model on the CPU through llama-cpp-python.
+
+Decoding is done here token by token so that each answer token's log-probability is read
+from the logits without ``logits_all`` (which would compute the vocabulary projection for
+every prompt token). A new prompt that shares a token prefix with the previous one reuses
+the KV cache for that prefix: the passages come first in every prompt of a question, so the
+verification and retry calls only pay for what changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from ..errors import GenerationError
+from ..types import Generation
+from .base import TokenCallback
+
+log = logging.getLogger(__name__)
+
+
+class LlamaCppGenerator:
+    """Chat generation with a GGUF file; the chat template comes from the file's metadata."""
+
+    def __init__(self, model_path: str, n_ctx: int = 4096, n_threads: int = 2, n_batch: int = 512, seed: int = 0,
+                 temperature: float = 0.0, max_tokens: int = 160, name: str | None = None) -> None:
+        if n_ctx < 256:
+            raise ValueError(f"n_ctx must be >= 256, got {n_ctx}")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        self.model_path = model_path
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads
+        self.n_batch = n_batch
+        self.seed = seed
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.name = name or model_path
+        self._llm = None
+        self._formatter = None
+        self._rng = np.random.default_rng(seed)
+        self.load_ms = 0.0
+
+    def warm_up(self) -> None:
+        if self._llm is not None:
+            return
+        try:
+            import llama_cpp
+            from llama_cpp import Llama
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+        except ImportError as exc:
+            raise GenerationError(
+                "the llama.cpp backend needs llama-cpp-python; install it with: "
+                "CMAKE_ARGS=\"-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON\" pip install llama-cpp-python"
+            ) from exc
+        t = time.perf_counter()
+        try:
+            llm = Llama(model_path=self.model_path, n_ctx=self.n_ctx, n_threads=self.n_threads,
+                        n_threads_batch=self.n_threads, n_batch=self.n_batch, seed=self.seed,
+                        logits_all=False, verbose=False)
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise GenerationError(f"cannot load model {self.model_path} ({exc}); check the file or choose another --set generator.model=...") from exc
+        template = llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise GenerationError(f"model {self.model_path} has no chat template in its metadata; use an instruct GGUF")
+        eos_id, bos_id = llm.token_eos(), llm.token_bos()
+        eos = llm._model.token_get_text(eos_id) if eos_id != -1 else ""
+        bos = llm._model.token_get_text(bos_id) if bos_id != -1 else ""
+        self._formatter = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
+        self._llama_cpp = llama_cpp
+        self._llm = llm
+        self.load_ms = (time.perf_counter() - t) * 1000
+        log.info("loaded %s in %.0f ms", self.model_path, self.load_ms)
+
+    def format(self, messages: list[dict[str, str]]) -> str:
+        self.warm_up()
+        return self._formatter(messages=messages).prompt
+
+    def tokenize(self, text: str) -> list[int]:
+        self.warm_up()
+        return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenize(text))
+
+    def _logits(self) -> np.ndarray:
+        return np.ctypeslib.as_array(self._llm._ctx.get_logits(), shape=(self._llm.n_vocab(),)).astype(np.float64)
+
+    def _prefill(self, tokens: list[int]) -> int:
+        """Evaluate ``tokens``, reusing the cached prefix; returns the number of reused tokens."""
+        llm = self._llm
+        cached = llm.input_ids[: llm.n_tokens].tolist()
+        prefix = 0
+        for a, b in zip(cached, tokens):
+            if a != b:
+                break
+            prefix += 1
+        prefix = min(prefix, len(tokens) - 1)  # at least one token must run to get fresh logits
+        llm.n_tokens = prefix
+        llm.eval(tokens[prefix:])
+        return prefix
+
+    def _fit(self, tokens: list[int], max_tokens: int) -> None:
+        if len(tokens) + max_tokens > self.n_ctx:
+            raise GenerationError(
+                f"prompt of {len(tokens)} tokens + {max_tokens} to generate exceeds n_ctx={self.n_ctx}; "
+                "lower strategy.context_budget or raise generator.n_ctx"
+            )
+
+    def generate(self, messages: list[dict[str, str]], max_tokens: int | None = None,
+                 on_token: TokenCallback | None = None) -> Generation:
+        self.warm_up()
+        llm = self._llm
+        max_tokens = self.max_tokens if max_tokens is None else max_tokens
+        tokens = self.tokenize(self.format(messages))
+        self._fit(tokens, max_tokens)
+        t0 = time.perf_counter()
+        try:
+            reused = self._prefill(tokens)
+        except RuntimeError as exc:
+            raise GenerationError(f"llama.cpp failed while reading the prompt ({exc})") from exc
+        t1 = time.perf_counter()
+        out_ids: list[int] = []
+        logprobs: list[float] = []
+        finish = "length"
+        vocab = llm._model.vocab
+        text_so_far = b""
+        first_token_ms = None
+        for _ in range(max_tokens):
+            logits = self._logits()
+            lse = float(np.logaddexp.reduce(logits))
+            if self.temperature > 0:
+                z = logits / self.temperature
+                p = np.exp(z - np.logaddexp.reduce(z))
+                tok = int(self._rng.choice(len(p), p=p / p.sum()))
+            else:
+                tok = int(np.argmax(logits))
+            if first_token_ms is None:
+                first_token_ms = (time.perf_counter() - t0) * 1000
+            if self._llama_cpp.llama_vocab_is_eog(vocab, tok):
+                finish = "stop"
+                break
+            logprobs.append(float(logits[tok]) - lse)
+            out_ids.append(tok)
+            if on_token is not None:
+                piece = llm.detokenize([tok], prev_tokens=out_ids[:-1])
+                text_so_far += piece
+                on_token(piece.decode("utf-8", errors="ignore"))
+            llm.eval([tok])
+        t2 = time.perf_counter()
+        text = llm.detokenize(out_ids).decode("utf-8", errors="replace").strip()
+        if not text and finish == "length":
+            raise GenerationError("the model produced no text; try another prompt or model")
+        return Generation(
+            text=text, token_logprobs=tuple(logprobs), prompt_tokens=len(tokens), completion_tokens=len(out_ids),
+            timings_ms={"prompt": (t1 - t0) * 1000, "generate": (t2 - t1) * 1000,
+                        "first_token": first_token_ms or 0.0},
+            reused_prefix_tokens=reused, finish_reason=finish,
+        )
+
+    def yes_probability(self, messages: list[dict[str, str]]) -> float | None:
+        """P(yes) / (P(yes) + P(no)) for the next token after the assistant turn opens."""
+        self.warm_up()
+        tokens = self.tokenize(self.format(messages))
+        self._fit(tokens, 1)
+        self._prefill(tokens)
+        logits = self._logits()
+        yes = [t for w in ("yes", "Yes", " yes", " Yes", "YES") for t in self.tokenize(w)[:1]]
+        no = [t for w in ("no", "No", " no", " No", "NO") for t in self.tokenize(w)[:1]]
+        py = np.logaddexp.reduce(logits[list(set(yes))])
+        pn = np.logaddexp.reduce(logits[list(set(no))])
+        return float(1.0 / (1.0 + np.exp(pn - py)))

@@ -1,0 +1,101 @@
+"""Named prompt templates (package data) and the citation/refusal parser.
+
+Passages are quoted as data: each is fenced by its number and its text has anything that
+looks like a passage marker or a chat-control token neutralised, so text inside a document
+cannot pose as a new passage or as an instruction from the system.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+import yaml
+
+from ..types import Passage
+
+PROMPTS = ("base", "cite_then_answer", "strict")
+REFUSAL_PHRASE = "I cannot answer this from the documents."
+
+_CITATION = re.compile(r"\[(\d{1,3}(?:\s*[,;-]\s*\d{1,3})*)\]")
+_REFUSAL_PATTERNS = re.compile(
+    r"(cannot answer|can't answer|can not answer|unable to answer|not (?:stated|mentioned|contained|provided|given|found|answerable)"
+    r"|no (?:information|mention|answer)|do(?:es)? not (?:contain|mention|say|state|provide|specify)|don't know|not possible to (?:answer|determine)"
+    r"|insufficient information|cannot be determined|can.t be determined)",
+    re.IGNORECASE,
+)
+_CONTROL = re.compile(r"<\|[^|>]{1,40}\|>|\[/?INST\]|</?s>")
+
+
+@dataclass(frozen=True)
+class Template:
+    name: str
+    system: str
+    user: str
+
+
+@lru_cache(maxsize=None)
+def load_template(name: str) -> Template:
+    """A packaged template by name."""
+    known = (*PROMPTS, "judge", "keywords")
+    if name not in known:
+        raise ValueError(f"unknown prompt {name!r}; choose one of {', '.join(PROMPTS)}")
+    data = yaml.safe_load(resources.files("self_improving_rag").joinpath(f"prompts/{name}.yaml").read_text("utf-8"))
+    return Template(name=name, system=data["system"].strip(), user=data["user"])
+
+
+def quote_passage_text(text: str) -> str:
+    """Neutralise text that could pose as a passage marker or a chat-control token."""
+    text = _CONTROL.sub(" ", text)
+    # A document line starting with "[3]" would look like a new passage: mark it as quoted text.
+    text = re.sub(r"(?m)^\s*\[(\d+)\]", r"(\1)", text)
+    return " ".join(text.split())
+
+
+def format_passages(passages: tuple[Passage, ...] | list[Passage]) -> str:
+    return "\n".join(f"[{p.number}] ({p.section}) {quote_passage_text(p.text)}" for p in passages)
+
+
+def build_messages(template: str, question: str, passages, **extra: str) -> list[dict[str, str]]:
+    """Chat messages: system, then the passages before the question (shared KV-cache prefix)."""
+    t = load_template(template)
+    user = t.user.format(passages=format_passages(passages), question=" ".join(question.split()), **extra)
+    return [{"role": "system", "content": t.system}, {"role": "user", "content": user}]
+
+
+def parse_citations(text: str, n_passages: int | None = None) -> tuple[int, ...]:
+    """Passage numbers cited as [n], [n, m] or [n-m], in order of first mention, deduplicated.
+
+    Numbers outside 1..n_passages (when given) are dropped: a model may invent them.
+    """
+    out: list[int] = []
+    for m in _CITATION.finditer(text):
+        for part in re.split(r"\s*[,;]\s*", m.group(1)):
+            if "-" in part:
+                a, _, b = part.partition("-")
+                a_i, b_i = int(a.strip()), int(b.strip())
+                nums = range(a_i, b_i + 1) if 0 < b_i - a_i < 20 else [a_i, b_i]
+            else:
+                nums = [int(part)]
+            for n in nums:
+                if (n_passages is None or 1 <= n <= n_passages) and n not in out:
+                    out.append(n)
+    return tuple(out)
+
+
+def strip_citations(text: str) -> str:
+    return " ".join(_CITATION.sub("", text).split()).replace(" .", ".").replace(" ,", ",")
+
+
+def is_refusal(text: str) -> bool:
+    """Whether an answer declines to answer (the fixed phrase or a paraphrase of it)."""
+    t = text.strip()
+    if not t:
+        return True
+    if REFUSAL_PHRASE.lower().rstrip(".") in t.lower():
+        return True
+    # A paraphrased refusal is short and leads with the declining phrase.
+    head = t[:160]
+    return bool(_REFUSAL_PATTERNS.search(head)) and len(t) < 240

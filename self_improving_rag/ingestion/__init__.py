@@ -1,0 +1,1 @@
+"""Reading source files into cleaned documents with a section tree."""

@@ -1,0 +1,127 @@
+"""What every chunker shares: units of text packed into token-bounded chunks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import numpy as np
+
+from ...types import Chunk, Document
+from ..sentences import split_sentences, trim
+
+EmbedFn = Callable[[list[str]], np.ndarray]
+
+
+class TokenCounter(Protocol):
+    def spans(self, text: str) -> list[tuple[int, int]]: ...
+    def count(self, text: str) -> int: ...
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A sentence or paragraph span with its token count."""
+
+    start: int
+    end: int
+    n_tokens: int
+
+
+class Chunker(Protocol):
+    name: str
+
+    def params(self) -> dict: ...
+    def chunk(self, doc: Document, tokenizer: TokenCounter, embed: EmbedFn | None = None) -> list[Chunk]: ...
+
+
+def leaf_spans(doc: Document) -> list[tuple[int, int, tuple[str, ...]]]:
+    """Leaf section spans tiling the document (the whole text when it has no sections)."""
+    from ..sections import section_spans
+
+    if not doc.sections:
+        return [(0, len(doc.text), ())]
+    return section_spans(doc.sections, len(doc.text))
+
+
+def breadcrumb(doc: Document, path: tuple[str, ...]) -> str:
+    return " > ".join((doc.title, *path))
+
+
+def sentence_units(text: str, start: int, end: int, tokenizer: TokenCounter) -> list[Unit]:
+    return [Unit(s, e, tokenizer.count(text[s:e])) for s, e in split_sentences(text, start, end)]
+
+
+def split_long(text: str, unit: Unit, max_tokens: int, tokenizer: TokenCounter) -> list[Unit]:
+    """Cut a unit longer than ``max_tokens`` at token boundaries."""
+    if unit.n_tokens <= max_tokens:
+        return [unit]
+    spans = tokenizer.spans(text[unit.start:unit.end])
+    out = []
+    for i in range(0, len(spans), max_tokens):
+        group = spans[i:i + max_tokens]
+        s = unit.start + group[0][0]
+        e = unit.start + (spans[i + max_tokens][0] if i + max_tokens < len(spans) else unit.end - unit.start)
+        s, e = trim(text, s, e)
+        if e > s:
+            out.append(Unit(s, e, len(group)))
+    return out
+
+
+def pack(units: list[Unit], max_tokens: int, overlap: int = 0) -> list[tuple[int, int, int]]:
+    """Greedily pack consecutive units into (start, end, tokens) windows of at most ``max_tokens``.
+
+    With ``overlap`` > 0 each window restarts at the last units of the previous one whose
+    tokens sum to at most ``overlap``, so windows stay snapped to unit (sentence) ends.
+    """
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    out: list[tuple[int, int, int]] = []
+    i = 0
+    n = len(units)
+    while i < n:
+        j = i
+        tokens = 0
+        while j < n and (j == i or tokens + units[j].n_tokens <= max_tokens):
+            tokens += units[j].n_tokens
+            j += 1
+        out.append((units[i].start, units[j - 1].end, tokens))
+        if j >= n:
+            break
+        nxt = j
+        if overlap > 0:
+            back = 0
+            k = j - 1
+            while k > i and back + units[k].n_tokens <= overlap:
+                back += units[k].n_tokens
+                k -= 1
+            nxt = k + 1
+        i = nxt if nxt > i else j
+    return out
+
+
+def make_chunk(doc: Document, strategy: str, start: int, end: int, n_tokens: int, path: tuple[str, ...],
+               position: int, with_breadcrumb: bool) -> Chunk:
+    text = doc.text[start:end]
+    crumb = breadcrumb(doc, path)
+    embed_text = f"{crumb}\n{text}" if with_breadcrumb else text
+    return Chunk(
+        chunk_id=Chunk.make_id(doc.doc_id, strategy, start, end, text),
+        doc_id=doc.doc_id,
+        strategy=strategy,
+        text=text,
+        embed_text=embed_text,
+        start=start,
+        end=end,
+        section=crumb,
+        n_tokens=n_tokens,
+        position=position,
+    )
+
+
+def text_budget(doc: Document, path: tuple[str, ...], max_tokens: int, tokenizer: TokenCounter,
+                embed_limit: int, with_breadcrumb: bool) -> int:
+    """Tokens left for chunk text so that breadcrumb + text fits the embedder's window."""
+    room = embed_limit - 2  # [CLS] and [SEP]
+    if with_breadcrumb:
+        room -= tokenizer.count(breadcrumb(doc, path)) + 1
+    return max(16, min(max_tokens, room))

@@ -1,0 +1,508 @@
+"""Load text, markdown, HTML and PDF files into cleaned ``Document`` values.
+
+Every problem with a file raises ``IngestionError`` with one line naming the file, the
+problem and the fix. Cleaning gives LF line ends, no byte-order mark, no trailing spaces,
+at most two blank lines in a row, and for Project Gutenberg books no licence header or
+footer. HTML headings become markdown ``#`` lines so that section detection sees them.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import io
+import re
+import unicodedata
+from pathlib import Path
+from typing import Any
+
+from self_improving_rag.errors import IngestionError
+from self_improving_rag.ingestion.sections import detect_sections
+from self_improving_rag.types import Document
+
+SUPPORTED_SUFFIXES = (".txt", ".md", ".markdown", ".html", ".htm", ".pdf")
+DEFAULT_MAX_BYTES = 64 * 2**20
+
+_FORMATS = {
+    ".txt": "text",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".html": "html",
+    ".htm": "html",
+    ".pdf": "pdf",
+}
+# Checked before UTF-8 because these encodings legitimately contain NUL bytes.
+_WIDE_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+# charset-normalizer often ranks a Baltic or Central European code page first for plain
+# Western text (it cannot tell "é" in cp1257 from "é" in cp1252); corpora here are mostly
+# English and French, so a Western code page wins when it reads the bytes almost as cleanly.
+_WESTERN = ("cp1252", "latin_1", "iso8859_15")
+_WESTERN_TOLERANCE = 0.1
+_BINARY_SAMPLE = 65536
+_MAX_CONTROL_RATIO = 0.05
+_SUPPORTED_LIST = ", ".join(SUPPORTED_SUFFIXES)
+
+_GUTENBERG_START = re.compile(
+    r"^\s*\*{3}\s*START OF (?:THIS|THE) PROJECT GUTENBERG E-?BOOK.*$", re.IGNORECASE | re.MULTILINE
+)
+_GUTENBERG_END = re.compile(
+    r"^\s*\*{3}\s*END OF (?:THIS|THE) PROJECT GUTENBERG E-?BOOK.*$", re.IGNORECASE | re.MULTILINE
+)
+# The "End of (the) Project Gutenberg's X" line that precedes the END marker.
+_GUTENBERG_END_NOTE = re.compile(r"^\s*End of (?:the )?Project Gutenberg", re.IGNORECASE)
+_END_NOTE_LOOKBACK = 10
+_HEADER_FIELD = re.compile(r"^(Title|Author):[ \t]*(.*)$", re.IGNORECASE)
+_MD_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_MD_H1 = re.compile(r"^ {0,3}#[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
+_MD_HEADING_LIKE = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")
+# Marks heading lines made from h1..h6 until the text is tidied (a private-use character).
+_HEADING_MARK = "\ue000"
+_HTML_HEADINGS = {f"h{level}": level for level in range(1, 7)}
+_HTML_DROPPED = frozenset({"script", "style", "noscript", "template", "head", "svg", "iframe"})
+_HTML_BLOCKS = frozenset(
+    "address article aside blockquote body dd div dl dt fieldset figcaption figure footer form"
+    " header hr html li main nav ol p section table tbody thead tfoot tr ul".split()
+)
+
+
+# ---------------------------------------------------------------- public API
+
+
+def load_document(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> Document:
+    """Read one supported file into a cleaned ``Document`` with its sections.
+
+    Raises ``IngestionError`` for a missing, unreadable, unsupported, empty, binary,
+    undecodable or too large file, and for a PDF without extractable text.
+    """
+    if not isinstance(max_bytes, int) or max_bytes <= 0:
+        raise ValueError(f"max_bytes must be a positive int, got {max_bytes!r}")
+    path = Path(path)
+    fmt = _check_file(path, max_bytes)
+    raw = _read_bytes(path, max_bytes)
+    meta: dict[str, Any] = {"format": fmt, "bytes": len(raw)}
+    if fmt == "pdf":
+        text, title, encoding = _load_pdf(path, raw, meta)
+        author = None
+    else:
+        decoded, encoding = _decode(path, raw, meta)
+        text, title, author = _parse_text(path, decoded, fmt, meta)
+    title = title or path.stem
+    return Document(
+        doc_id=path.stem.lower().replace(" ", "_"),
+        path=str(path.absolute()),
+        text=text,
+        title=title,
+        author=author,
+        encoding=encoding,
+        sha256=hashlib.sha256(raw).hexdigest(),
+        sections=detect_sections(text, fmt, title),
+        meta=meta,
+    )
+
+
+def iter_source_files(paths: list[Path]) -> tuple[list[Path], list[str]]:
+    """Expand files and folders into supported files, plus one-line problem messages.
+
+    Folders are walked recursively in sorted order, skipping hidden entries; unsupported
+    files inside a folder are counted in one message, an unsupported file given by name
+    gets its own message, and so does a missing path.
+    """
+    files: list[Path] = []
+    problems: list[str] = []
+    seen: set[Path] = set()
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            found, skipped, errors = _walk_folder(path)
+            problems.extend(errors)
+            if skipped:
+                problems.append(
+                    f"skipped {skipped} file{'s' if skipped != 1 else ''} with unsupported types"
+                    f" in {path} (supported: {_SUPPORTED_LIST})"
+                )
+        elif path.is_file():
+            if path.suffix.lower() not in _FORMATS:
+                problems.append(_unsupported_message(path))
+                continue
+            found = [path]
+        else:
+            problems.append(f"{path}: no such file or folder; check the path")
+            continue
+        for file in found:
+            absolute = file.absolute()
+            if absolute not in seen:
+                seen.add(absolute)
+                files.append(absolute)
+    return files, problems
+
+
+# ---------------------------------------------------------------- files and bytes
+
+
+def _fail(path: Path, problem: str, fix: str) -> IngestionError:
+    return IngestionError(f"{path}: {problem}; {fix}")
+
+
+def _unsupported_message(path: Path) -> str:
+    suffix = path.suffix or "(no suffix)"
+    return (
+        f"{path}: unsupported file type {suffix}; convert it to one of {_SUPPORTED_LIST}"
+        " or leave it out"
+    )
+
+
+def _check_file(path: Path, max_bytes: int) -> str:
+    """Validate the file from its metadata alone and return its format."""
+    try:
+        info = path.stat()
+    except FileNotFoundError as exc:
+        raise _fail(path, "file not found", "check the path") from exc
+    except PermissionError as exc:
+        raise _fail(path, "permission denied", "make the file readable (chmod +r)") from exc
+    except OSError as exc:
+        raise _fail(path, f"cannot access the file ({exc.strerror})", "check the path") from exc
+    if path.is_dir():
+        raise _fail(
+            path, "is a folder, not a file", "pass the files inside it or use iter_source_files"
+        )
+    fmt = _FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise IngestionError(_unsupported_message(path))
+    if info.st_size > max_bytes:
+        raise _fail(
+            path,
+            f"file is {info.st_size} bytes, larger than the limit of {max_bytes}",
+            "split the file or raise the size limit",
+        )
+    if info.st_size == 0:
+        raise _fail(path, "file is empty", "add text to it or leave it out")
+    return fmt
+
+
+def _read_bytes(path: Path, max_bytes: int) -> bytes:
+    # Read at most one byte over the limit: a file that grew after stat() cannot exhaust memory.
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(max_bytes + 1)
+    except PermissionError as exc:
+        raise _fail(path, "permission denied", "make the file readable (chmod +r)") from exc
+    except OSError as exc:
+        raise _fail(path, f"cannot read the file ({exc.strerror})", "check the file") from exc
+    if len(raw) > max_bytes:
+        raise _fail(path, f"file is larger than the limit of {max_bytes} bytes",
+                    "split the file or raise the size limit")
+    if not raw:
+        raise _fail(path, "file is empty", "add text to it or leave it out")
+    return raw
+
+
+def _walk_folder(folder: Path) -> tuple[list[Path], int, list[str]]:
+    """Supported files under folder (sorted, hidden entries skipped), unsupported count, errors."""
+    found: list[Path] = []
+    skipped = 0
+    errors: list[str] = []
+    visited: set[Path] = set()
+    pending = [folder]
+    while pending:
+        current = pending.pop()
+        resolved = current.resolve()
+        if resolved in visited:  # a symlink loop would otherwise never end
+            continue
+        visited.add(resolved)
+        try:
+            entries = sorted(current.iterdir())
+        except OSError as exc:
+            errors.append(f"{current}: cannot list folder ({exc.strerror}); check its permissions")
+            continue
+        subfolders = []
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir():
+                subfolders.append(entry)
+            elif entry.suffix.lower() in _FORMATS:
+                found.append(entry)
+            elif entry.is_file():
+                skipped += 1
+        pending.extend(subfolders)
+    return sorted(found), skipped, errors
+
+
+# ---------------------------------------------------------------- decoding
+
+
+def _decode(path: Path, raw: bytes, meta: dict[str, Any]) -> tuple[str, str]:
+    """Decode raw bytes and return (text, encoding name); record how in meta."""
+    meta["encoding_detected"] = False
+    if raw.startswith(codecs.BOM_UTF8):
+        meta["bom"] = True
+        try:
+            return raw[len(codecs.BOM_UTF8) :].decode("utf-8"), "utf-8"
+        except UnicodeDecodeError:
+            pass  # a stray BOM on a file in another encoding: detect it below
+    for bom, name in _WIDE_BOMS:
+        if raw.startswith(bom):
+            try:
+                text = raw.decode(name)
+            except UnicodeDecodeError:
+                break
+            meta["bom"] = True
+            meta["encoding_detected"] = True
+            return _checked_text(path, text), name
+    _reject_binary(path, raw)
+    try:
+        return raw.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        pass
+    text, encoding = _detect(path, raw)
+    meta["encoding_detected"] = True
+    return _checked_text(path, text), encoding
+
+
+def _reject_binary(path: Path, raw: bytes) -> None:
+    if b"\x00" in raw:
+        raise _fail(path, "looks like a binary file (contains NUL bytes)",
+                    "convert it to plain text or leave it out")
+    sample = raw[:_BINARY_SAMPLE]
+    controls = sum(1 for byte in sample if byte < 32 and byte not in (9, 10, 12, 13, 27))
+    if controls > _MAX_CONTROL_RATIO * len(sample):
+        raise _fail(path, "looks like a binary file (mostly control bytes)",
+                    "convert it to plain text or leave it out")
+
+
+def _detect(path: Path, raw: bytes) -> tuple[str, str]:
+    import charset_normalizer  # only needed for files that are not UTF-8
+
+    matches = list(charset_normalizer.from_bytes(raw))
+    if not matches:
+        raise _fail(path, "bytes are not UTF-8 and no text encoding fits them",
+                    "re-save the file as UTF-8")
+    best = matches[0]
+    for match in matches:
+        if match.encoding in _WESTERN and match.chaos <= best.chaos + _WESTERN_TOLERANCE:
+            best = match
+            break
+    return str(best), best.encoding
+
+
+def _checked_text(path: Path, text: str) -> str:
+    """Reject decodings that are mostly control or unassigned characters."""
+    sample = text[:_BINARY_SAMPLE]
+    odd = sum(
+        1
+        for ch in sample
+        if ch not in "\t\n\r\f\x1b" and unicodedata.category(ch) in ("Cc", "Cn", "Co", "Cs")
+    )
+    if not sample or odd > _MAX_CONTROL_RATIO * len(sample) or "\ufffd" * 4 in sample:
+        raise _fail(path, "bytes do not decode to sensible text in any encoding",
+                    "re-save the file as UTF-8")
+    return text
+
+
+# ---------------------------------------------------------------- cleaning
+
+
+def _normalise_newlines(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _clean(text: str) -> str:
+    """NFC, no BOM or stray controls, no trailing spaces, at most two blank lines in a row."""
+    text = unicodedata.normalize("NFC", _normalise_newlines(text))
+    text = text.lstrip("\ufeff").replace("\f", "\n")
+    text = "".join(
+        ch for ch in text if ch in "\t\n" or unicodedata.category(ch) != "Cc"
+    )
+    text = "\n".join(line.rstrip() for line in text.split("\n"))
+    text = re.sub(r"\n{4,}", "\n\n\n", text)
+    return text.strip("\n")
+
+
+def _require_text(path: Path, text: str, problem: str = "file contains only whitespace") -> str:
+    if not text.strip():
+        raise _fail(path, problem, "add text to it or leave it out")
+    return text
+
+
+def _parse_text(
+    path: Path, decoded: str, fmt: str, meta: dict[str, Any]
+) -> tuple[str, str | None, str | None]:
+    """Return (clean text, title, author) for text, markdown and HTML sources."""
+    _require_text(path, decoded)
+    if fmt == "html":
+        text, title = _html_to_markdown(decoded)
+        text = _require_text(path, _clean(text), "HTML page has no visible text")
+        return text, title, None
+    text = _normalise_newlines(decoded).lstrip("\ufeff")
+    title = author = None
+    body = _strip_gutenberg(text)
+    if body is not None:
+        meta["gutenberg"] = True
+        title, author = _gutenberg_fields(text)
+        text = _require_text(path, body, "no text left after removing the Project Gutenberg header")
+    text = _require_text(path, _clean(text))
+    if fmt == "markdown" and title is None:
+        title = _markdown_title(text)
+    return text, title, author
+
+
+# ---------------------------------------------------------------- Project Gutenberg
+
+
+def _strip_gutenberg(text: str) -> str | None:
+    """The body between the START and END markers, or None when the text is not a PG book."""
+    start = _GUTENBERG_START.search(text)
+    end = _GUTENBERG_END.search(text, start.end() if start else 0)
+    if start is None and end is None:
+        return None
+    body_start = start.end() if start else 0
+    body_end = end.start() if end else len(text)
+    lines = text[body_start:body_end].split("\n")
+    # Drop the "End of Project Gutenberg's ..." note that sits just above the END marker.
+    for index in range(len(lines) - 1, max(-1, len(lines) - 1 - _END_NOTE_LOOKBACK), -1):
+        if _GUTENBERG_END_NOTE.match(lines[index]):
+            lines = lines[:index]
+            break
+    return "\n".join(lines)
+
+
+def _gutenberg_fields(text: str) -> tuple[str | None, str | None]:
+    """Title and Author from the header above the START marker (first line of each)."""
+    start = _GUTENBERG_START.search(text)
+    header = text[: start.start()] if start else text[:5000]
+    fields: dict[str, str] = {}
+    for line in header.split("\n"):
+        match = _HEADER_FIELD.match(line.strip())
+        if match and match.group(2).strip():
+            fields.setdefault(match.group(1).lower(), " ".join(match.group(2).split()))
+    return fields.get("title"), fields.get("author")
+
+
+# ---------------------------------------------------------------- markdown and HTML
+
+
+def _markdown_title(text: str) -> str | None:
+    fence = ""
+    for line in text.split("\n"):
+        fence_match = _MD_FENCE.match(line)
+        if fence:
+            stripped = line.strip()
+            if stripped and set(stripped) == {fence[0]} and len(stripped) >= len(fence):
+                fence = ""
+            continue
+        if fence_match:
+            fence = fence_match.group(1)
+            continue
+        match = _MD_H1.match(line)
+        if match and match.group(1).strip():
+            return " ".join(match.group(1).split())
+    return None
+
+
+def _html_to_markdown(html: str) -> tuple[str, str | None]:
+    """Visible text with headings as ``#`` lines, and the page title."""
+    from bs4 import BeautifulSoup  # parsing HTML is only needed for HTML sources
+
+    soup = BeautifulSoup(html, "html.parser")
+    title = None
+    if soup.title and soup.title.get_text(strip=True):
+        title = " ".join(soup.title.get_text().split())
+    else:
+        first_h1 = soup.find("h1")
+        if first_h1 and first_h1.get_text(strip=True):
+            title = " ".join(first_h1.get_text().split())
+    pieces: list[str] = []
+    _html_walk(soup, pieces)
+    return _tidy_html_lines("".join(pieces)), title
+
+
+def _tidy_html_lines(text: str) -> str:
+    """Outside code: strip indentation, keep one blank line between blocks, and escape "#"
+    lines that did not come from headings."""
+    lines: list[str] = []
+    in_code = False
+    for line in text.split("\n"):
+        if line == "```":
+            in_code = not in_code
+        if in_code or line == "```":
+            lines.append(line)
+            continue
+        line = line.strip()
+        if not line and lines and not lines[-1]:
+            continue
+        if line.startswith(_HEADING_MARK):
+            line = line[len(_HEADING_MARK) :]
+        elif _MD_HEADING_LIKE.match(line) or _MD_FENCE.match(line):
+            line = "\\" + line
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _html_walk(node: Any, out: list[str]) -> None:
+    from bs4 import Comment, Declaration, Doctype, NavigableString, ProcessingInstruction, Tag
+
+    for child in node.children:
+        if isinstance(child, (Comment, Declaration, Doctype, ProcessingInstruction)):
+            continue
+        if isinstance(child, NavigableString):
+            out.append(re.sub(r"\s+", " ", str(child).replace(_HEADING_MARK, "")))
+            continue
+        if not isinstance(child, Tag) or child.name in _HTML_DROPPED:
+            continue
+        name = child.name
+        if name in _HTML_HEADINGS:
+            heading = " ".join(child.get_text(" ").split())
+            if heading:
+                out.append(f"\n\n{_HEADING_MARK}{'#' * _HTML_HEADINGS[name]} {heading}\n\n")
+        elif name == "br":
+            out.append("\n")
+        elif name == "pre":
+            # Fenced so that "#" lines in code are not taken for headings.
+            out.append("\n\n```\n" + child.get_text().strip("\n") + "\n```\n\n")
+        elif name == "li":
+            out.append("\n- ")
+            _html_walk(child, out)
+        elif name in ("td", "th"):
+            _html_walk(child, out)
+            out.append(" ")
+        elif name in _HTML_BLOCKS:
+            out.append("\n\n")
+            _html_walk(child, out)
+            out.append("\n\n")
+        else:
+            _html_walk(child, out)
+
+
+# ---------------------------------------------------------------- PDF
+
+
+def _load_pdf(path: Path, raw: bytes, meta: dict[str, Any]) -> tuple[str, str | None, str]:
+    """Return (clean text, metadata title, encoding label) of a PDF."""
+    from pypdf import PdfReader
+    from pypdf.errors import PyPdfError
+
+    try:
+        reader = PdfReader(io.BytesIO(raw))
+        if reader.is_encrypted and not reader.decrypt(""):
+            raise _fail(path, "PDF is encrypted", "decrypt it first (e.g. qpdf --decrypt)")
+        pages = [page.extract_text() or "" for page in reader.pages]
+        info = reader.metadata
+        title = " ".join(info.title.split()) if info and info.title else None
+    # pypdf reports damaged files through its own errors and, for some structures, through
+    # plain ValueError/KeyError/TypeError raised while walking the object tree.
+    except (PyPdfError, ValueError, KeyError, TypeError, OSError) as exc:
+        problem = f"cannot read the PDF ({' '.join(str(exc).split())})"
+        raise _fail(path, problem, "check that the file is a valid PDF") from exc
+    meta["pages"] = len(pages)
+    meta["encoding_detected"] = False
+    text = _clean("\n\n".join(page.strip("\n") for page in pages))
+    if not text.strip():
+        raise _fail(path, "PDF has no extractable text (scanned images?)",
+                    "run OCR on it first (e.g. ocrmypdf) or leave it out")
+    # Text comes from PDF string objects, not from a byte encoding of the file.
+    return text, title, "pdf"

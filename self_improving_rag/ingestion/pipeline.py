@@ -1,0 +1,223 @@
+"""Ingest documents into a corpus index: every configured chunker, embedded once, persisted."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from .. import __version__
+from ..config import Config
+from ..errors import IngestionError
+from ..retrieval.embedder import Embedder
+from ..retrieval.index import FORMAT_VERSION, CorpusIndex, EmbeddingCache
+from ..types import Chunk
+from .chunkers import make_chunker
+from .loaders import load_document, iter_source_files
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class IngestReport:
+    """What an ingest did, for the CLI and for benchmarks."""
+
+    index_dir: str
+    documents: list[dict] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    chunks: dict[str, int] = field(default_factory=dict)
+    reused_documents: int = 0
+    embedded_texts: int = 0
+    cached_texts: int = 0
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return self.__dict__.copy()
+
+
+def chunker_params(config: Config, embed_limit: int) -> dict[str, dict]:
+    """Parameters of each configured chunker, as recorded in the manifest."""
+    out = {}
+    for name in config.ingestion.chunkers:
+        params = getattr(config.ingestion, name).model_dump()
+        out[name] = make_chunker(name, params, embed_limit).params()
+    return out
+
+
+@contextmanager
+def _ingest_lock(root: Path) -> Iterator[None]:
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / "ingest.lock").open("w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise IngestionError(f"another ingest is writing {root}; wait for it to finish and retry") from exc
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _doc_ids(files: list[Path]) -> dict[Path, str]:
+    """File stem as id; a path hash is appended when two files share a stem."""
+    stems: dict[str, int] = {}
+    for f in files:
+        stems[f.stem.lower()] = stems.get(f.stem.lower(), 0) + 1
+    out = {}
+    for f in files:
+        stem = f.stem.lower().replace(" ", "_")
+        if stems[f.stem.lower()] > 1:
+            stem += "-" + hashlib.sha256(str(f).encode()).hexdigest()[:6]
+        out[f] = stem
+    return out
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(4 * 2**20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_dir: str | Path | None = None,
+           rebuild: bool = False, progress: bool = True) -> IngestReport:
+    """Ingest files and folders into the corpus index; unchanged files reuse their chunks."""
+    from tqdm import tqdm
+
+    t0 = time.perf_counter()
+    root = Path(index_dir if index_dir is not None else config.paths.index_dir)
+    report = IngestReport(index_dir=str(root))
+    files, problems = iter_source_files([Path(p) for p in paths])
+    report.problems.extend(problems)
+    if not files:
+        raise IngestionError(
+            "nothing to ingest: " + ("; ".join(problems) if problems else "no .txt/.md/.html/.pdf files found")
+            + "; pass files or folders with supported documents"
+        )
+    embedder.warm_up()
+    tokenizer = embedder.tokenizer
+    params = chunker_params(config, embedder.max_tokens)
+    chunkers = {n: make_chunker(n, getattr(config.ingestion, n).model_dump(), embedder.max_tokens)
+                for n in config.ingestion.chunkers}
+    index = CorpusIndex(root)
+    with _ingest_lock(root):
+        previous: dict = {}
+        prev_chunks: dict[str, dict[str, list[Chunk]]] = {}
+        if not rebuild and index.current_dir() is not None:
+            m = index.manifest()
+            same_embedder = m.get("embedder", {}).get("name") == embedder.name
+            if same_embedder:
+                previous = m.get("files", {})
+                for name in chunkers:
+                    if m.get("chunkers", {}).get(name) == params[name]:
+                        by_doc: dict[str, list[Chunk]] = {}
+                        for c in index.load_chunks(name):
+                            by_doc.setdefault(c.doc_id, []).append(c)
+                        prev_chunks[name] = by_doc
+        cache = EmbeddingCache(root / "embeddings.sqlite", embedder.name)
+        try:
+            all_chunks: dict[str, list[Chunk]] = {n: [] for n in chunkers}
+            files_meta: dict[str, dict] = {}
+            ids = _doc_ids(files)
+            max_bytes = int(config.ingestion.max_file_mb * 2**20)
+            t_chunk = time.perf_counter()
+            bar = tqdm(files, desc="chunking", unit="file", disable=not progress or None, leave=False)
+            sentence_embed = lambda texts: cache.embed(texts, embedder.embed)  # noqa: E731
+            for f in bar:
+                doc_id = ids[f]
+                try:
+                    sha = _file_sha256(f) if f.stat().st_size <= max_bytes else None
+                except OSError as exc:
+                    report.problems.append(f"{f}: cannot be read ({exc.strerror}); check the path and its permissions")
+                    continue
+                old = previous.get(doc_id)
+                if sha is not None and old and old.get("sha256") == sha and all(doc_id in prev_chunks.get(n, {}) for n in chunkers):
+                    for n in chunkers:
+                        all_chunks[n].extend(prev_chunks[n][doc_id])
+                    files_meta[doc_id] = old
+                    report.reused_documents += 1
+                    continue
+                try:
+                    doc = load_document(f, max_bytes=max_bytes)
+                except IngestionError as exc:
+                    report.problems.append(str(exc))
+                    continue
+                doc = _with_id(doc, doc_id)
+                counts = {}
+                for n, chunker in chunkers.items():
+                    cs = chunker.chunk(doc, tokenizer, sentence_embed)
+                    all_chunks[n].extend(cs)
+                    counts[n] = len(cs)
+                if not any(counts.values()):
+                    report.problems.append(f"{f}: no text to index after cleaning; check the file's content")
+                    for n in chunkers:
+                        all_chunks[n] = [c for c in all_chunks[n] if c.doc_id != doc_id]
+                    continue
+                files_meta[doc_id] = {
+                    "path": str(f.resolve()), "sha256": doc.sha256 or sha, "title": doc.title,
+                    "author": doc.author, "encoding": doc.encoding, "chars": len(doc.text),
+                    "sections": len(doc.sections),
+                }
+            report.timings_ms["chunk"] = (time.perf_counter() - t_chunk) * 1000
+            if not files_meta:
+                raise IngestionError("no document could be ingested: " + "; ".join(report.problems))
+            t_embed = time.perf_counter()
+            gen = index.new_generation()
+            total = sum(len(v) for v in all_chunks.values())
+            ebar = tqdm(total=total, desc="embedding", unit="chunk", disable=not progress or None, leave=False)
+            hits0, miss0 = cache.hits, cache.misses
+            for n, cs in all_chunks.items():
+                vecs = cache.embed([c.embed_text for c in cs], embedder.embed, progress=ebar.update) if cs else np.zeros((0, embedder.dim), np.float32)
+                index.write_chunker(gen, n, cs, vecs, config.retrieval.ann_threshold)
+                report.chunks[n] = len(cs)
+            ebar.close()
+            report.cached_texts = cache.hits - hits0
+            report.embedded_texts = cache.misses - miss0
+            report.timings_ms["embed_and_index"] = (time.perf_counter() - t_embed) * 1000
+            manifest = {
+                "format_version": FORMAT_VERSION,
+                "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "embedder": {"name": embedder.name, "dim": int(embedder.dim), "max_tokens": embedder.max_tokens},
+                "chunkers": params,
+                "files": files_meta,
+                "sources": [str(Path(p).resolve()) for p in paths],
+                "counts": report.chunks,
+                "versions": _versions(),
+            }
+            index.commit(gen, manifest)
+        finally:
+            cache.close()
+    report.documents = [{"doc_id": k, **v} for k, v in files_meta.items()]
+    report.timings_ms["total"] = (time.perf_counter() - t0) * 1000
+    return report
+
+
+def _with_id(doc, doc_id: str):
+    from dataclasses import replace
+
+    return replace(doc, doc_id=doc_id)
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {"sirag": __version__}
+    for pkg in ("faiss-cpu", "bm25s", "sentence-transformers"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def manifest_summary(manifest: dict) -> str:
+    return json.dumps({k: manifest[k] for k in ("embedder", "chunkers", "counts")}, indent=2)

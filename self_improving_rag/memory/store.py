@@ -1,0 +1,914 @@
+"""SQLite memory of every answer: the policy's priors, calibration data and analysis.
+
+One ``MemoryStore`` wraps one SQLite file (WAL, 30 s busy timeout). Opening it applies
+the schema migrations of ``migrations.py``; ``record`` writes one outcome with all its
+attempts in one transaction; the count methods feed the policy's bandit; the analysis
+methods feed the CLI reports, exports and ``report.write_html_report``.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import random
+import re
+import sqlite3
+import threading
+import time
+import unicodedata
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from hashlib import sha256
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+from sqlite_utils import Database
+
+from ..errors import MemoryStoreError
+from ..types import Answer, AttemptRecord
+from .migrations import MIGRATIONS, migration_names
+
+__all__ = ["MemoryStore", "question_id"]
+
+T = TypeVar("T")
+
+BUSY_TIMEOUT_S = 30.0
+# Beyond the busy timeout, a write that still meets "database is locked" is retried
+# with backoff until this deadline, so concurrent batch workers never see it.
+RETRY_DEADLINE_S = 120.0
+MIN_PREFIX = 6
+FEEDBACK_SOURCES = ("user", "gold")
+SIGNAL_NAMES = ("coverage", "redundancy", "grounding", "faithfulness", "confidence")
+# Attempt columns holding JSON, and the keys they are parsed into by show() and export().
+_JSON_COLUMNS = (("strategy_json", "strategy"), ("signals_json", "signals"), ("timings_json", "timings_ms"))
+_TOKEN_RE = re.compile(r"\w+", re.UNICODE)
+# FTS5 query strings grow with every token; a pasted page must not become a huge query.
+_MAX_SEARCH_TOKENS = 64
+
+
+def question_id(text: str) -> str:
+    """Stable id of a question: sha256 of its normalised text, first 16 hex digits.
+
+    Normalisation (NFKC, case folding, collapsed whitespace, trailing ``?.!`` dropped)
+    makes "Who is Holmes?" and "who  is holmes" the same question.
+    """
+    norm = " ".join(unicodedata.normalize("NFKC", text).casefold().split()).rstrip("?.! ")
+    return sha256(norm.encode("utf-8")).hexdigest()[:16]
+
+
+def _utcnow() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _json_default(obj: Any) -> Any:
+    # Signal details may hold numpy scalars, tuples or sets; store them as plain JSON.
+    item = getattr(obj, "item", None)
+    if callable(item):
+        return item()
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    return str(obj)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=_json_default)
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _total_ms(timings: dict[str, float]) -> float:
+    # A stage may report its own total; otherwise the stages add up.
+    for key in ("total", "total_ms"):
+        if key in timings:
+            return float(timings[key])
+    return float(sum(float(v) for v in timings.values()))
+
+
+def _mean_logprob(attempt: AttemptRecord) -> float | None:
+    # AttemptRecord carries no token logprobs; the confidence scorer puts their mean
+    # in its detail when the backend returned them.
+    for sig in (attempt.signals.confidence, attempt.signals.faithfulness):
+        value = sig.detail.get("mean_logprob") if isinstance(sig.detail, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
+def _is_locked(exc: sqlite3.OperationalError) -> bool:
+    msg = str(exc).lower()
+    return "database is locked" in msg or "database is busy" in msg or "database table is locked" in msg
+
+
+def _rate(successes: int, total: int) -> float | None:
+    return successes / total if total else None
+
+
+class MemoryStore:
+    """The memory database of outcomes, attempts, feedback and calibration fits.
+
+    ``path`` is a SQLite file (its parent directory is created when writable) or
+    ``":memory:"``. With ``read_only=True`` the file is opened through a ``mode=ro``
+    URI: nothing is created, migrated or written, even by root.
+    """
+
+    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
+        if not isinstance(path, (str, Path)) or str(path) == "":
+            raise ValueError(f"path must be a non-empty str or Path, got {path!r}")
+        self.memory = str(path) == ":memory:"
+        self.path = Path(path)
+        self.read_only = read_only
+        # One connection shared by threads; the lock keeps their transactions apart.
+        self._lock = threading.RLock()
+        self.db = self._open()
+
+    # ------------------------------------------------------------------ opening
+
+    def __repr__(self) -> str:
+        mode = "ro" if self.read_only else "rw"
+        return f"MemoryStore({str(self.path)!r}, {mode})"
+
+    def __enter__(self) -> MemoryStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        with self._lock:
+            self.db.conn.close()
+
+    def _connect(self) -> sqlite3.Connection:
+        # isolation_level=None: no implicit transactions; every write below opens its
+        # own explicit one.
+        kwargs: dict[str, Any] = {"timeout": BUSY_TIMEOUT_S, "isolation_level": None, "check_same_thread": False}
+        if self.memory:
+            return sqlite3.connect(":memory:", **kwargs)
+        if self.read_only:
+            if not self.path.is_file():
+                raise MemoryStoreError(
+                    f"no memory database at {self.path}; record an answer first or pass the right --memory path"
+                )
+            uri = self.path.resolve().as_uri() + "?mode=ro"
+            return sqlite3.connect(uri, uri=True, **kwargs)
+        parent = self.path.parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise MemoryStoreError(
+                f"cannot create directory {parent} for memory database {self.path} ({exc.strerror}); "
+                "pass --memory with a writable path"
+            ) from exc
+        if self.path.exists() and not os.access(self.path, os.W_OK):
+            raise MemoryStoreError(
+                f"memory database {self.path} is read-only; fix its permissions, pass --memory with a "
+                "writable path, or open it read-only"
+            )
+        # WAL keeps -wal and -shm files beside the database, so the directory must be writable too.
+        if not os.access(parent, os.W_OK):
+            raise MemoryStoreError(
+                f"directory {parent} of memory database {self.path} is not writable; fix its permissions "
+                "or pass --memory with a writable path"
+            )
+        return sqlite3.connect(str(self.path), **kwargs)
+
+    def _open(self) -> Database:
+        conn = self._connect()
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            db = Database(conn, execute_plugins=False)
+            if not self.memory and not self.read_only:
+                # WAL lets readers and one writer work at once; the pragma must run
+                # outside any transaction and persists in the file.
+                self._retry(db.enable_wal)
+            self._migrate(db)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            self._raise_translated(exc)
+        except BaseException:
+            conn.close()
+            raise
+        return db
+
+    def _migrate(self, db: Database) -> None:
+        known = migration_names()
+
+        def check() -> list[str]:
+            applied = [m.name for m in MIGRATIONS.applied(db)]
+            unknown = [name for name in applied if name not in known]
+            if unknown:
+                raise MemoryStoreError(
+                    f"memory database {self.path} was written by a newer version of sirag (unknown "
+                    f"migration {unknown[0]}); upgrade sirag or use another --memory path"
+                )
+            return [name for name in known if name not in applied]
+
+        if not check():
+            return
+        if self.read_only:
+            raise MemoryStoreError(
+                f"memory database {self.path} has an older schema; open it once without read-only "
+                "(any command that records) to upgrade it"
+            )
+
+        def apply() -> None:
+            # IMMEDIATE takes the write lock first, so processes opening a fresh file
+            # together migrate it one after the other; re-check under the lock.
+            with self._immediate(db):
+                if check():
+                    MIGRATIONS.apply(db)
+
+        try:
+            self._retry(apply)
+        except sqlite3.OperationalError as exc:
+            if "already exists" in str(exc):
+                raise MemoryStoreError(
+                    f"{self.path} holds tables that sirag did not create ({exc}); pass --memory with "
+                    "another path"
+                ) from exc
+            raise
+
+    # ------------------------------------------------------------- transactions
+
+    @contextmanager
+    def _immediate(self, db: Database | None = None) -> Iterator[Database]:
+        # Not db.atomic(): its deferred BEGIN upgrades to a write lock mid-transaction,
+        # and in WAL mode that upgrade fails at once with "database is locked" when
+        # another process committed in between; BEGIN IMMEDIATE waits for the lock.
+        db = self.db if db is None else db
+        db.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            if db.conn.in_transaction:
+                db.conn.execute("ROLLBACK")
+            raise
+        try:
+            db.conn.execute("COMMIT")
+        except BaseException:
+            if db.conn.in_transaction:
+                db.conn.execute("ROLLBACK")
+            raise
+
+    @staticmethod
+    def _retry(fn: Callable[[], T]) -> T:
+        deadline = time.monotonic() + RETRY_DEADLINE_S
+        delay = 0.02
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if not _is_locked(exc) or time.monotonic() + delay > deadline:
+                    raise
+            # Jitter so that workers that collided do not collide again in step.
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 1.0)
+
+    def _raise_translated(self, exc: sqlite3.DatabaseError) -> NoReturn:
+        """Re-raise a known SQLite failure as a one-line MemoryStoreError; others unchanged."""
+        err = self._translate(exc)
+        if err is None:
+            raise exc
+        raise err from exc
+
+    def _translate(self, exc: sqlite3.DatabaseError) -> MemoryStoreError | None:
+        msg = str(exc).lower()
+        if "file is not a database" in msg or "malformed" in msg:
+            return MemoryStoreError(
+                f"{self.path} is not a SQLite database or is corrupt; move it aside or pass --memory "
+                "with another path"
+            )
+        if "readonly" in msg or "read-only" in msg or "unable to open database file" in msg:
+            return MemoryStoreError(
+                f"cannot write memory database {self.path} (read-only file or directory); fix its "
+                "permissions or pass --memory with a writable path"
+            )
+        if isinstance(exc, sqlite3.OperationalError) and _is_locked(exc):
+            return MemoryStoreError(
+                f"memory database {self.path} stayed locked by another process for "
+                f"{RETRY_DEADLINE_S:.0f} s; retry when the other sirag process has finished"
+            )
+        return None
+
+    def _write(self, fn: Callable[[], T]) -> T:
+        if self.read_only:
+            raise MemoryStoreError(
+                f"memory database {self.path} was opened read-only; open it without read-only to write"
+            )
+        with self._lock:
+            try:
+                return self._retry(fn)
+            except sqlite3.DatabaseError as exc:
+                self._raise_translated(exc)
+
+    def _rows(self, sql: str, params: tuple | dict = ()) -> list[dict[str, Any]]:
+        with self._lock:
+            try:
+                cursor = self.db.conn.execute(sql, params)
+                names = [d[0] for d in cursor.description]
+                return [dict(zip(names, row)) for row in cursor.fetchall()]
+            except sqlite3.DatabaseError as exc:
+                self._raise_translated(exc)
+
+    def _one(self, sql: str, params: tuple | dict = ()) -> dict[str, Any] | None:
+        rows = self._rows(sql, params)
+        return rows[0] if rows else None
+
+    @staticmethod
+    def _insert(db: Database, table: str, row: dict[str, Any]) -> sqlite3.Cursor:
+        # Table and column names are constants of this module; values are parameters.
+        cols = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        return db.conn.execute(f"INSERT INTO {table} ({cols}) VALUES ({marks})", tuple(row.values()))
+
+    # ------------------------------------------------------------------ writing
+
+    def record(
+        self,
+        answer: Answer,
+        *,
+        features: dict | None = None,
+        run_id: str | None = None,
+        item_id: str | None = None,
+        success_threshold: float = 0.5,
+    ) -> str:
+        """Write the question, the outcome and every attempt in one transaction.
+
+        Returns the outcome id. When ``run_id`` and ``item_id`` are both given and that
+        pair is already recorded, returns the existing id and writes nothing, so a
+        resumed batch never duplicates an item. ``success`` is 1 when the answer was
+        given (not refused) with confidence >= ``success_threshold``, NULL when no
+        attempt was made.
+        """
+        if not isinstance(answer, Answer):
+            raise ValueError(f"answer must be an Answer, got {type(answer).__name__}")
+        if not 0.0 <= success_threshold <= 1.0:
+            raise ValueError(f"success_threshold must be in [0, 1], got {success_threshold!r}")
+        for name, value in (("run_id", run_id), ("item_id", item_id)):
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"{name} must be a str or None, got {value!r}")
+        if features is not None and not isinstance(features, dict):
+            raise ValueError(f"features must be a dict or None, got {type(features).__name__}")
+
+        now = _utcnow()
+        outcome_id = uuid.uuid4().hex
+        qid = question_id(answer.question)
+        attempts = answer.attempts
+        chosen = next((a for a in attempts if a.number == answer.chosen_attempt), None)
+        final = chosen if chosen is not None else (attempts[-1] if attempts else None)
+        if attempts:
+            success: int | None = int(
+                not answer.refused and answer.answer is not None and answer.confidence >= success_threshold
+            )
+        else:
+            success = None
+        question_row = {"id": qid, "text": answer.question, "query_class": answer.query_class, "first_seen": now}
+        outcome_row = {
+            "id": outcome_id,
+            "question_id": qid,
+            "question": answer.question,
+            "answer": answer.answer,
+            "refused": int(answer.refused),
+            "refusal_reason": answer.refusal_reason,
+            "confidence": float(answer.confidence),
+            "query_class": answer.query_class,
+            "chosen_attempt": answer.chosen_attempt,
+            "n_attempts": len(attempts),
+            "first_strategy_key": attempts[0].strategy.key if attempts else None,
+            "final_strategy_key": final.strategy.key if final is not None else None,
+            "success": success,
+            "total_ms": _total_ms(answer.timings_ms),
+            "created_at": now,
+            "run_id": run_id,
+            "item_id": item_id,
+            "features_json": None if features is None else _dumps(features),
+        }
+        attempt_rows = [self._attempt_row(outcome_id, a, now) for a in attempts]
+
+        def write() -> str:
+            with self._immediate() as db:
+                if run_id is not None and item_id is not None:
+                    row = db.conn.execute(
+                        "SELECT id FROM outcomes WHERE run_id = ? AND item_id = ?", (run_id, item_id)
+                    ).fetchone()
+                    if row is not None:
+                        return row[0]
+                db.conn.execute(
+                    "INSERT OR IGNORE INTO questions (id, text, query_class, first_seen) VALUES (?, ?, ?, ?)",
+                    tuple(question_row.values()),
+                )
+                self._insert(db, "outcomes", outcome_row)
+                for row in attempt_rows:
+                    self._insert(db, "attempts", row)
+            return outcome_id
+
+        return self._write(write)
+
+    @staticmethod
+    def _attempt_row(outcome_id: str, a: AttemptRecord, now: str) -> dict[str, Any]:
+        values = a.signals.values()
+        return {
+            "outcome_id": outcome_id,
+            "number": a.number,
+            "strategy_key": a.strategy.key,
+            "strategy_json": _dumps(a.strategy.to_json()),
+            "repair": a.repair,
+            "failure": a.attribution.failure,
+            "failure_reason": a.attribution.reason,
+            "signals_json": _dumps(a.signals.to_json()),
+            **{name: values[name] for name in SIGNAL_NAMES},
+            "refusal": int(a.signals.refusal),
+            "mean_logprob": _mean_logprob(a),
+            "prompt_tokens": a.prompt_tokens,
+            "completion_tokens": a.completion_tokens,
+            "timings_json": _dumps(a.timings_ms),
+            "total_ms": _total_ms(a.timings_ms),
+            "answer": a.answer,
+            "created_at": now,
+        }
+
+    def add_feedback(self, outcome_id: str, correct: bool, source: str = "user", note: str = "") -> None:
+        """Label an outcome correct or wrong (``source`` 'user' or 'gold'); the latest label wins.
+
+        ``outcome_id`` may be a unique prefix of at least 6 characters.
+        """
+        if source not in FEEDBACK_SOURCES:
+            raise ValueError(f"source must be one of {FEEDBACK_SOURCES}, got {source!r}")
+        if not isinstance(correct, bool):
+            raise ValueError(f"correct must be a bool, got {correct!r}")
+        if not isinstance(note, str):
+            raise ValueError(f"note must be a str, got {note!r}")
+        full_id = self._resolve(outcome_id)
+        row = {"outcome_id": full_id, "label": int(correct), "source": source, "note": note, "created_at": _utcnow()}
+
+        def write() -> None:
+            with self._immediate() as db:
+                self._insert(db, "feedback", row)
+
+        self._write(write)
+
+    def save_calibration(self, weights: dict, n: int, metrics: dict) -> int:
+        """Store a fitted confidence calibration; returns its id.
+
+        ``metrics`` keys ``auroc_before``, ``auroc_after``, ``ece_before``, ``ece_after``
+        fill their columns; every metric is also kept in ``metrics_json``.
+        """
+        if not isinstance(weights, dict) or not weights:
+            raise ValueError(f"weights must be a non-empty dict, got {weights!r}")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ValueError(f"n must be a non-negative int, got {n!r}")
+        if not isinstance(metrics, dict):
+            raise ValueError(f"metrics must be a dict, got {metrics!r}")
+
+        def metric(key: str) -> float | None:
+            value = metrics.get(key)
+            return None if value is None else float(value)
+
+        row = {
+            "created_at": _utcnow(),
+            "weights_json": _dumps(weights),
+            "n": n,
+            "auroc_before": metric("auroc_before"),
+            "auroc_after": metric("auroc_after"),
+            "ece_before": metric("ece_before"),
+            "ece_after": metric("ece_after"),
+            "metrics_json": _dumps(metrics),
+        }
+
+        def write() -> int:
+            with self._immediate() as db:
+                cursor = self._insert(db, "calibration_fits", row)
+            return int(cursor.lastrowid)
+
+        return self._write(write)
+
+    # ------------------------------------------------------- policy and calibration
+
+    def strategy_counts(self, query_class: str | None = None) -> dict[str, tuple[int, int]]:
+        """First attempts per strategy key: (successes, failures); success is failure == 'NONE'."""
+        rows = self._rows(
+            """
+            SELECT a.strategy_key AS key,
+                   SUM(a.failure = 'NONE') AS ok, SUM(a.failure != 'NONE') AS bad
+            FROM attempts a JOIN outcomes o ON o.id = a.outcome_id
+            WHERE a.number = (SELECT MIN(f.number) FROM attempts f WHERE f.outcome_id = a.outcome_id)
+              AND (:qc IS NULL OR o.query_class = :qc)
+            GROUP BY a.strategy_key
+            """,
+            {"qc": query_class},
+        )
+        return {r["key"]: (int(r["ok"]), int(r["bad"])) for r in rows}
+
+    def repair_counts(self, failure: str, query_class: str | None = None) -> dict[str, tuple[int, int]]:
+        """Per repair: (successes, failures) of the attempts that followed a ``failure`` attempt."""
+        if not isinstance(failure, str) or not failure:
+            raise ValueError(f"failure must be a non-empty str, got {failure!r}")
+        rows = self._rows(
+            """
+            WITH seq AS (
+                SELECT a.repair, a.failure,
+                       LAG(a.failure) OVER (PARTITION BY a.outcome_id ORDER BY a.number) AS prev_failure
+                FROM attempts a JOIN outcomes o ON o.id = a.outcome_id
+                WHERE (:qc IS NULL OR o.query_class = :qc)
+            )
+            SELECT repair, SUM(failure = 'NONE') AS ok, SUM(failure != 'NONE') AS bad
+            FROM seq WHERE prev_failure = :failure AND repair IS NOT NULL
+            GROUP BY repair
+            """,
+            {"qc": query_class, "failure": failure},
+        )
+        return {r["repair"]: (int(r["ok"]), int(r["bad"])) for r in rows}
+
+    def labelled_attempts(self) -> list[dict[str, Any]]:
+        """The chosen attempt of every labelled outcome, for confidence calibration.
+
+        Each dict: outcome_id, query_class, attempt, coverage, redundancy, grounding,
+        faithfulness, confidence, refusal, mean_logprob, failure, label (1 correct,
+        0 wrong; the latest feedback wins) and source. Signal values may be None.
+        """
+        return self._rows(
+            """
+            WITH latest AS (
+                SELECT outcome_id, label, source, created_at,
+                       ROW_NUMBER() OVER (PARTITION BY outcome_id ORDER BY id DESC) AS rn
+                FROM feedback
+            )
+            SELECT o.id AS outcome_id, o.query_class, a.number AS attempt,
+                   a.coverage, a.redundancy, a.grounding, a.faithfulness, a.confidence,
+                   a.refusal, a.mean_logprob, a.failure, l.label, l.source
+            FROM latest l
+            JOIN outcomes o ON o.id = l.outcome_id
+            JOIN attempts a ON a.outcome_id = o.id AND a.number = COALESCE(
+                o.chosen_attempt, (SELECT MAX(x.number) FROM attempts x WHERE x.outcome_id = o.id))
+            WHERE l.rn = 1
+            ORDER BY o.created_at, o.id
+            """
+        )
+
+    def latest_calibration(self) -> dict[str, Any] | None:
+        """The most recent calibration fit (weights and metrics parsed), or None."""
+        row = self._one("SELECT * FROM calibration_fits ORDER BY id DESC LIMIT 1")
+        if row is None:
+            return None
+        metrics = _loads(row.pop("metrics_json")) or {}
+        for key in ("auroc_before", "auroc_after", "ece_before", "ece_after"):
+            metrics.setdefault(key, row[key])
+        return {
+            "id": row["id"],
+            "created_at": row["created_at"],
+            "weights": _loads(row["weights_json"]),
+            "n": row["n"],
+            "metrics": metrics,
+        }
+
+    # ----------------------------------------------------------------- analysis
+
+    def _count(self, sql: str) -> dict[str, Any]:
+        # Aggregates without GROUP BY always return exactly one row.
+        return self._rows(sql)[0]
+
+    def stats(self) -> dict[str, Any]:
+        """Totals: questions, outcomes, answered, refused, attempts, rates and feedback counts."""
+        o = self._count(
+            """
+            SELECT COUNT(*) AS outcomes,
+                   COALESCE(SUM(refused = 0 AND answer IS NOT NULL), 0) AS answered,
+                   COALESCE(SUM(refused), 0) AS refused,
+                   COALESCE(SUM(success), 0) AS successes,
+                   AVG(confidence) AS mean_confidence
+            FROM outcomes
+            """
+        )
+        q = self._count("SELECT COUNT(*) AS n FROM questions")
+        a = self._count("SELECT COUNT(*) AS n, AVG(total_ms) AS ms FROM attempts")
+        first = self._count(
+            """
+            SELECT COUNT(*) AS n, COALESCE(SUM(a.failure = 'NONE'), 0) AS ok FROM attempts a
+            WHERE a.number = (SELECT MIN(f.number) FROM attempts f WHERE f.outcome_id = a.outcome_id)
+            """
+        )
+        f = self._count(
+            """
+            SELECT COUNT(*) AS total, COALESCE(SUM(label = 1), 0) AS correct,
+                   COALESCE(SUM(label = 0), 0) AS wrong,
+                   COALESCE(SUM(source = 'user'), 0) AS user, COALESCE(SUM(source = 'gold'), 0) AS gold,
+                   COUNT(DISTINCT outcome_id) AS labelled_outcomes
+            FROM feedback
+            """
+        )
+        n_out = int(o["outcomes"])
+        n_att = int(a["n"])
+        return {
+            "questions": int(q["n"]),
+            "outcomes": n_out,
+            "answered": int(o["answered"]),
+            "refused": int(o["refused"]),
+            "successes": int(o["successes"]),
+            "success_rate": _rate(int(o["successes"]), n_out),
+            "mean_confidence": o["mean_confidence"],
+            "attempts": n_att,
+            "mean_attempts": n_att / n_out if n_out else None,
+            "mean_attempt_ms": a["ms"],
+            "first_attempt_success_rate": _rate(int(first["ok"]), int(first["n"])),
+            "feedback": {k: int(v) for k, v in f.items()},
+        }
+
+    def strategies(self) -> list[dict[str, Any]]:
+        """Per strategy key over all attempts: attempts, successes, success_rate, mean confidence and ms."""
+        rows = self._rows(
+            """
+            SELECT strategy_key, COUNT(*) AS attempts, SUM(failure = 'NONE') AS successes,
+                   AVG(confidence) AS mean_confidence, AVG(total_ms) AS mean_total_ms
+            FROM attempts GROUP BY strategy_key ORDER BY attempts DESC, strategy_key
+            """
+        )
+        for r in rows:
+            r["success_rate"] = _rate(int(r["successes"]), int(r["attempts"]))
+        return rows
+
+    def _followups(self) -> list[dict[str, Any]]:
+        return self._rows(
+            """
+            WITH seq AS (
+                SELECT repair, failure,
+                       LAG(failure) OVER (PARTITION BY outcome_id ORDER BY number) AS prev_failure
+                FROM attempts
+            )
+            SELECT prev_failure, repair, COUNT(*) AS uses, SUM(failure = 'NONE') AS successes
+            FROM seq WHERE prev_failure IS NOT NULL AND repair IS NOT NULL
+            GROUP BY prev_failure, repair
+            """
+        )
+
+    def failures(self) -> list[dict[str, Any]]:
+        """Per failure type (not NONE): count, share of all attempts, top following repair and its success rate."""
+        total = int(self._count("SELECT COUNT(*) AS n FROM attempts")["n"])
+        rows = self._rows(
+            "SELECT failure, COUNT(*) AS count FROM attempts WHERE failure != 'NONE' "
+            "GROUP BY failure ORDER BY count DESC, failure"
+        )
+        best: dict[str, dict[str, Any]] = {}
+        for f in self._followups():
+            cur = best.get(f["prev_failure"])
+            key = (f["uses"], f["successes"], f["repair"])
+            if cur is None or key > (cur["uses"], cur["successes"], cur["repair"]):
+                best[f["prev_failure"]] = f
+        for r in rows:
+            r["share"] = _rate(int(r["count"]), total)
+            top = best.get(r["failure"])
+            r["top_repair"] = top["repair"] if top else None
+            r["top_repair_uses"] = int(top["uses"]) if top else 0
+            r["top_repair_success_rate"] = _rate(int(top["successes"]), int(top["uses"])) if top else None
+        return rows
+
+    def _resolve(self, outcome_id_or_prefix: str) -> str:
+        if not isinstance(outcome_id_or_prefix, str):
+            raise ValueError(f"outcome id must be a str, got {outcome_id_or_prefix!r}")
+        prefix = outcome_id_or_prefix.strip().lower()
+        if len(prefix) < MIN_PREFIX:
+            raise ValueError(f"outcome id prefix must have at least {MIN_PREFIX} characters, got {prefix!r}")
+        # A range on the primary key: no LIKE wildcards in user text to escape.
+        rows = self._rows(
+            "SELECT id FROM outcomes WHERE id >= ? AND id < ? ORDER BY id LIMIT 2", (prefix, prefix + "\uffff")
+        )
+        if not rows:
+            raise MemoryStoreError(
+                f"no outcome with id {outcome_id_or_prefix!r} in {self.path}; find ids with `sirag memory search`"
+            )
+        if len(rows) > 1 and rows[0]["id"] != prefix:
+            raise MemoryStoreError(
+                f"outcome id prefix {outcome_id_or_prefix!r} matches several outcomes in {self.path}; "
+                "give more characters"
+            )
+        return rows[0]["id"]
+
+    def show(self, outcome_id_or_prefix: str) -> dict[str, Any]:
+        """One outcome with its attempts (JSON columns parsed) and feedback; accepts a ≥ 6-char prefix."""
+        oid = self._resolve(outcome_id_or_prefix)
+        outcome = self._rows("SELECT * FROM outcomes WHERE id = ?", (oid,))[0]
+        outcome["features"] = _loads(outcome.pop("features_json", None))
+        attempts = self._rows("SELECT * FROM attempts WHERE outcome_id = ? ORDER BY number", (oid,))
+        for a in attempts:
+            for col, key in _JSON_COLUMNS:
+                a[key] = _loads(a.pop(col))
+        outcome["attempts"] = attempts
+        outcome["feedback"] = self._rows("SELECT * FROM feedback WHERE outcome_id = ? ORDER BY id", (oid,))
+        return outcome
+
+    def search(self, text: str, limit: int = 20) -> list[dict[str, Any]]:
+        """Full-text search of questions and answers, best match first.
+
+        Every word of ``text`` must occur (porter stemming); FTS operators and quotes in
+        the input are treated as plain words, so no input can break the query.
+        """
+        if not isinstance(text, str):
+            raise ValueError(f"text must be a str, got {text!r}")
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise ValueError(f"limit must be a positive int, got {limit!r}")
+        tokens = _TOKEN_RE.findall(text)[:_MAX_SEARCH_TOKENS]
+        if not tokens:
+            return []
+        # Each token is a quoted FTS5 string; \w+ tokens never contain a quote.
+        match = " ".join(f'"{t}"' for t in tokens)
+        return self._rows(
+            """
+            SELECT o.id, o.question, o.answer, o.refused, o.confidence, o.query_class, o.created_at,
+                   snippet(outcomes_fts, -1, '[', ']', '...', 12) AS snippet
+            FROM outcomes_fts JOIN outcomes o ON o.rowid = outcomes_fts.rowid
+            WHERE outcomes_fts MATCH ?
+            ORDER BY bm25(outcomes_fts), o.created_at DESC
+            LIMIT ?
+            """,
+            (match, limit),
+        )
+
+    def _export_rows(self) -> tuple[list[str], list[str], list[dict[str, Any]]]:
+        ocols = [r["name"] for r in self._rows("SELECT name FROM pragma_table_info('outcomes') ORDER BY cid")]
+        acols = [r["name"] for r in self._rows("SELECT name FROM pragma_table_info('attempts') ORDER BY cid")]
+        select = ", ".join([f"o.{c} AS outcome_{c}" for c in ocols] + [f"a.{c} AS attempt_{c}" for c in acols])
+        rows = self._rows(
+            f"SELECT {select} FROM outcomes o LEFT JOIN attempts a ON a.outcome_id = o.id "
+            "ORDER BY o.created_at, o.rowid, a.number"
+        )
+        return ocols, acols, rows
+
+    def export(self, fmt: str, path: str | Path) -> int:
+        """Write outcomes joined with their attempts to ``path``; returns the number of outcomes.
+
+        'csv': one row per attempt, columns ``outcome_*`` and ``attempt_*``.
+        'json': a list of outcomes, each with its ``attempts`` (JSON columns parsed).
+        """
+        if fmt not in ("csv", "json"):
+            raise ValueError(f"fmt must be 'csv' or 'json', got {fmt!r}")
+        path = Path(path)
+        ocols, acols, rows = self._export_rows()
+        n_outcomes = len({r["outcome_id"] for r in rows})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Write beside the target and rename, so a failed export never leaves half a file.
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            with tmp.open("w", encoding="utf-8", newline="") as fh:
+                if fmt == "csv":
+                    fields = [f"outcome_{c}" for c in ocols] + [f"attempt_{c}" for c in acols]
+                    writer = csv.DictWriter(fh, fieldnames=fields)
+                    writer.writeheader()
+                    writer.writerows(rows)
+                else:
+                    json.dump(self._nest(ocols, acols, rows), fh, ensure_ascii=False, indent=1)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return n_outcomes
+
+    @staticmethod
+    def _nest(ocols: list[str], acols: list[str], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for r in rows:
+            oid = r["outcome_id"]
+            if oid not in out:
+                outcome = {c: r[f"outcome_{c}"] for c in ocols}
+                outcome["features"] = _loads(outcome.pop("features_json", None))
+                outcome["attempts"] = []
+                out[oid] = outcome
+            if r["attempt_id"] is None:
+                continue
+            attempt = {c: r[f"attempt_{c}"] for c in acols}
+            for col, key in _JSON_COLUMNS:
+                attempt[key] = _loads(attempt.pop(col))
+            out[oid]["attempts"].append(attempt)
+        return list(out.values())
+
+    def learning_curve(self, window: int = 20) -> list[dict[str, Any]]:
+        """Outcomes in time order with rolling first-attempt success and outcome success.
+
+        Each point: index (1-based), outcome_id, created_at, first_success (0/1),
+        rolling_first_success and rolling_success over the last ``window`` outcomes.
+        """
+        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+            raise ValueError(f"window must be a positive int, got {window!r}")
+        rows = self._rows(
+            """
+            SELECT o.id AS outcome_id, o.created_at, o.success, o.n_attempts,
+                   (a.failure = 'NONE') AS first_success
+            FROM outcomes o JOIN attempts a ON a.outcome_id = o.id
+            WHERE a.number = (SELECT MIN(f.number) FROM attempts f WHERE f.outcome_id = o.id)
+            ORDER BY o.created_at, o.rowid
+            """
+        )
+        points = []
+        for i, r in enumerate(rows):
+            recent = rows[max(0, i - window + 1) : i + 1]
+            points.append(
+                {
+                    "index": i + 1,
+                    "outcome_id": r["outcome_id"],
+                    "created_at": r["created_at"],
+                    "n_attempts": r["n_attempts"],
+                    "first_success": int(r["first_success"]),
+                    "rolling_first_success": sum(int(x["first_success"]) for x in recent) / len(recent),
+                    "rolling_success": sum(int(x["success"] or 0) for x in recent) / len(recent),
+                }
+            )
+        return points
+
+    def strategy_by_class(self) -> list[dict[str, Any]]:
+        """First attempts per (query_class, strategy_key): attempts, successes, success_rate."""
+        rows = self._rows(
+            """
+            SELECT COALESCE(o.query_class, 'other') AS query_class, a.strategy_key,
+                   COUNT(*) AS attempts, SUM(a.failure = 'NONE') AS successes
+            FROM attempts a JOIN outcomes o ON o.id = a.outcome_id
+            WHERE a.number = (SELECT MIN(f.number) FROM attempts f WHERE f.outcome_id = a.outcome_id)
+            GROUP BY 1, 2 ORDER BY 1, 3 DESC
+            """
+        )
+        for r in rows:
+            r["success_rate"] = _rate(int(r["successes"]), int(r["attempts"]))
+        return rows
+
+    def failure_timeline(self, buckets: int = 10) -> list[dict[str, Any]]:
+        """Attempts in time order cut into up to ``buckets`` equal groups, with failure counts per group."""
+        if not isinstance(buckets, int) or isinstance(buckets, bool) or buckets < 1:
+            raise ValueError(f"buckets must be a positive int, got {buckets!r}")
+        rows = self._rows("SELECT failure, created_at FROM attempts ORDER BY created_at, id")
+        n = len(rows)
+        k = min(buckets, n)
+        out = []
+        for b in range(k):
+            part = rows[b * n // k : (b + 1) * n // k]
+            counts: dict[str, int] = {}
+            for r in part:
+                counts[r["failure"]] = counts.get(r["failure"], 0) + 1
+            out.append(
+                {"bucket": b + 1, "start": part[0]["created_at"], "end": part[-1]["created_at"],
+                 "n": len(part), "counts": counts}
+            )
+        return out
+
+    def confidence_histogram(self, bins: int = 10) -> dict[str, Any]:
+        """Outcome confidences in ``bins`` equal bins over [0, 1], split into answered and refused."""
+        if not isinstance(bins, int) or isinstance(bins, bool) or bins < 1:
+            raise ValueError(f"bins must be a positive int, got {bins!r}")
+        answered = [0] * bins
+        refused = [0] * bins
+        for r in self._rows("SELECT confidence, refused FROM outcomes WHERE confidence IS NOT NULL"):
+            i = min(bins - 1, max(0, int(float(r["confidence"]) * bins)))
+            (refused if r["refused"] else answered)[i] += 1
+        return {"edges": [i / bins for i in range(bins + 1)], "answered": answered, "refused": refused}
+
+    def reliability(self, bins: int = 10) -> dict[str, Any]:
+        """Outcome confidence bins against observed accuracy, with the expected calibration error.
+
+        The target is the latest feedback label when any outcome has one
+        (``target='feedback'``); otherwise the chosen attempt's own verdict, failure ==
+        'NONE' (``target='self-assessed'``). Outcome ``success`` is not used: it is
+        derived from confidence and would make the diagram trivially a step.
+        """
+        if not isinstance(bins, int) or isinstance(bins, bool) or bins < 1:
+            raise ValueError(f"bins must be a positive int, got {bins!r}")
+        labelled = self._rows(
+            """
+            WITH latest AS (
+                SELECT outcome_id, label, ROW_NUMBER() OVER (PARTITION BY outcome_id ORDER BY id DESC) AS rn
+                FROM feedback
+            )
+            SELECT o.confidence, l.label AS y FROM latest l JOIN outcomes o ON o.id = l.outcome_id
+            WHERE l.rn = 1 AND o.confidence IS NOT NULL
+            """
+        )
+        target = "feedback"
+        pairs = labelled
+        if not pairs:
+            target = "self-assessed"
+            pairs = self._rows(
+                """
+                SELECT o.confidence, (a.failure = 'NONE') AS y FROM outcomes o
+                JOIN attempts a ON a.outcome_id = o.id AND a.number = COALESCE(
+                    o.chosen_attempt, (SELECT MAX(x.number) FROM attempts x WHERE x.outcome_id = o.id))
+                WHERE o.confidence IS NOT NULL
+                """
+            )
+        groups: list[list[tuple[float, int]]] = [[] for _ in range(bins)]
+        for p in pairs:
+            c = min(1.0, max(0.0, float(p["confidence"])))
+            groups[min(bins - 1, int(c * bins))].append((c, int(p["y"])))
+        out_bins = []
+        ece = 0.0
+        for i, g in enumerate(groups):
+            mean_c = sum(c for c, _ in g) / len(g) if g else None
+            acc = sum(y for _, y in g) / len(g) if g else None
+            if g:
+                ece += len(g) / len(pairs) * abs(acc - mean_c)  # type: ignore[operator]
+            out_bins.append(
+                {"lo": i / bins, "hi": (i + 1) / bins, "n": len(g), "mean_confidence": mean_c, "accuracy": acc}
+            )
+        return {"target": target, "n": len(pairs), "ece": ece if pairs else None, "bins": out_bins}

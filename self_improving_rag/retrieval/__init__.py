@@ -1,0 +1,1 @@
+"""Retrieval: embedder, persisted indexes, BM25, fusion, reranking and context refinement."""

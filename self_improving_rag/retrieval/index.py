@@ -1,0 +1,262 @@
+"""A corpus index on disk: chunks, dense FAISS and BM25 indexes per chunker, with a manifest.
+
+Layout of a corpus directory::
+
+    CURRENT                 name of the live generation (replaced atomically)
+    gen-<id>/manifest.json  embedder, chunker parameters, file hashes, versions, counts
+    gen-<id>/chunks-<chunker>.jsonl
+    gen-<id>/dense-<chunker>.faiss
+    gen-<id>/bm25-<chunker>/      bm25s arrays (no pickle)
+    embeddings.sqlite       embedding cache keyed by (embedder, sha256 of text)
+
+An ingest writes a complete new generation and only then points ``CURRENT`` at it, so an
+interrupted ingest leaves the previous index usable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import IndexMismatchError, IndexNotFoundError
+from ..types import Chunk
+
+FORMAT_VERSION = 1
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a file through a temporary file, fsync and rename."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class EmbeddingCache:
+    """Vectors keyed by embedder and text hash, so no text is embedded twice."""
+
+    def __init__(self, path: Path, embedder_name: str) -> None:
+        self.path = path
+        self.embedder_name = embedder_name
+        self._db = sqlite3.connect(str(path), timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, vec BLOB NOT NULL)")
+        self.hits = 0
+        self.misses = 0
+
+    def _key(self, text: str) -> str:
+        return hashlib.sha256(f"{self.embedder_name}\x00{text}".encode()).hexdigest()
+
+    def get_many(self, texts: list[str]) -> dict[str, np.ndarray]:
+        keys = {self._key(t): t for t in texts}
+        found: dict[str, np.ndarray] = {}
+        items = list(keys)
+        for i in range(0, len(items), 500):
+            batch = items[i:i + 500]
+            q = f"SELECT key, vec FROM vectors WHERE key IN ({','.join('?' * len(batch))})"
+            for key, blob in self._db.execute(q, batch):
+                found[keys[key]] = np.frombuffer(blob, dtype=np.float32)
+        return found
+
+    def put_many(self, items: dict[str, np.ndarray]) -> None:
+        with self._db:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO vectors (key, vec) VALUES (?, ?)",
+                [(self._key(t), np.asarray(v, dtype=np.float32).tobytes()) for t, v in items.items()],
+            )
+
+    def embed(self, texts: list[str], embed_fn, progress=None) -> np.ndarray:
+        """Vectors for ``texts``, embedding only the ones not cached (each distinct text once)."""
+        found = self.get_many(texts)
+        todo = list(dict.fromkeys(t for t in texts if t not in found))
+        self.hits += len(texts) - len(todo)
+        self.misses += len(todo)
+        step = 256
+        for i in range(0, len(todo), step):
+            batch = todo[i:i + step]
+            vecs = embed_fn(batch)
+            new = dict(zip(batch, vecs))
+            self.put_many(new)
+            found.update(new)
+            if progress is not None:
+                progress(len(batch))
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        return np.vstack([found[t] for t in texts]).astype(np.float32)
+
+    def close(self) -> None:
+        self._db.close()
+
+
+@dataclass
+class ChunkerIndex:
+    """Everything retrieval needs for one chunker."""
+
+    name: str
+    chunks: list[Chunk]
+    dense: Any  # faiss.Index
+    bm25: Any  # bm25s.BM25
+    by_id: dict[str, int] = field(default_factory=dict)
+    neighbours: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.by_id = {c.chunk_id: i for i, c in enumerate(self.chunks)}
+        self.neighbours = {(c.doc_id, c.position): i for i, c in enumerate(self.chunks)}
+
+
+def build_dense(vectors: np.ndarray, ann_threshold: int):
+    """Exact inner product on unit vectors; HNSW above ``ann_threshold`` vectors."""
+    import faiss
+
+    dim = vectors.shape[1]
+    if len(vectors) > ann_threshold:
+        index = faiss.IndexHNSWFlat(dim, 32, faiss.METRIC_INNER_PRODUCT)
+    else:
+        index = faiss.IndexFlatIP(dim)
+    if len(vectors):
+        index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+    return index
+
+
+def bm25_tokenize(texts: list[str]):
+    import bm25s
+
+    from ..text import STOP_WORDS, stemmer
+
+    return bm25s.tokenize(texts, stopwords=sorted(STOP_WORDS), stemmer=stemmer().stemWords, show_progress=False)
+
+
+def build_bm25(texts: list[str]):
+    import bm25s
+
+    retriever = bm25s.BM25()
+    retriever.index(bm25_tokenize(texts), show_progress=False)
+    return retriever
+
+
+class CorpusIndex:
+    """Reads and writes generations of a corpus directory."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    # -- reading -------------------------------------------------------------
+    def current_dir(self) -> Path | None:
+        cur = self.root / "CURRENT"
+        if not cur.is_file():
+            return None
+        d = self.root / cur.read_text(encoding="utf-8").strip()
+        return d if (d / "manifest.json").is_file() else None
+
+    def manifest(self) -> dict[str, Any]:
+        d = self.current_dir()
+        if d is None:
+            raise IndexNotFoundError(
+                f"no index in {self.root}; build one with: sirag ingest PATH... (or pass --index DIR)"
+            )
+        try:
+            return json.loads((d / "manifest.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise IndexNotFoundError(f"the index manifest in {d} is unreadable ({exc}); rebuild with: sirag ingest --rebuild PATH...") from exc
+
+    def check_compatible(self, embedder_name: str, dim: int, chunker_params: dict[str, dict]) -> dict[str, Any]:
+        """Raise IndexMismatchError when the index was built with another configuration."""
+        m = self.manifest()
+        emb = m.get("embedder", {})
+        how = f"re-ingest with: sirag ingest --rebuild --index {self.root} {' '.join(m.get('sources', [])) or 'PATH...'}"
+        if m.get("format_version") != FORMAT_VERSION:
+            raise IndexMismatchError(f"index {self.root} has format {m.get('format_version')}, this sirag reads {FORMAT_VERSION}; {how}")
+        if emb.get("name") != embedder_name or emb.get("dim") != dim:
+            raise IndexMismatchError(
+                f"index {self.root} was built with embedder {emb.get('name')} (dim {emb.get('dim')}), "
+                f"the config uses {embedder_name} (dim {dim}); vectors cannot be mixed: {how}"
+            )
+        for name, params in chunker_params.items():
+            built = m.get("chunkers", {}).get(name)
+            if built is not None and built != params:
+                raise IndexMismatchError(
+                    f"index {self.root} built chunker '{name}' with {built}, the config asks for {params}; {how}"
+                )
+        return m
+
+    def load_chunker(self, name: str) -> ChunkerIndex:
+        import bm25s
+        import faiss
+
+        d = self.current_dir()
+        if d is None:
+            raise IndexNotFoundError(f"no index in {self.root}; build one with: sirag ingest PATH...")
+        chunks_path = d / f"chunks-{name}.jsonl"
+        if not chunks_path.is_file():
+            built = ", ".join(self.manifest().get("chunkers", {})) or "none"
+            raise IndexMismatchError(
+                f"index {self.root} has no '{name}' chunker (built: {built}); "
+                f"re-ingest with ingestion.chunkers including {name}"
+            )
+        with chunks_path.open(encoding="utf-8") as fh:
+            chunks = [Chunk(**json.loads(line)) for line in fh if line.strip()]
+        dense = faiss.read_index(str(d / f"dense-{name}.faiss"))
+        bm25 = bm25s.BM25.load(str(d / f"bm25-{name}"), load_corpus=False, show_progress=False, allow_pickle=False)
+        return ChunkerIndex(name=name, chunks=chunks, dense=dense, bm25=bm25)
+
+    def load_chunks(self, name: str) -> list[Chunk]:
+        d = self.current_dir()
+        p = d / f"chunks-{name}.jsonl" if d else None
+        if p is None or not p.is_file():
+            return []
+        with p.open(encoding="utf-8") as fh:
+            return [Chunk(**json.loads(line)) for line in fh if line.strip()]
+
+    # -- writing -------------------------------------------------------------
+    def new_generation(self) -> Path:
+        self.root.mkdir(parents=True, exist_ok=True)
+        d = self.root / f".building-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        d.mkdir()
+        return d
+
+    def write_chunker(self, gen: Path, name: str, chunks: list[Chunk], vectors: np.ndarray, ann_threshold: int) -> None:
+        import faiss
+
+        with (gen / f"chunks-{name}.jsonl").open("w", encoding="utf-8") as fh:
+            for c in chunks:
+                fh.write(json.dumps(c.to_json(), ensure_ascii=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        faiss.write_index(build_dense(vectors, ann_threshold), str(gen / f"dense-{name}.faiss"))
+        texts = [c.embed_text for c in chunks] or [""]
+        build_bm25(texts).save(str(gen / f"bm25-{name}"), show_progress=False, allow_pickle=False)
+
+    def commit(self, gen: Path, manifest: dict[str, Any]) -> Path:
+        """Seal a generation and make it current; older generations are removed."""
+        atomic_write_text(gen / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False))
+        final = self.root / gen.name.replace(".building-", "gen-")
+        os.replace(gen, final)
+        _fsync_dir(self.root)
+        atomic_write_text(self.root / "CURRENT", final.name + "\n")
+        _fsync_dir(self.root)
+        for old in self.root.iterdir():
+            if old.is_dir() and old.name != final.name and (old.name.startswith("gen-") or old.name.startswith(".building-")):
+                if old.name.startswith(".building-") and time.time() - old.stat().st_mtime < 5:
+                    continue  # perhaps another ingest in flight; removed by a later one
+                shutil.rmtree(old, ignore_errors=True)
+        return final
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(str(path), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,65 @@
+"""Context refinement: keep the sentences that answer, with a little surrounding text."""
+
+from __future__ import annotations
+
+from ..text import content_terms
+from .reranker import SentenceScores
+
+
+def refine_passage_spans(
+    question: str,
+    texts: list[str],
+    scores: list[SentenceScores],
+    budget_tokens: int,
+    count_tokens,
+    context_sentences: int = 1,
+) -> list[list[tuple[int, int]]]:
+    """For each text, the sentence spans to keep (offsets within that text), in order.
+
+    Sentences are ranked over all texts by cosine similarity plus a bonus for the question's
+    content terms they contain; each chosen sentence brings ``context_sentences`` neighbours
+    on both sides; selection stops at ``budget_tokens``. The first text always keeps its best
+    sentence, so a refined context is never empty.
+    """
+    q_terms = set(content_terms(question))
+    candidates = []
+    for ti, (text, sc) in enumerate(zip(texts, scores)):
+        for si, ((s, e), sim) in enumerate(zip(sc.spans, sc.sims)):
+            terms = set(content_terms(text[s:e]))
+            overlap = len(q_terms & terms) / len(q_terms) if q_terms else 0.0
+            candidates.append((sim + 0.3 * overlap, ti, si))
+    candidates.sort(key=lambda t: (-t[0], t[1], t[2]))
+    chosen: list[set[int]] = [set() for _ in texts]
+    used = 0
+    for _, ti, si in candidates:
+        if si in chosen[ti]:
+            continue
+        spans = scores[ti].spans
+        lo, hi = max(0, si - context_sentences), min(len(spans) - 1, si + context_sentences)
+        new = [j for j in range(lo, hi + 1) if j not in chosen[ti]]
+        cost = sum(count_tokens(texts[ti][spans[j][0]:spans[j][1]]) for j in new)
+        if used + cost > budget_tokens:
+            # Try the sentence alone before giving up on it.
+            alone = count_tokens(texts[ti][spans[si][0]:spans[si][1]])
+            if used + alone > budget_tokens:
+                if used == 0:
+                    chosen[ti].add(si)
+                continue
+            new, cost = [si], alone
+        chosen[ti].update(new)
+        used += cost
+    return [[scores[ti].spans[j] for j in sorted(chosen[ti])] for ti in range(len(texts))]
+
+
+def join_spans(text: str, spans: list[tuple[int, int]]) -> str:
+    """The kept sentences, with an ellipsis where text was left out."""
+    parts = []
+    prev_end = None
+    for s, e in spans:
+        if prev_end is not None and text[prev_end:s].strip():
+            parts.append(" … ")
+        elif prev_end is not None:
+            parts.append(" ")
+        parts.append(text[s:e])
+        prev_end = e
+    return "".join(parts).strip()

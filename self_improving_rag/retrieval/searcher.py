@@ -1,0 +1,167 @@
+"""Retrieval for one strategy: candidates, fusion, reranking, neighbours and refinement."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from ..config import Config
+from ..errors import InputError
+from ..types import Chunk, Hit, Passage, RetrievalResult, Strategy
+from .bm25 import BM25Retriever
+from .dense import FaissDenseRetriever
+from .embedder import Embedder
+from .hybrid import dedupe_overlapping, rrf_fuse, weighted_fuse
+from .index import ChunkerIndex, CorpusIndex, EmbeddingCache
+from .refine import join_spans, refine_passage_spans
+from .reranker import EmbeddingReranker
+
+
+class Searcher:
+    """Finds passages for a question with a given strategy. Indexes load lazily, once."""
+
+    def __init__(self, config: Config, embedder: Embedder, index_dir: str | None = None) -> None:
+        self.config = config
+        self.embedder = embedder
+        self.index = CorpusIndex(index_dir if index_dir is not None else config.paths.index_dir)
+        self._chunkers: dict[str, ChunkerIndex] = {}
+        self._cache: EmbeddingCache | None = None
+        self._manifest: dict | None = None
+        self.reranker: EmbeddingReranker | None = None
+
+    def warm_up(self) -> None:
+        if self._manifest is not None:
+            return
+        from ..ingestion.pipeline import chunker_params
+
+        self.embedder.warm_up()
+        built = set(self.index.manifest().get("chunkers", {}))
+        params = {k: v for k, v in chunker_params(self.config, self.embedder.max_tokens).items() if k in built}
+        self._manifest = self.index.check_compatible(self.embedder.name, int(self.embedder.dim), params)
+        self._cache = EmbeddingCache(self.index.root / "embeddings.sqlite", self.embedder.name)
+        self.reranker = EmbeddingReranker(self.embed_cached, top_sentences=self.config.retrieval.rerank_sentences)
+
+    @property
+    def manifest(self) -> dict:
+        self.warm_up()
+        assert self._manifest is not None
+        return self._manifest
+
+    def available_chunkers(self) -> list[str]:
+        return list(self.manifest.get("chunkers", {}))
+
+    def embed_cached(self, texts: list[str]) -> np.ndarray:
+        assert self._cache is not None
+        return self._cache.embed(texts, self.embedder.embed)
+
+    def chunker(self, name: str) -> ChunkerIndex:
+        self.warm_up()
+        if name not in self._chunkers:
+            self._chunkers[name] = self.index.load_chunker(name)
+        return self._chunkers[name]
+
+    def search(self, question: str, strategy: Strategy, query: str | None = None) -> RetrievalResult:
+        """Retrieve, fuse, rerank, expand and refine; returns hits and numbered passages."""
+        if not question.strip():
+            raise InputError("the question is empty; ask a question in words")
+        self.warm_up()
+        assert self.reranker is not None
+        timings: dict[str, float] = {}
+        t = time.perf_counter()
+        ci = self.chunker(strategy.chunker)
+        query = question if query is None else query
+        n_cand = max(self.config.retrieval.candidates, strategy.top_k * 3)
+        rankings: dict[str, list[tuple[int, float]]] = {}
+        qvec = self.embedder.embed([query])[0]
+        if strategy.retriever in ("dense", "hybrid"):
+            rankings["dense"] = FaissDenseRetriever(ci.dense).retrieve(qvec, n_cand)
+        if strategy.retriever in ("bm25", "hybrid"):
+            rankings["bm25"] = BM25Retriever(ci.bm25, len(ci.chunks)).retrieve(query, n_cand)
+        if strategy.retriever == "hybrid":
+            if self.config.retrieval.fusion == "rrf":
+                fused = rrf_fuse(rankings, self.config.retrieval.rrf_k)
+            else:
+                w = self.config.retrieval.dense_weight
+                fused = weighted_fuse(rankings, {"dense": w, "bm25": 1 - w})
+        else:
+            fused = rankings[strategy.retriever]
+        spans = [(c.doc_id, c.start, c.end) for c in ci.chunks]
+        fused = dedupe_overlapping(fused, spans)
+        timings["retrieve"] = (time.perf_counter() - t) * 1000
+        per = {name: dict(r) for name, r in rankings.items()}
+
+        t = time.perf_counter()
+        pool = fused[: n_cand if strategy.rerank else strategy.top_k]
+        texts = [ci.chunks[i].text for i, _ in pool]
+        ranked, sent_scores = self.reranker.rerank(qvec, texts)
+        if strategy.rerank:
+            order = [(pool[j][0], pool[j][1], rel, sent_scores[j]) for j, rel in ranked]
+        else:
+            rel = dict(ranked)
+            order = [(pool[j][0], pool[j][1], rel[j], sent_scores[j]) for j in range(len(pool))]
+        order = order[: strategy.top_k]
+        timings["rerank"] = (time.perf_counter() - t) * 1000
+
+        t = time.perf_counter()
+        hits = []
+        for rank, (idx, fused_score, rel, _) in enumerate(order, start=1):
+            scores = {name: per[name][idx] for name in per if idx in per[name]}
+            scores["fused"] = fused_score
+            scores["relevance"] = rel
+            hits.append(Hit(chunk=ci.chunks[idx], score=rel if strategy.rerank else fused_score, scores=scores, rank=rank))
+        texts = [self._with_neighbours(ci, h.chunk, strategy.neighbors) for h in hits]
+        notes: list[str] = []
+        if strategy.neighbors:
+            sent_scores = self.reranker.sentence_scores(qvec, [t_[0] for t_ in texts])
+        else:
+            sent_scores = [o[3] for o in order]
+        if self.config.retrieval.refine and hits:
+            keep = refine_passage_spans(
+                question, [t_[0] for t_ in texts], sent_scores, strategy.context_budget,
+                self.embedder.tokenizer.count, self.config.retrieval.refine_context_sentences,
+            )
+            bodies = [join_spans(t_[0], k) for t_, k in zip(texts, keep)]
+        else:
+            bodies = [t_[0] for t_ in texts]
+        passages = []
+        for h, (full, cids, s, e), body in zip(hits, texts, bodies):
+            if not body:
+                continue
+            passages.append(Passage(number=len(passages) + 1, text=body, chunk_ids=cids, doc_id=h.chunk.doc_id,
+                                    section=h.chunk.section, start=s, end=e, score=h.score))
+        timings["refine"] = (time.perf_counter() - t) * 1000
+        return RetrievalResult(query=query, hits=tuple(hits), passages=tuple(passages), timings_ms=timings,
+                               notes=tuple(notes))
+
+    def _with_neighbours(self, ci: ChunkerIndex, chunk: Chunk, n: int) -> tuple[str, tuple[str, ...], int, int]:
+        """The chunk's text extended with up to ``n`` adjacent chunks of the same section."""
+        group = [chunk]
+        for step in (-1, 1):
+            for d in range(1, n + 1):
+                j = ci.neighbours.get((chunk.doc_id, chunk.position + step * d))
+                if j is None or ci.chunks[j].section != chunk.section:
+                    break
+                group.append(ci.chunks[j])
+        group.sort(key=lambda c: c.start)
+        text = ""
+        end = None
+        for c in group:
+            if end is None:
+                text = c.text
+            elif c.start >= end:
+                text += "\n\n" + c.text
+            else:
+                text += c.text[end - c.start:]
+            end = c.end if end is None else max(end, c.end)
+        return text, tuple(c.chunk_id for c in group), group[0].start, max(c.end for c in group)
+
+    def close(self) -> None:
+        if self._cache is not None:
+            self._cache.close()
+            self._cache = None
+
+
+def with_scores(hit: Hit, **scores: float) -> Hit:
+    return replace(hit, scores={**hit.scores, **scores})

@@ -1,0 +1,49 @@
+"""Lexical helpers shared by BM25, coverage and faithfulness: content terms, stemmed."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import Stemmer
+
+_TOKEN = re.compile(r"(?u)\b\w\w+\b|\b\d\b")
+
+# A compact English stop list: function words that carry no evidence of content.
+STOP_WORDS = frozenset("""
+a about above after again against all am an and any are as at be because been before being below
+between both but by can could did do does doing down during each few for from further had has have
+having he her here hers herself him himself his how i if in into is it its itself just me more most
+my myself no nor not now of off on once only or other our ours ourselves out over own same she should
+so some such than that the their theirs them themselves then there these they this those through to
+too under until up very was we were what when where which while who whom why will with would you your
+yours yourself yourselves did does said says say tell told one upon also may might must shall us
+""".split())
+
+QUESTION_WORDS = frozenset("what which who whom whose when where why how name names named".split())
+
+
+@lru_cache(maxsize=1)
+def stemmer() -> Stemmer.Stemmer:
+    return Stemmer.Stemmer("english")
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased word tokens (two or more characters, or a single digit)."""
+    return _TOKEN.findall(text.lower())
+
+
+def content_terms(text: str) -> list[str]:
+    """Stemmed words of ``text`` without stop words, in order."""
+    ws = [w for w in words(text) if w not in STOP_WORDS]
+    return stemmer().stemWords(ws) if ws else []
+
+
+def capitalised_terms(text: str) -> set[str]:
+    """Stems of words written with a capital inside the text (likely names)."""
+    out = set()
+    toks = re.findall(r"(?u)\b\w+\b", text)
+    for i, t in enumerate(toks):
+        if i > 0 and t[:1].isupper() and t.lower() not in STOP_WORDS and t.lower() not in QUESTION_WORDS:
+            out.add(stemmer().stemWord(t.lower()))
+    return out

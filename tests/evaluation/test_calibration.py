@@ -1,0 +1,225 @@
+"""The logistic confidence model and its prior-shrunk refit."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from self_improving_rag.evaluation.calibration import (
+    DEFAULT_WEIGHTS,
+    FEATURES,
+    LOGPROB_FLOOR,
+    NEUTRAL_VALUES,
+    confidence,
+    cross_fit,
+    evaluate_fit,
+    fit_weights,
+)
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1 - p))
+
+
+def _synthetic_rows(n: int, seed: int) -> list[dict[str, float]]:
+    rng = np.random.default_rng(seed)
+    return [
+        {
+            "coverage": float(rng.uniform()),
+            "grounding": float(rng.uniform()),
+            "faithfulness": float(rng.uniform()),
+            "redundancy": float(rng.uniform()),
+            "mean_logprob": float(rng.uniform(-2.0, 0.0)),
+            "refusal": float(rng.uniform() < 0.1),
+        }
+        for _ in range(n)
+    ]
+
+
+def _labels_from(rows: list[dict[str, float]], weights: dict[str, float], seed: int) -> list[int]:
+    rng = np.random.default_rng(seed)
+    return [int(rng.uniform() < confidence(r, weights)) for r in rows]
+
+
+# --------------------------------------------------------------------------- the prior
+
+
+def test_default_weights_cover_every_feature() -> None:
+    assert set(DEFAULT_WEIGHTS) == {"bias", *FEATURES}
+    assert set(NEUTRAL_VALUES) == set(FEATURES)
+    for name in ("coverage", "grounding", "faithfulness", "mean_logprob"):
+        assert DEFAULT_WEIGHTS[name] > 0
+    assert -1.0 < DEFAULT_WEIGHTS["redundancy"] < 0
+    assert DEFAULT_WEIGHTS["refusal"] < -2 * abs(DEFAULT_WEIGHTS["redundancy"])
+
+
+def test_all_missing_is_even_odds() -> None:
+    assert confidence({}) == pytest.approx(0.5)
+    assert confidence({f: None for f in FEATURES}) == pytest.approx(0.5)
+    assert confidence({f: NEUTRAL_VALUES[f] for f in FEATURES}) == pytest.approx(0.5)
+
+
+def test_confidence_hand_computed() -> None:
+    strong = {"coverage": 0.9, "grounding": 0.9, "faithfulness": 0.9, "redundancy": 0.2, "mean_logprob": -0.1, "refusal": 0}
+    weak = {"coverage": 0.3, "grounding": 0.3, "faithfulness": 0.3, "redundancy": 0.5, "mean_logprob": -1.5, "refusal": 0}
+    # logit = −1.7 + 1.5·0.9 + 2·0.9 + 2·0.9 − 0.5·0.2 + 1.5·(−0.1) = 3.0
+    assert _logit(confidence(strong)) == pytest.approx(3.0)
+    # logit = −1.7 + 0.45 + 0.6 + 0.6 − 0.25 − 2.25 = −2.55
+    assert _logit(confidence(weak)) == pytest.approx(-2.55)
+    assert _logit(confidence({"refusal": 1.0})) == pytest.approx(-3.0)
+
+
+def test_confidence_directions() -> None:
+    base = {f: NEUTRAL_VALUES[f] for f in FEATURES}
+    c0 = confidence(base)
+    for name in ("coverage", "grounding", "faithfulness"):
+        assert confidence({**base, name: 0.9}) > c0
+    assert confidence({**base, "mean_logprob": -0.1}) > c0 > confidence({**base, "mean_logprob": -1.5})
+    assert confidence({**base, "redundancy": 0.9}) < c0
+    assert confidence({**base, "refusal": 1.0}) < 0.1
+
+
+def test_confidence_input_handling() -> None:
+    # unknown keys are ignored, so a whole Signals.values() dict can be passed
+    assert confidence({"confidence": 0.99, "answer_len": 3}) == pytest.approx(0.5)
+    # very low log-probabilities are clipped at the floor
+    assert confidence({"mean_logprob": -100.0}) == confidence({"mean_logprob": LOGPROB_FLOOR})
+    with pytest.raises(ValueError, match="grounding"):
+        confidence({"grounding": float("nan")})
+    with pytest.raises(ValueError, match="refusal"):
+        confidence({}, {k: v for k, v in DEFAULT_WEIGHTS.items() if k != "refusal"})
+    extreme = {f: 1e6 for f in FEATURES if f != "mean_logprob"}
+    assert 0.0 <= confidence(extreme) <= 1.0
+
+
+@settings(max_examples=50)
+@given(st.fixed_dictionaries({f: st.one_of(st.none(), st.floats(-10, 10)) for f in FEATURES}))
+def test_confidence_in_unit_interval(features) -> None:
+    c = confidence(features)
+    assert 0.0 <= c <= 1.0
+
+
+# --------------------------------------------------------------------------- fitting
+
+
+def test_fit_without_rows_returns_prior() -> None:
+    assert fit_weights([], []) == pytest.approx(DEFAULT_WEIGHTS)
+
+
+def test_few_labels_stay_near_prior() -> None:
+    rows = _synthetic_rows(4, seed=1)
+    fitted = fit_weights(rows, [1, 0, 0, 1], l2=10.0)
+    assert all(abs(fitted[k] - DEFAULT_WEIGHTS[k]) < 0.5 for k in DEFAULT_WEIGHTS)
+
+
+def test_stronger_l2_shrinks_harder() -> None:
+    rows = _synthetic_rows(200, seed=2)
+    labels = _labels_from(rows, {**DEFAULT_WEIGHTS, "coverage": -3.0}, seed=3)
+
+    def dist(w: dict[str, float]) -> float:
+        return math.sqrt(sum((w[k] - DEFAULT_WEIGHTS[k]) ** 2 for k in DEFAULT_WEIGHTS))
+
+    d = [dist(fit_weights(rows, labels, l2=l2)) for l2 in (0.1, 1.0, 10.0, 1000.0)]
+    assert d == sorted(d, reverse=True)
+    assert d[-1] < 0.1
+
+
+def test_fit_recovers_known_direction() -> None:
+    # Ground truth flips two priors: coverage now hurts, redundancy now helps.
+    truth = {**DEFAULT_WEIGHTS, "coverage": -2.0, "redundancy": 3.0}
+    rows = _synthetic_rows(1500, seed=4)
+    labels = _labels_from(rows, truth, seed=5)
+    fitted = fit_weights(rows, labels, l2=1.0)
+    assert fitted["coverage"] < -1.0
+    assert fitted["redundancy"] > 2.0
+    assert fitted["grounding"] > 0.5 and fitted["faithfulness"] > 0.5
+    before = evaluate_fit(rows, labels, DEFAULT_WEIGHTS)
+    after = evaluate_fit(rows, labels, fitted)
+    assert after["auroc"] > before["auroc"] + 0.05
+    assert after["n"] == 1500
+
+
+def test_fit_matches_plain_l2_logistic_regression() -> None:
+    """With a zero prior the objective is ordinary ridge logistic regression."""
+    sklearn_linear = pytest.importorskip("sklearn.linear_model", reason="scikit-learn is not installed")
+    rows = _synthetic_rows(300, seed=6)
+    labels = _labels_from(rows, DEFAULT_WEIGHTS, seed=7)
+    zero = {k: 0.0 for k in DEFAULT_WEIGHTS}
+    ours = fit_weights(rows, labels, l2=2.0, prior=zero)
+    X = np.array([[1.0] + [r[f] for f in FEATURES] for r in rows])
+    ref = sklearn_linear.LogisticRegression(C=1 / 2.0, fit_intercept=False, tol=1e-10, max_iter=10_000).fit(X, labels)
+    assert [ours[k] for k in ("bias", *FEATURES)] == pytest.approx(ref.coef_[0].tolist(), abs=1e-4)
+
+
+def test_fit_is_stationary_point() -> None:
+    rows = _synthetic_rows(100, seed=8)
+    labels = _labels_from(rows, DEFAULT_WEIGHTS, seed=9)
+    l2 = 0.5
+    w = fit_weights(rows, labels, l2=l2)
+    X = np.array([[1.0] + [r[f] for f in FEATURES] for r in rows])
+    wv = np.array([w[k] for k in ("bias", *FEATURES)])
+    w0 = np.array([DEFAULT_WEIGHTS[k] for k in ("bias", *FEATURES)])
+    p = 1 / (1 + np.exp(-(X @ wv)))
+    grad = X.T @ (p - np.array(labels)) + l2 * (wv - w0)
+    assert np.max(np.abs(grad)) < 1e-6
+
+
+def test_fit_separable_data_stays_finite() -> None:
+    rows = [{"grounding": g} for g in (0.0, 0.1, 0.9, 1.0)]
+    fitted = fit_weights(rows, [0, 0, 1, 1], l2=0.01)
+    assert all(math.isfinite(v) for v in fitted.values())
+
+
+def test_fit_rejects_bad_arguments() -> None:
+    rows = _synthetic_rows(3, seed=10)
+    with pytest.raises(ValueError, match="items"):
+        fit_weights(rows, [1, 0])
+    with pytest.raises(ValueError, match="labels"):
+        fit_weights(rows, [1, 0, 2])
+    with pytest.raises(ValueError, match="l2"):
+        fit_weights(rows, [1, 0, 1], l2=0.0)
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def test_evaluate_fit_undefined_values() -> None:
+    out = evaluate_fit([{"grounding": 0.9}, {"grounding": 0.8}], [1, 1])
+    assert out["auroc"] is None and "one class" in out["notes"]["auroc"]
+    assert out["ece"] is not None and out["n"] == 2
+    empty = evaluate_fit([], [])
+    assert empty["auroc"] is None and empty["ece"] is None and empty["n"] == 0
+
+
+def test_cross_fit_improves_ece_on_miscalibrated_data() -> None:
+    # Outcomes follow the default ranking but at much lower odds: the defaults are
+    # overconfident by 2.5 logits, which the refit bias should absorb.
+    truth = {**DEFAULT_WEIGHTS, "bias": DEFAULT_WEIGHTS["bias"] - 2.5}
+    rows = _synthetic_rows(2000, seed=11)
+    labels = _labels_from(rows, truth, seed=12)
+    out = cross_fit(rows, labels, seed=0)
+    assert out["n_train"] + out["n_test"] == 2000
+    assert abs(out["n_train"] - out["n_test"]) <= 2
+    assert out["before"]["ece"] > 0.15
+    assert out["after"]["ece"] < 0.05
+    assert out["after"]["ece"] < out["before"]["ece"]
+    assert out["after"]["brier"] < out["before"]["brier"]
+    # Ranking was already right, so AUROC should not get materially worse.
+    assert out["after"]["auroc"] > out["before"]["auroc"] - 0.02
+    assert out["weights"]["bias"] < DEFAULT_WEIGHTS["bias"] - 1.5
+
+
+def test_cross_fit_is_seeded_and_stratified() -> None:
+    rows = _synthetic_rows(40, seed=13)
+    labels = [1] * 10 + [0] * 30
+    a = cross_fit(rows, labels, seed=3)
+    b = cross_fit(rows, labels, seed=3)
+    assert a == b
+    # stratified halves: 5 positives and 15 negatives held out
+    assert a["n_test"] == 20 and a["before"]["auroc"] is not None
+    with pytest.raises(ValueError, match="at least 2"):
+        cross_fit(rows[:1], labels[:1])

@@ -1,0 +1,230 @@
+"""QA readers: the shared evaluation sets, small synthetic files, and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from self_improving_rag.errors import InputError
+from self_improving_rag.evaluation.datasets import QAItem, load_qa, squad_contexts
+from self_improving_rag.evaluation.metrics import evidence_hit
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
+QA_DIR = SHARED / "data" / "qa"
+CORPORA = SHARED / "data" / "corpora"
+
+needs_shared = pytest.mark.skipif(
+    not QA_DIR.is_dir(), reason=f"shared evaluation data not found at {QA_DIR} (sibling folder 'shared' of the repo)"
+)
+
+
+# --------------------------------------------------------------------------- shared sets
+
+
+@needs_shared
+def test_sherlock_dev() -> None:
+    items = load_qa(QA_DIR / "sherlock_dev.jsonl")
+    assert len(items) == 45
+    assert len({i.id for i in items}) == 45
+    unanswerable = [i for i in items if not i.answerable]
+    assert len(unanswerable) == 8
+    assert all(i.answers == () and i.evidence == () for i in unanswerable)
+    answerable = [i for i in items if i.answerable]
+    assert all(i.answers and i.book and i.evidence for i in answerable)
+    assert all(i.context is None for i in items)
+    first = items[0]
+    assert first.id == "d001" and first.book == "pg244"
+    assert {"type", "difficulty"} <= set(first.meta)
+    assert first.meta["source_format"] == "jsonl"
+
+
+@needs_shared
+def test_sherlock_evidence_is_verbatim_in_books() -> None:
+    """Each evidence quote is a whitespace-normalised substring of one of its books."""
+    if not (CORPORA / "sherlock").is_dir():
+        pytest.skip(f"Sherlock corpus not found at {CORPORA / 'sherlock'}")
+    texts: dict[str, str] = {}
+    for f in (CORPORA / "sherlock").glob("pg*_*.txt"):
+        texts[f.name.split("_", 1)[0]] = f.read_text(encoding="utf-8-sig")
+    checked = 0
+    for item in load_qa(QA_DIR / "sherlock_dev.jsonl"):
+        books = item.meta.get("books") or [item.book]
+        for quote in item.evidence:
+            assert any(evidence_hit(texts[b], quote) for b in books), (item.id, quote[:60])
+            checked += 1
+    assert checked > 40
+
+
+@needs_shared
+def test_literaryqa_dev() -> None:
+    items = load_qa(QA_DIR / "literaryqa_dev.jsonl")
+    assert len(items) == 86
+    assert all(i.answerable and i.answers for i in items)
+    books = {i.book for i in items}
+    assert books == {
+        "pg35_the_time_machine.txt",
+        "pg174_the_picture_of_dorian_gray.txt",
+        "pg863_the_mysterious_affair_at_styles.txt",
+    }
+    # duplicated reference answers collapse, keeping order
+    assert all(len(set(i.answers)) == len(i.answers) for i in items)
+    assert items[0].answers == ("Richmond, Surrey",)
+
+
+@needs_shared
+def test_squad2_normans() -> None:
+    path = QA_DIR / "squad2_dev_normans.json"
+    items = load_qa(path)
+    assert len(items) == 208
+    unanswerable = [i for i in items if not i.answerable]
+    assert len(unanswerable) == 112
+    assert all(i.answers == () for i in unanswerable)
+    first = items[0]
+    assert first.answers == ("France",)  # four identical annotations deduplicated
+    assert first.book == "normans_p00" and first.meta["doc_id"] == "normans_p00"
+    assert first.context is not None and "France" in first.context
+    for item in items:
+        if item.answerable:
+            assert all(a in item.context for a in item.answers)
+    contexts = squad_contexts(path)
+    assert len(contexts) == 39
+    assert contexts[0][0] == "normans_p00" and contexts[-1][0] == "normans_p38"
+    by_id = dict(contexts)
+    assert all(by_id[i.book] == i.context for i in items)
+
+
+# --------------------------------------------------------------------------- synthetic files
+
+
+def _write_jsonl(path: Path, rows: list[object]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_jsonl_roundtrip_and_meta(tmp_path: Path) -> None:
+    path = _write_jsonl(
+        tmp_path / "qa.jsonl",
+        [
+            {"id": "a", "question": "Q1?", "answers": ["x", "y", "x"], "answerable": True, "book": "b1",
+             "evidence": ["quote"], "type": "who"},
+            {"id": "b", "question": "Q2?", "answers": [], "answerable": False, "book": None},
+            {"id": "c", "question": "Q3?", "answers": ["z"]},  # answerable inferred from answers
+        ],
+    )
+    items = load_qa(path)
+    assert items[0] == QAItem("a", "Q1?", ("x", "y"), True, ("quote",), "b1")
+    assert items[0].meta == {"type": "who", "source_format": "jsonl"}
+    assert not items[1].answerable and items[1].book is None
+    assert items[2].answerable
+
+
+def test_blank_lines_are_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "qa.jsonl"
+    path.write_text('\n{"id": "a", "question": "Q?", "answers": ["x"], "answerable": true}\n\n', encoding="utf-8")
+    assert [i.id for i in load_qa(path)] == ["a"]
+
+
+def test_json_array_of_items(tmp_path: Path) -> None:
+    path = tmp_path / "qa.json"
+    path.write_text(json.dumps([{"id": "a", "question": "Q?", "answers": ["x"], "answerable": True}]), encoding="utf-8")
+    assert load_qa(path)[0].answers == ("x",)
+
+
+def test_squad_minimal(tmp_path: Path) -> None:
+    doc = {
+        "version": "v2.0",
+        "data": [
+            {
+                "title": "Tiny Article",
+                "paragraphs": [
+                    {"context": "Rollo led the Norse.", "qas": [
+                        {"id": "q1", "question": "Who led?", "is_impossible": False,
+                         "answers": [{"text": "Rollo", "answer_start": 0}, {"text": "Rollo", "answer_start": 0}]},
+                        {"id": "q2", "question": "Who followed?", "is_impossible": True, "answers": [],
+                         "plausible_answers": [{"text": "Norse", "answer_start": 14}]},
+                    ]},
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "squad.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    q1, q2 = load_qa(path)
+    assert q1.answers == ("Rollo",) and q1.book == "tiny_article_p00" and q1.context == "Rollo led the Norse."
+    assert not q2.answerable and q2.meta["plausible_answers"] == ["Norse"]
+    assert squad_contexts(path) == [("tiny_article_p00", "Rollo led the Norse.")]
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no such file"):
+        load_qa(tmp_path / "nope.jsonl")
+
+
+def test_malformed_jsonl_names_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(
+        '{"id": "a", "question": "Q?", "answers": ["x"], "answerable": true}\n'
+        '{"id": "b", "question": "Q?", "answers": ["x"], "answerable": true}\n'
+        '{"id": "c", "question": \n',
+        encoding="utf-8",
+    )
+    with pytest.raises(InputError) as info:
+        load_qa(path)
+    message = str(info.value)
+    assert str(path) in message and "line 3" in message and "malformed JSON" in message
+    assert "\n" not in message
+
+
+def test_malformed_json_names_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text('{"version": "v2.0",\n "data": [\n  {"title": }\n]}', encoding="utf-8")
+    with pytest.raises(InputError, match="line 3: malformed JSON"):
+        load_qa(path)
+
+
+@pytest.mark.parametrize(
+    ("row", "pattern"),
+    [
+        ({"question": "Q?", "answers": ["x"]}, "missing required field 'id'"),
+        ({"id": "a", "answers": ["x"]}, "missing required field 'question'"),
+        ({"id": "a", "question": "Q?"}, "missing required field 'answers'"),
+        ({"id": "a", "question": "Q?", "answers": "x"}, "'answers' must be a list"),
+        ({"id": "a", "question": "Q?", "answers": [], "answerable": True}, "no answers"),
+        ({"id": "a", "question": "Q?", "answers": ["x"], "answerable": False}, "unanswerable item lists answers"),
+        ({"id": "a", "question": "Q?", "answers": ["x"], "answerable": "yes"}, "true or false"),
+    ],
+)
+def test_bad_fields(tmp_path: Path, row: dict, pattern: str) -> None:
+    good = {"id": "ok", "question": "Q?", "answers": ["x"], "answerable": True}
+    path = _write_jsonl(tmp_path / "bad.jsonl", [good, row])
+    with pytest.raises(InputError, match=pattern) as info:
+        load_qa(path)
+    assert "line 2" in str(info.value)
+
+
+def test_duplicate_ids(tmp_path: Path) -> None:
+    row = {"id": "a", "question": "Q?", "answers": ["x"], "answerable": True}
+    with pytest.raises(InputError, match="duplicate id 'a'"):
+        load_qa(_write_jsonl(tmp_path / "dup.jsonl", [row, row]))
+
+
+def test_empty_and_non_utf8(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("  \n", encoding="utf-8")
+    with pytest.raises(InputError, match="empty"):
+        load_qa(empty)
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes('{"id": "a", "question": "caf\xe9?", "answers": ["x"]}\n'.encode("latin-1"))
+    with pytest.raises(InputError, match="UTF-8"):
+        load_qa(latin)
+
+
+def test_squad_contexts_rejects_jsonl(tmp_path: Path) -> None:
+    path = _write_jsonl(tmp_path / "qa.jsonl", [{"id": "a", "question": "Q?", "answers": ["x"]}] * 2)
+    with pytest.raises(InputError, match="not a SQuAD 2.0 file"):
+        squad_contexts(path)

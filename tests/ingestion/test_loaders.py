@@ -1,0 +1,398 @@
+"""Loaders: encodings, Project Gutenberg cleanup, markdown, HTML, PDF and every error case."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from self_improving_rag.errors import IngestionError
+from self_improving_rag.ingestion.loaders import (
+    SUPPORTED_SUFFIXES,
+    iter_source_files,
+    load_document,
+)
+
+FRENCH = (
+    "Le café était plein. Nous avons mangé une crème brûlée près de la fenêtre, à côté"
+    " du garçon qui lisait son journal. Où est la gare ? Déjà vu, dit l'élève naïve.\n\n"
+)
+
+
+def _write(folder: Path, name: str, data: bytes | str) -> Path:
+    path = folder / name
+    path.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+    return path
+
+
+def _pdf_string(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
+
+
+def _pdf_bytes(pages: list[list[str]], title: str | None = None) -> bytes:
+    """A minimal valid PDF: one Helvetica text line per entry, correct xref offsets."""
+    page_ids = [4 + 2 * index for index in range(len(pages))]
+    objects: dict[int, bytes] = {
+        1: b"<< /Type /Catalog /Pages 2 0 R >>",
+        2: f"<< /Type /Pages /Kids [{' '.join(f'{p} 0 R' for p in page_ids)}]"
+        f" /Count {len(pages)} >>".encode(),
+        3: b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    }
+    for page_id, lines in zip(page_ids, pages):
+        operators = ["BT", "/F1 12 Tf", "16 TL", "72 720 Td"]
+        operators += [f"({_pdf_string(line)}) Tj T*" for line in lines]
+        stream = "\n".join([*operators, "ET"]).encode("latin-1")
+        objects[page_id] = (
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792]"
+            f" /Resources << /Font << /F1 3 0 R >> >> /Contents {page_id + 1} 0 R >>"
+        ).encode()
+        objects[page_id + 1] = (
+            b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream"
+        )
+    trailer_extra = ""
+    if title is not None:
+        info_id = max(objects) + 1
+        objects[info_id] = f"<< /Title ({_pdf_string(title)}) >>".encode("latin-1")
+        trailer_extra = f" /Info {info_id} 0 R"
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = {}
+    for object_id in sorted(objects):
+        offsets[object_id] = len(out)
+        out += f"{object_id} 0 obj\n".encode() + objects[object_id] + b"\nendobj\n"
+    xref_at = len(out)
+    size = max(objects) + 1
+    out += f"xref\n0 {size}\n0000000000 65535 f \n".encode()
+    for object_id in range(1, size):
+        out += f"{offsets[object_id]:010d} 00000 n \n".encode()
+    out += f"trailer\n<< /Size {size} /Root 1 0 R{trailer_extra} >>\n".encode()
+    out += f"startxref\n{xref_at}\n%%EOF\n".encode()
+    return bytes(out)
+
+
+def _error(path: Path, **kwargs: int) -> str:
+    """Load a bad file and return its message, checking it is one line naming the file."""
+    with pytest.raises(IngestionError) as caught:
+        load_document(path, **kwargs)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert path.name in message
+    return message
+
+
+# ---------------------------------------------------------------- plain text and encodings
+
+
+def test_utf8_with_bom(tmp_path: Path) -> None:
+    raw = b"\xef\xbb\xbfHello world.\n\nSecond paragraph.\n"
+    doc = load_document(_write(tmp_path, "My Notes.txt", raw))
+    assert doc.text == "Hello world.\n\nSecond paragraph."
+    assert doc.encoding == "utf-8"
+    assert doc.meta["bom"] is True
+    assert doc.meta["encoding_detected"] is False
+    assert doc.meta["format"] == "text"
+    assert doc.doc_id == "my_notes"
+    assert doc.title == "My Notes"
+    assert doc.path == str((tmp_path / "My Notes.txt").absolute())
+    assert doc.sha256 == hashlib.sha256(raw).hexdigest()
+
+
+def test_crlf_and_trailing_spaces_are_normalised(tmp_path: Path) -> None:
+    raw = b"line one   \r\nline two\r\n\r\n\r\n\r\n\r\n\r\nnext paragraph\rlast\r\n"
+    doc = load_document(_write(tmp_path, "crlf.txt", raw))
+    assert "\r" not in doc.text
+    assert doc.text == "line one\nline two\n\n\nnext paragraph\nlast"
+
+
+def test_latin1_file_is_detected_and_reported(tmp_path: Path) -> None:
+    doc = load_document(_write(tmp_path, "french.txt", (FRENCH * 4).encode("latin-1")))
+    assert doc.encoding in {"cp1252", "latin_1", "iso8859_15"}
+    assert doc.meta["encoding_detected"] is True
+    assert "café était plein" in doc.text
+    assert "garçon" in doc.text
+
+
+def test_utf16_with_bom_is_decoded(tmp_path: Path) -> None:
+    doc = load_document(_write(tmp_path, "wide.txt", "Wide text, café.\n".encode("utf-16")))
+    assert doc.text == "Wide text, café."
+    assert doc.encoding == "utf-16"
+
+
+# ---------------------------------------------------------------- Project Gutenberg
+
+
+def _gutenberg_book(start: str, end: str) -> str:
+    return "\r\n".join(
+        [
+            "The Project Gutenberg EBook of A Made Up Tale, by Jane Example",
+            "",
+            "Title: A Made Up Tale",
+            "       or The Second Line",
+            "",
+            "Author: Jane Example",
+            "",
+            start,
+            "",
+            "Produced by a volunteer",
+            "",
+            "CHAPTER I. THE BEGINNING.",
+            "",
+            "It was a dark night and the tale began " * 10,
+            "",
+            "CHAPTER II. THE END.",
+            "",
+            "And then the tale was over, as all tales are " * 10,
+            "",
+            "End of the Project Gutenberg EBook of A Made Up Tale, by Jane Example",
+            "",
+            end,
+            "",
+            "***** This file should be named 99999.txt *****",
+            "Licence text that must not be indexed.",
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [
+        (
+            "*** START OF THIS PROJECT GUTENBERG EBOOK A MADE UP TALE ***",
+            "*** END OF THIS PROJECT GUTENBERG EBOOK A MADE UP TALE ***",
+        ),
+        (
+            "***START OF THE PROJECT GUTENBERG EBOOK A MADE UP TALE***",
+            "***END OF THE PROJECT GUTENBERG EBOOK A MADE UP TALE***",
+        ),
+        (
+            "*** start of the project gutenberg e-book ***",
+            "*** end of the project gutenberg e-book ***",
+        ),
+    ],
+)
+def test_gutenberg_header_and_footer_are_stripped(tmp_path: Path, start: str, end: str) -> None:
+    doc = load_document(_write(tmp_path, "pg99999.txt", "\ufeff" + _gutenberg_book(start, end)))
+    assert doc.title == "A Made Up Tale"
+    assert doc.author == "Jane Example"
+    assert doc.meta["gutenberg"] is True
+    assert doc.text.startswith("Produced by a volunteer")
+    assert doc.text.endswith("as all tales are")
+    assert "Gutenberg" not in doc.text
+    assert "Licence" not in doc.text
+    assert "\r" not in doc.text
+    assert [s.title for s in doc.sections] == ["Chapter I: The Beginning", "Chapter II: The End"]
+
+
+def test_gutenberg_book_with_empty_body_is_an_error(tmp_path: Path) -> None:
+    text = (
+        "Title: Nothing\n*** START OF THE PROJECT GUTENBERG EBOOK X ***\n\n"
+        "*** END OF THE PROJECT GUTENBERG EBOOK X ***\n"
+    )
+    message = _error(_write(tmp_path, "hollow.txt", text))
+    assert "Gutenberg" in message
+
+
+# ---------------------------------------------------------------- markdown and HTML
+
+
+def test_markdown_title_and_sections(tmp_path: Path) -> None:
+    text = (
+        "# Field Guide\n\nIntro.\n\n## Birds\n\nText.\n\n```python\n# not a heading\n```\n\n"
+        "### Owls\n\nHoot.\n\n## Fish\n\nBlub.\n"
+    )
+    doc = load_document(_write(tmp_path, "guide.md", text))
+    assert doc.title == "Field Guide"
+    assert doc.meta["format"] == "markdown"
+    assert [s.path for s in doc.sections] == [("Birds",), ("Birds", "Owls"), ("Fish",)]
+
+
+def test_markdown_without_heading_uses_the_stem(tmp_path: Path) -> None:
+    doc = load_document(_write(tmp_path, "plain.markdown", "Just *some* text.\n"))
+    assert doc.title == "plain"
+    assert doc.sections == ()
+
+
+HTML_PAGE = """<!DOCTYPE html>
+<html><head><title>Pond Life</title><style>body { color: red; }</style>
+<script>var secret = "do not index";</script></head>
+<body>
+<h1>Pond Life</h1>
+<p>Ponds are   small
+   bodies of water.</p>
+<h2>Frogs <em>and</em> Toads</h2>
+<p>Frogs jump.<br>Toads walk.</p>
+<p># hashtag paragraph</p>
+<ul><li>green frog</li><li>cane toad</li></ul>
+<h3>Tadpoles</h3>
+<pre># code comment
+x = 1</pre>
+<noscript>enable javascript</noscript>
+</body></html>
+"""
+
+
+def test_html_headings_kept_and_scripts_dropped(tmp_path: Path) -> None:
+    doc = load_document(_write(tmp_path, "pond.html", HTML_PAGE))
+    assert doc.title == "Pond Life"
+    assert doc.meta["format"] == "html"
+    assert "## Frogs and Toads" in doc.text.split("\n")
+    assert "Ponds are small bodies of water." in doc.text
+    assert "Frogs jump.\nToads walk." in doc.text
+    assert "- green frog" in doc.text
+    for hidden in ("secret", "color: red", "enable javascript"):
+        assert hidden not in doc.text
+    # The page's own h1 is its title; code and "#" paragraphs are not headings.
+    assert [s.path for s in doc.sections] == [
+        ("Frogs and Toads",),
+        ("Frogs and Toads", "Tadpoles"),
+    ]
+    assert "x = 1" in doc.text
+
+
+def test_html_title_falls_back_to_first_h1(tmp_path: Path) -> None:
+    page = "<body><h1>Only Heading</h1><p>Body.</p></body>"
+    doc = load_document(_write(tmp_path, "page.htm", page))
+    assert doc.title == "Only Heading"
+    assert doc.text == "# Only Heading\n\nBody."
+
+
+def test_html_without_visible_text_is_an_error(tmp_path: Path) -> None:
+    page = "<html><head><script>x()</script></head><body> </body></html>"
+    _error(_write(tmp_path, "blank.html", page))
+
+
+# ---------------------------------------------------------------- PDF
+
+
+def test_pdf_text_and_metadata_title(tmp_path: Path) -> None:
+    pages = [["CHAPTER 1", "", "First page text."], ["Second page text."]]
+    pdf = _pdf_bytes(pages, title="A Tiny PDF")
+    doc = load_document(_write(tmp_path, "tiny.pdf", pdf))
+    assert doc.title == "A Tiny PDF"
+    assert doc.meta["format"] == "pdf"
+    assert doc.meta["pages"] == 2
+    assert "First page text." in doc.text
+    assert "\n\nSecond page text." in doc.text
+    assert doc.text.index("First page") < doc.text.index("Second page")
+    assert [s.title for s in doc.sections] == ["Chapter 1"]
+
+
+def test_pdf_without_title_uses_the_stem(tmp_path: Path) -> None:
+    doc = load_document(_write(tmp_path, "untitled.pdf", _pdf_bytes([["Some words."]])))
+    assert doc.title == "untitled"
+
+
+def test_pdf_without_text_is_an_error(tmp_path: Path) -> None:
+    message = _error(_write(tmp_path, "scan.pdf", _pdf_bytes([[]])))
+    assert "no extractable text" in message
+
+
+def test_corrupt_pdf_is_an_error(tmp_path: Path) -> None:
+    _error(_write(tmp_path, "broken.pdf", b"%PDF-1.4\nthis is not really a pdf\n"))
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    assert "not found" in _error(tmp_path / "absent.txt")
+
+
+def test_folder_given_as_file(tmp_path: Path) -> None:
+    folder = tmp_path / "notes.txt"
+    folder.mkdir()
+    assert "folder" in _error(folder)
+
+
+def test_unsupported_suffix(tmp_path: Path) -> None:
+    message = _error(_write(tmp_path, "report.docx", "text"))
+    assert ".docx" in message and ".txt" in message
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    assert "empty" in _error(_write(tmp_path, "empty.txt", b""))
+
+
+def test_whitespace_only_file(tmp_path: Path) -> None:
+    assert "whitespace" in _error(_write(tmp_path, "spaces.md", " \n\t\r\n  \n"))
+
+
+def test_binary_file_with_nul_bytes(tmp_path: Path) -> None:
+    assert "binary" in _error(_write(tmp_path, "image.txt", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"))
+
+
+def test_binary_file_of_control_bytes(tmp_path: Path) -> None:
+    assert "binary" in _error(_write(tmp_path, "blob.txt", bytes(range(1, 32)) * 20))
+
+
+def test_undecodable_bytes(tmp_path: Path) -> None:
+    message = _error(_write(tmp_path, "mojibake.txt", bytes(range(128, 256)) * 3))
+    assert "UTF-8" in message
+
+
+def test_file_larger_than_limit(tmp_path: Path) -> None:
+    message = _error(_write(tmp_path, "big.txt", "x" * 101), max_bytes=100)
+    assert "larger than" in message
+
+
+def test_file_at_limit_is_accepted(tmp_path: Path) -> None:
+    assert load_document(_write(tmp_path, "fits.txt", "x" * 100), max_bytes=100).text == "x" * 100
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can read files whatever their permissions")
+def test_unreadable_file(tmp_path: Path) -> None:
+    path = _write(tmp_path, "secret.txt", "hidden")
+    path.chmod(0)
+    try:
+        assert "permission" in _error(path)
+    finally:
+        path.chmod(0o644)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5])
+def test_bad_max_bytes(tmp_path: Path, bad: object) -> None:
+    with pytest.raises(ValueError, match="max_bytes"):
+        load_document(_write(tmp_path, "a.txt", "a"), max_bytes=bad)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- iter_source_files
+
+
+def test_iter_source_files_expands_folders(tmp_path: Path) -> None:
+    root = tmp_path / "corpus"
+    (root / "b_sub" / "deeper").mkdir(parents=True)
+    (root / ".hidden_dir").mkdir()
+    for name in ("a.txt", "c.MD", "b_sub/page.html", "b_sub/deeper/z.pdf", "b_sub/deeper/y.htm"):
+        _write(root, name, "x")
+    ignored = ("notes.docx", "b_sub/data.csv", ".hidden.txt", ".hidden_dir/in.txt", "b_sub/noext")
+    for name in ignored:
+        _write(root, name, "x")
+    files, problems = iter_source_files([root])
+    assert [f.relative_to(root.absolute()).as_posix() for f in files] == [
+        "a.txt",
+        "b_sub/deeper/y.htm",
+        "b_sub/deeper/z.pdf",
+        "b_sub/page.html",
+        "c.MD",
+    ]
+    supported = ", ".join(SUPPORTED_SUFFIXES)
+    assert problems == [
+        f"skipped 3 files with unsupported types in {root} (supported: {supported})"
+    ]
+
+
+def test_iter_source_files_reports_explicit_problems(tmp_path: Path) -> None:
+    good = _write(tmp_path, "good.txt", "x")
+    bad = _write(tmp_path, "sheet.xlsx", "x")
+    missing = tmp_path / "nowhere"
+    files, problems = iter_source_files([good, bad, missing, good])
+    assert files == [good.absolute()]
+    assert len(problems) == 2
+    assert "sheet.xlsx" in problems[0] and "unsupported" in problems[0]
+    assert "nowhere" in problems[1] and "no such file" in problems[1]
+    assert all("\n" not in p for p in problems)
+
+
+def test_iter_source_files_empty_folder(tmp_path: Path) -> None:
+    assert iter_source_files([tmp_path]) == ([], [])

@@ -1,0 +1,172 @@
+"""Schema migrations: a blank database, an upgrade from the oldest schema, and bad files."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+from sqlite_utils import Database
+
+_HERE = Path(__file__).resolve().parent
+for _p in (str(_HERE), str(_HERE.parents[1])):
+    if _p not in sys.path:
+        sys.path.append(_p)
+
+from memory_testkit import STRATEGY_A, make_answer  # noqa: E402
+
+from self_improving_rag.errors import MemoryStoreError  # noqa: E402
+from self_improving_rag.memory import MemoryStore  # noqa: E402
+from self_improving_rag.memory.migrations import MIGRATION_SET, MIGRATIONS, migration_names  # noqa: E402
+from self_improving_rag.memory.store import question_id  # noqa: E402
+
+OLDEST_STOP = "m002_add_outcome_run_columns"
+
+
+def columns(db: Database | sqlite3.Connection, table: str) -> set[str]:
+    conn = db.conn if isinstance(db, Database) else db
+    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+
+
+def applied(path: Path) -> list[str]:
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute(
+            "SELECT name FROM _sqlite_migrations WHERE migration_set = ? ORDER BY rowid", (MIGRATION_SET,)
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+def test_migrations_are_named_in_order() -> None:
+    names = migration_names()
+    assert names[0] == "m001_create_tables"
+    assert OLDEST_STOP in names
+    assert len(names) == len(set(names)) >= 2
+    for i, name in enumerate(names, start=1):
+        assert re.fullmatch(rf"m{i:03d}_[a-z0-9_]+", name), name
+
+
+def test_blank_database_gets_every_migration_and_table(tmp_path: Path) -> None:
+    path = tmp_path / "sirag.db"
+    with MemoryStore(path) as s:
+        tables = set(s.db.table_names())
+        assert {"questions", "outcomes", "attempts", "feedback", "calibration_fits", "outcomes_fts"} <= tables
+        assert {"run_id", "item_id", "features_json", "question", "answer", "success"} <= columns(s.db, "outcomes")
+        assert {"strategy_key", "strategy_json", "repair", "failure", "signals_json", "mean_logprob",
+                "timings_json", "total_ms", "created_at"} <= columns(s.db, "attempts")
+        assert "metrics_json" in columns(s.db, "calibration_fits")
+        triggers = {t.name for t in s.db["outcomes"].triggers}
+        assert {"outcomes_ai", "outcomes_ad", "outcomes_au"} <= triggers
+        indexes = {i.name: i for i in s.db["outcomes"].indexes}
+        assert indexes["idx_outcomes_run_item"].unique
+    assert applied(path) == migration_names()
+
+
+def test_reopening_applies_nothing_twice(tmp_path: Path) -> None:
+    path = tmp_path / "sirag.db"
+    with MemoryStore(path) as s:
+        s.record(make_answer())
+    with MemoryStore(path) as s:
+        assert s.stats()["outcomes"] == 1
+    assert applied(path) == migration_names()
+
+
+def test_upgrade_from_the_oldest_schema_keeps_rows(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    # Build the first release's schema with the real migration runner, then write to it
+    # the way that release did.
+    with Database(path) as old:
+        MIGRATIONS.apply(old, stop_before=OLDEST_STOP)
+        assert "run_id" not in columns(old, "outcomes")
+        qid = question_id("Who wrote the letter?")
+        with old.conn:
+            old.execute("INSERT INTO questions VALUES (?, ?, 'who', '2025-01-01T00:00:00+00:00')",
+                        [qid, "Who wrote the letter?"])
+            old.execute(
+                "INSERT INTO outcomes (id, question_id, question, answer, refused, confidence, query_class, "
+                "chosen_attempt, n_attempts, first_strategy_key, final_strategy_key, success, total_ms, created_at) "
+                "VALUES ('0ld0ut0ome000000000000000000000a', ?, 'Who wrote the letter?', 'Laura Lyons [2]', 0, 0.8, "
+                "'who', 1, 1, ?, ?, 1, 120.0, '2025-01-01T00:00:00+00:00')",
+                [qid, STRATEGY_A.key, STRATEGY_A.key],
+            )
+            old.execute(
+                "INSERT INTO attempts (outcome_id, number, strategy_key, strategy_json, failure, signals_json, "
+                "confidence, refusal, created_at) VALUES ('0ld0ut0ome000000000000000000000a', 1, ?, '{}', 'NONE', "
+                "'{}', 0.8, 0, '2025-01-01T00:00:00+00:00')",
+                [STRATEGY_A.key],
+            )
+    assert applied(path) == ["m001_create_tables"]
+
+    with MemoryStore(path) as s:
+        assert applied(path) == migration_names()
+        assert {"run_id", "item_id", "features_json"} <= columns(s.db, "outcomes")
+        assert "metrics_json" in columns(s.db, "calibration_fits")
+        old_row = s.show("0ld0ut0ome")
+        assert old_row["answer"] == "Laura Lyons [2]" and old_row["run_id"] is None and old_row["features"] is None
+        assert s.search("letter")[0]["id"] == old_row["id"]
+        assert s.strategy_counts("who") == {STRATEGY_A.key: (1, 0)}
+        # The new columns work: idempotent batch items.
+        new = s.record(make_answer("Who wrote the letter?"), run_id="r", item_id="1")
+        assert s.record(make_answer("Who wrote the letter?"), run_id="r", item_id="1") == new
+        assert s.stats()["outcomes"] == 2 and s.stats()["questions"] == 1
+        s.save_calibration({"coverage": 1.0}, 1, {"brier": 0.1})
+        assert s.latest_calibration()["metrics"]["brier"] == 0.1
+
+
+def test_older_schema_opened_read_only_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with Database(path) as old:
+        MIGRATIONS.apply(old, stop_before=OLDEST_STOP)
+    with pytest.raises(MemoryStoreError, match="older schema"):
+        MemoryStore(path, read_only=True)
+    assert applied(path) == ["m001_create_tables"]
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "sirag.db"
+    MemoryStore(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "INSERT INTO _sqlite_migrations (migration_set, name, applied_at) VALUES (?, ?, ?)",
+            (MIGRATION_SET, "m999_from_the_future", "2099-01-01 00:00:00+00:00"),
+        )
+    for read_only in (False, True):
+        with pytest.raises(MemoryStoreError) as info:
+            MemoryStore(path, read_only=read_only)
+        message = str(info.value)
+        assert "newer version of sirag" in message and "--memory" in message and str(path) in message
+        assert "\n" not in message
+
+
+def test_other_migration_sets_are_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "sirag.db"
+    MemoryStore(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO _sqlite_migrations (migration_set, name, applied_at) VALUES ('plugin', 'p1', 'x')")
+    with MemoryStore(path) as s:
+        assert s.stats()["outcomes"] == 0
+
+
+@pytest.mark.parametrize("content", [b"this is not a database at all " * 200, b"SQLite format 3\x00" + b"\xff" * 4000])
+def test_corrupt_file_is_a_clear_error_and_left_alone(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "sirag.db"
+    path.write_bytes(content)
+    for read_only in (False, True):
+        with pytest.raises(MemoryStoreError) as info:
+            MemoryStore(path, read_only=read_only)
+        message = str(info.value)
+        assert str(path) in message and "not a SQLite database" in message and "--memory" in message
+    assert path.read_bytes() == content
+
+
+def test_foreign_database_with_clashing_tables(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE outcomes (x)")
+    with pytest.raises(MemoryStoreError, match="did not create"):
+        MemoryStore(path)
+    # The failed migration left no half-made schema behind.
+    with sqlite3.connect(path) as conn:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "questions" not in names

@@ -1,0 +1,99 @@
+"""The HTML report: self-contained, with charts, and sensible on an empty store."""
+
+from __future__ import annotations
+
+import re
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+_HERE = Path(__file__).resolve().parent
+for _p in (str(_HERE), str(_HERE.parents[1])):
+    if _p not in sys.path:
+        sys.path.append(_p)
+
+from memory_testkit import make_answer, repaired_answer  # noqa: E402
+
+from self_improving_rag.memory import MemoryStore  # noqa: E402
+from self_improving_rag.memory.report import write_html_report  # noqa: E402
+
+PNG = "data:image/png;base64,"
+
+
+class _Collector(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+def parse(page: str) -> list[tuple[str, dict[str, str | None]]]:
+    collector = _Collector()
+    collector.feed(page)
+    return collector.tags
+
+
+def assert_self_contained(page: str) -> None:
+    for tag, attrs in parse(page):
+        for attr in ("src", "href"):
+            value = attrs.get(attr)
+            assert value is None or value.startswith("data:"), (tag, value)
+    assert "<script" not in page
+
+
+def test_empty_store_report_says_no_data(tmp_path: Path) -> None:
+    with MemoryStore(tmp_path / "sirag.db") as store:
+        out = write_html_report(store, tmp_path / "reports" / "memory.html")
+    assert out == tmp_path / "reports" / "memory.html"
+    page = out.read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>")
+    assert page.count("No data yet") >= 5
+    assert PNG not in page
+    assert_self_contained(page)
+
+
+def test_report_with_data_embeds_every_chart(tmp_path: Path) -> None:
+    with MemoryStore(tmp_path / "sirag.db") as store:
+        for i in range(12):
+            store.record(repaired_answer(f"who {i}", query_class="who"))
+            store.record(make_answer(f"where <b>{i}</b>", query_class="where", confidence=0.1 + i / 15))
+        store.record(make_answer("why?", refused=True, confidence=0.05, query_class="why"))
+        store.save_calibration({"coverage": 0.7, "bias": -0.1}, 24, {"auroc_after": 0.8})
+        out = write_html_report(store, tmp_path / "memory.html")
+    page = out.read_text(encoding="utf-8")
+    images = [attrs for tag, attrs in parse(page) if tag == "img"]
+    assert len(images) == 5
+    assert all((a.get("src") or "").startswith(PNG) for a in images)
+    assert {a.get("alt") for a in images} == {
+        "strategy success by query class", "failure types over time", "confidence histogram",
+        "reliability diagram", "learning curve",
+    }
+    for title in ("Strategies", "Failures and the repairs that followed", "Calibration", "Summary"):
+        assert f"<h2>{title}</h2>" in page
+    assert "WEAK_RETRIEVAL" in page and "switch_retriever" in page
+    assert "self-assessed" in page  # no feedback labels yet
+    assert "<b>" not in page  # user text is escaped
+    assert "No data yet" not in page
+    assert_self_contained(page)
+
+
+def test_reliability_uses_feedback_when_labelled(tmp_path: Path) -> None:
+    with MemoryStore(tmp_path / "sirag.db") as store:
+        ids = [store.record(make_answer(f"q{i}", confidence=i / 10)) for i in range(10)]
+        for i, oid in enumerate(ids):
+            store.add_feedback(oid, i >= 5, source="gold")
+        page = write_html_report(store, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "Reliability (feedback)" not in page  # the title is drawn inside the PNG
+    assert re.search(r"latest feedback label of 10 labelled outcomes", page)
+
+
+def test_report_rejects_bad_arguments(tmp_path: Path) -> None:
+    with MemoryStore(tmp_path / "sirag.db") as store:
+        with pytest.raises(ValueError):
+            write_html_report(store, tmp_path / "r.html", window=0)
+    with pytest.raises(ValueError):
+        write_html_report("not a store", tmp_path / "r.html")  # type: ignore[arg-type]
