@@ -67,6 +67,10 @@ class RetrievalConfig(_Model):
     candidates: int = Field(30, ge=1, le=1000)
     ann_threshold: int = Field(200_000, ge=1)  # above this many vectors use HNSW
     rerank_sentences: int = Field(2, ge=1, le=10)
+    # Relevance = sigmoid(slope * (cosine - midpoint)); the midpoint is where a question and a
+    # sentence turn from unrelated to related for this embedder (0.35 for all-MiniLM-L6-v2).
+    relevance_midpoint: float = Field(0.35, ge=-1, le=1)
+    relevance_slope: float = Field(10.0, gt=0, le=100)
     refine: bool = True
     refine_context_sentences: int = Field(1, ge=0, le=5)
 
@@ -106,7 +110,7 @@ class ScoringConfig(_Model):
 class ThresholdsConfig(_Model):
     coverage: float = Field(0.45, ge=0, le=1)
     grounding: float = Field(0.2, ge=0, le=1)
-    faithfulness: float = Field(0.5, ge=0, le=1)
+    faithfulness: float = Field(0.8, ge=0, le=1)
     redundancy: float = Field(0.5, ge=0, le=1)
     confidence: float = Field(0.5, ge=0, le=1)
 

@@ -160,7 +160,7 @@ class Engine:
         citations = parse_citations(raw, len(retrieval.passages))
         t = time.perf_counter()
         assert self._scorer is not None
-        signals = self._scorer.score(question, retrieval, generation, raw, refused, citations)
+        signals = self._scorer.score(question, retrieval, generation, raw, refused, citations, strategy.prompt)
         timings["score"] = (time.perf_counter() - t) * 1000
         attribution = attribute(signals, self.config.thresholds)
         timings["total"] = sum(timings.values())
@@ -172,7 +172,9 @@ class Engine:
 
     def _finish(self, question: str, attempts: list[AttemptRecord], query_class: str, t_start: float) -> Answer:
         threshold = self.config.loop.answer_threshold
-        answered = [a for a in attempts if a.answer is not None and (a.signals.confidence.value or 0) >= threshold]
+        # An answer flagged as unsupported by its own passages is never returned, whatever its confidence.
+        answered = [a for a in attempts if a.answer is not None and (a.signals.confidence.value or 0) >= threshold
+                    and a.attribution.failure != "HALLUCINATION_RISK"]
         timings = _sum_timings(attempts)
         timings["total"] = (time.perf_counter() - t_start) * 1000
         if answered:

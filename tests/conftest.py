@@ -77,6 +77,8 @@ def fake_overrides(tmp_path: Path) -> list[str]:
         "ingestion.semantic.min_tokens=5",
         "generator.backend=scripted",
         "scoring.judge=none",
+        # Hash bag-of-words cosines are lower than a trained embedder's: relevance turns at 0.15.
+        "retrieval.relevance_midpoint=0.15",
         f"paths.index_dir={tmp_path / 'index'}",
         f"paths.memory_db={tmp_path / 'memory' / 'memory.db'}",
         f"paths.log_dir={tmp_path / 'logs'}",

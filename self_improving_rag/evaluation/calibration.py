@@ -55,8 +55,8 @@ LOGPROB_FLOOR = -5.0
 
 _PRIOR_SLOPES: dict[str, float] = {
     "coverage": 1.5,  # the passages address the question
-    "grounding": 2.0,  # the answer's claims are found in the passages
-    "faithfulness": 2.0,  # the answer is entailed by what it cites
+    "grounding": 1.0,  # the retrieved passages are relevant to the question
+    "faithfulness": 4.0,  # the answer's claims are supported by the passages: the strongest signal
     "redundancy": -0.5,  # repetitive context crowds out evidence: a slight penalty
     "mean_logprob": 1.5,  # from −1.5 to −0.1 adds 2.1 to the logit
     "refusal": -3.0,  # a refusal is rarely a correct answer to score with confidence

@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 
 from ..config import ScoringConfig
-from ..generation.prompts import format_passages, load_template, parse_citations, strip_citations
+from ..generation.prompts import build_judge_messages, parse_citations, strip_citations
 from ..ingestion.sentences import split_sentences
 from ..text import capitalised_terms, content_terms
 from ..types import Generation, Passage, RetrievalResult, Signal, Signals
@@ -144,7 +144,7 @@ class SignalScorer:
         self.weights = weights
 
     def score(self, question: str, retrieval: RetrievalResult, generation: Generation | None, answer: str,
-              refused: bool, citations: tuple[int, ...]) -> Signals:
+              refused: bool, citations: tuple[int, ...], prompt: str = "cite_then_answer") -> Signals:
         passages = list(retrieval.passages)
         context = "\n".join(p.text for p in passages)
         coverage = coverage_score(question, context)
@@ -156,7 +156,7 @@ class SignalScorer:
         grounding = grounding_score([h.scores.get("relevance", 0.0) for h in retrieval.hits],
                                     self.config.relevance_threshold)
         use_judge = self.config.judge == "llm" and self.generator is not None
-        checks = [] if refused else self._check_claims(question, answer, passages, citations, use_judge)
+        checks = [] if refused else self._check_claims(question, answer, passages, use_judge, prompt)
         faithfulness = faithfulness_score(checks, refused, "llm-judge+lexical" if use_judge else "lexical")
         features = {
             "coverage": coverage.value, "grounding": grounding.value, "faithfulness": faithfulness.value,
@@ -169,8 +169,8 @@ class SignalScorer:
                             {"features": features, "mean_logprob": features["mean_logprob"]})
         return Signals(coverage, redundancy, grounding, faithfulness, confidence, refused)
 
-    def _check_claims(self, question: str, answer: str, passages: list[Passage], citations: tuple[int, ...],
-                      use_judge: bool) -> list[ClaimCheck]:
+    def _check_claims(self, question: str, answer: str, passages: list[Passage], use_judge: bool,
+                      prompt: str) -> list[ClaimCheck]:
         claims_cited = split_claims(answer)
         claims = [c for c, _ in claims_cited]
         if not claims or not passages:
@@ -204,16 +204,12 @@ class SignalScorer:
                     break
             judge = None
             if use_judge and judged < self.config.judge_max_claims:
-                judge = self._judge(question, claim, passages)
+                judge = self._judge(question, claim, passages, prompt)
                 judged += 1
             support = claim_support(best[0], best[1], judge)
             checks.append(ClaimCheck(claim, cited, best[0], best[1], judge, support,
                                      support >= self.config.claim_support_threshold))
         return checks
 
-    def _judge(self, question: str, claim: str, passages: list[Passage]) -> float | None:
-        t = load_template("judge")
-        messages = [{"role": "system", "content": t.system},
-                    {"role": "user", "content": t.user.format(passages=format_passages(passages),
-                                                              question=" ".join(question.split()), claim=claim)}]
-        return self.generator.yes_probability(messages)
+    def _judge(self, question: str, claim: str, passages: list[Passage], prompt: str) -> float | None:
+        return self.generator.yes_probability(build_judge_messages(prompt, question, passages, claim))

@@ -43,7 +43,7 @@ def load_template(name: str) -> Template:
     if name not in known:
         raise ValueError(f"unknown prompt {name!r}; choose one of {', '.join(PROMPTS)}")
     data = yaml.safe_load(resources.files("self_improving_rag").joinpath(f"prompts/{name}.yaml").read_text("utf-8"))
-    return Template(name=name, system=data["system"].strip(), user=data["user"])
+    return Template(name=name, system=data.get("system", "").strip(), user=data["user"])
 
 
 def quote_passage_text(text: str) -> str:
@@ -62,6 +62,20 @@ def build_messages(template: str, question: str, passages, **extra: str) -> list
     """Chat messages: system, then the passages before the question (shared KV-cache prefix)."""
     t = load_template(template)
     user = t.user.format(passages=format_passages(passages), question=" ".join(question.split()), **extra)
+    return [{"role": "system", "content": t.system}, {"role": "user", "content": user}]
+
+
+def build_judge_messages(answer_prompt: str, question: str, passages, claim: str) -> list[dict[str, str]]:
+    """The answer prompt's system message and passages, then the yes/no question about a claim.
+
+    Sharing that prefix token for token lets the backend reuse its KV cache: a judgement
+    costs only the tokens of its own tail.
+    """
+    t = load_template(answer_prompt)
+    passages_text = format_passages(passages)
+    head, sep, _ = t.user.partition("{passages}")
+    tail = load_template("judge").user.format(question=" ".join(question.split()), claim=" ".join(claim.split()))
+    user = head + passages_text + "\n\n" + tail
     return [{"role": "system", "content": t.system}, {"role": "user", "content": user}]
 
 

@@ -41,7 +41,9 @@ class Searcher:
         params = {k: v for k, v in chunker_params(self.config, self.embedder.max_tokens).items() if k in built}
         self._manifest = self.index.check_compatible(self.embedder.name, int(self.embedder.dim), params)
         self._cache = EmbeddingCache(self.index.root / "embeddings.sqlite", self.embedder.name)
-        self.reranker = EmbeddingReranker(self.embed_cached, top_sentences=self.config.retrieval.rerank_sentences)
+        r = self.config.retrieval
+        self.reranker = EmbeddingReranker(self.embed_cached, top_sentences=r.rerank_sentences,
+                                          slope=r.relevance_slope, midpoint=r.relevance_midpoint)
 
     @property
     def manifest(self) -> dict:

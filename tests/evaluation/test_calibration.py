@@ -66,10 +66,11 @@ def test_all_missing_is_even_odds() -> None:
 def test_confidence_hand_computed() -> None:
     strong = {"coverage": 0.9, "grounding": 0.9, "faithfulness": 0.9, "redundancy": 0.2, "mean_logprob": -0.1, "refusal": 0}
     weak = {"coverage": 0.3, "grounding": 0.3, "faithfulness": 0.3, "redundancy": 0.5, "mean_logprob": -1.5, "refusal": 0}
-    # logit = −1.7 + 1.5·0.9 + 2·0.9 + 2·0.9 − 0.5·0.2 + 1.5·(−0.1) = 3.0
-    assert _logit(confidence(strong)) == pytest.approx(3.0)
-    # logit = −1.7 + 0.45 + 0.6 + 0.6 − 0.25 − 2.25 = −2.55
-    assert _logit(confidence(weak)) == pytest.approx(-2.55)
+    # bias = −(1.5·0.5 + 1·0.5 + 4·0.5 − 0.5·0.3 + 1.5·(−0.6)) = −2.2
+    # logit = −2.2 + 1.5·0.9 + 1·0.9 + 4·0.9 − 0.5·0.2 + 1.5·(−0.1) = 3.4
+    assert _logit(confidence(strong)) == pytest.approx(3.4)
+    # logit = −2.2 + 0.45 + 0.3 + 1.2 − 0.25 − 2.25 = −2.75
+    assert _logit(confidence(weak)) == pytest.approx(-2.75)
     assert _logit(confidence({"refusal": 1.0})) == pytest.approx(-3.0)
 
 

@@ -1,0 +1,109 @@
+"""Attribution of injected failures with the fakes (>= 40 cases, >= 90% right)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from self_improving_rag.config import ThresholdsConfig
+from self_improving_rag.feedback.attribution import attribute
+from self_improving_rag.types import Signal, Signals
+
+CASES = [
+    # (question, gold passage keyword, correct answer, made-up claim)
+    ("Who built the lighthouse of Marrow Point?", "Clara Venn", "Clara Venn built the lighthouse in 1852 [1].",
+     "She also painted the royal portrait of Napoleon [1]."),
+    ("Who saved the sailors of the Greyling?", "Tobias Lune", "Tobias Lune rowed out and saved eleven sailors [1].",
+     "He later became the mayor of Lisbon [1]."),
+    ("What did the council give Tobias Lune?", "silver medal", "The council gave him a silver medal [1].",
+     "The medal was made of solid platinum from Peru [1]."),
+    ("When does the fish market open?", "fish market", "The fish market opens at dawn every Thursday [1].",
+     "It is guarded by twelve trained wolves [1]."),
+    ("Who planted the Grandmother tree?", "Ansel Brook", "Ansel Brook planted the Grandmother tree in 1790 [1].",
+     "He won a chess championship in Vienna [1]."),
+    ("When does the orchard harvest start?", "harvest", "The harvest starts in late September [1].",
+     "Astronauts from the moon help with the picking [1]."),
+    ("Where is the cider pressed?", "cider", "The cider is pressed in the old barn [1].",
+     "The barn was designed by a famous Egyptian architect [1]."),
+    ("Where was the market bell cast?", "Bristol", "The market bell was cast in Bristol [1].",
+     "The bell rings a symphony by Mozart every hour [1]."),
+    ("What did Dr. Pim buy each week?", "herring", "Dr. Pim buys two pounds of smoked herring for his cat [1].",
+     "His cat speaks fluent Japanese and French [1]."),
+    ("What fuel did the lighthouse lamp burn?", "whale oil", "The lamp burned whale oil until 1901 [1].",
+     "The lamp was powered by a nuclear reactor [1]."),
+]
+
+
+@pytest.fixture
+def engine(make_engine):
+    eng, gen, _ = make_engine(["placeholder"])
+    eng.warm_up()
+    return eng
+
+
+def _drop_gold(result, keyword):
+    kept = tuple(p for p in result.passages if keyword.lower() not in p.text.lower())
+    hits = tuple(h for h in result.hits if keyword.lower() not in h.chunk.text.lower())
+    # Without the gold passage the context is what remains; irrelevant filler stays irrelevant.
+    return replace(result, passages=tuple(replace(p, number=i + 1) for i, p in enumerate(kept)), hits=hits)
+
+
+def _score(engine, question, result, answer):
+    from self_improving_rag.generation.prompts import is_refusal, parse_citations
+
+    refused = is_refusal(answer)
+    return engine._scorer.score(question, result, None, answer, refused, parse_citations(answer))
+
+
+def test_injected_failures_are_attributed(engine):
+    strategy = engine.policy.default
+    right = total = 0
+    misses = []
+    for question, keyword, answer, made_up in CASES:
+        for top_k in (2, 4):
+            res = engine.searcher.search(question, replace(strategy, top_k=top_k))
+            assert any(keyword.lower() in p.text.lower() for p in res.passages), (question, top_k)
+            # 1. a correct answer with its evidence: NONE
+            # 2. gold passage removed: WEAK_RETRIEVAL
+            sig = _score(engine, question, _drop_gold(res, keyword), answer)
+            got = attribute(sig, engine.config.thresholds)
+            total += 1
+            right += got.failure == "WEAK_RETRIEVAL"
+            if got.failure != "WEAK_RETRIEVAL":
+                misses.append((question, "drop", got.failure, got.reason))
+            # 3. a made-up claim added: HALLUCINATION_RISK naming that claim
+            sig = _score(engine, question, res, answer + " " + made_up)
+            got = attribute(sig, engine.config.thresholds)
+            total += 1
+            claim_named = any(made_up.split("[")[0].strip(" .")[:20] in u for u in sig.faithfulness.detail.get("unsupported", []))
+            ok = got.failure == "HALLUCINATION_RISK" and claim_named
+            right += ok
+            if not ok:
+                misses.append((question, "made-up", got.failure, got.reason))
+    assert total >= 40
+    assert right / total >= 0.9, misses
+
+
+def _signals(**values):
+    def s(name):
+        return Signal(name, values.get(name), "test")
+    return Signals(s("coverage"), s("redundancy"), s("grounding"), s("faithfulness"), s("confidence"),
+                   values.get("refusal", False))
+
+
+@pytest.mark.parametrize("values,expected", [
+    ({"coverage": 0.9, "grounding": 0.9, "faithfulness": 1.0, "redundancy": 0.0, "confidence": 0.9}, "NONE"),
+    ({"coverage": 0.1, "grounding": 0.9, "faithfulness": 1.0, "redundancy": 0.0, "confidence": 0.9}, "WEAK_RETRIEVAL"),
+    ({"coverage": 0.9, "grounding": 0.0, "faithfulness": 1.0, "redundancy": 0.0, "confidence": 0.9}, "WEAK_RETRIEVAL"),
+    ({"coverage": 0.9, "grounding": 0.9, "faithfulness": 0.3, "redundancy": 0.0, "confidence": 0.9}, "HALLUCINATION_RISK"),
+    ({"coverage": 0.9, "grounding": 0.9, "faithfulness": 1.0, "redundancy": 0.9, "confidence": 0.9}, "REDUNDANT_CONTEXT"),
+    ({"coverage": 0.9, "grounding": 0.9, "faithfulness": 1.0, "redundancy": 0.0, "confidence": 0.2}, "LOW_CONFIDENCE"),
+    ({"coverage": 0.9, "grounding": 0.9, "confidence": 0.2, "refusal": True}, "MISSED_ANSWER"),
+    ({"coverage": 0.1, "grounding": 0.9, "confidence": 0.2, "refusal": True}, "WEAK_RETRIEVAL"),
+])
+def test_attribution_rules(values, expected):
+    got = attribute(_signals(**values), ThresholdsConfig())
+    assert got.failure == expected
+    assert got.reason
+    assert (got.repairs == ()) == (expected == "NONE")

@@ -1,0 +1,352 @@
+"""Ingestion pipeline: all chunkers indexed, incremental re-ingest, bad files, interrupted ingests."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from self_improving_rag.config import load_config
+from self_improving_rag.errors import IngestionError
+from self_improving_rag.ingestion import pipeline
+from self_improving_rag.ingestion.pipeline import chunker_params, ingest
+from self_improving_rag.retrieval import index as index_module
+from self_improving_rag.retrieval.embedder import HashEmbedder
+from self_improving_rag.retrieval.index import CorpusIndex
+from self_improving_rag.retrieval.searcher import Searcher
+from self_improving_rag.types import Strategy
+from tests.conftest import fake_overrides
+
+CHUNKERS = ("fixed", "section", "semantic")
+
+
+class CountingEmbedder:
+    """Wraps the hash embedder, records every batch it embeds, and can fail on a given call."""
+
+    def __init__(self, inner: HashEmbedder, fail_on_call: int | None = None) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.dim = inner.dim
+        self.max_tokens = inner.max_tokens
+        self.calls: list[list[str]] = []
+        self.fail_on_call = fail_on_call
+
+    def warm_up(self) -> None:
+        self.inner.warm_up()
+
+    @property
+    def tokenizer(self):
+        return self.inner.tokenizer
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.calls.append(list(texts))
+        if self.fail_on_call is not None and len(self.calls) >= self.fail_on_call:
+            raise RuntimeError("embedder crashed (simulated)")
+        return self.inner.embed(texts)
+
+    @property
+    def texts(self) -> Counter:
+        return Counter(t for call in self.calls for t in call)
+
+
+def _chunks(root: Path) -> dict[str, list]:
+    index = CorpusIndex(root)
+    return {name: index.load_chunks(name) for name in CHUNKERS}
+
+
+def _ids_by_doc(chunks: list) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for c in chunks:
+        out.setdefault(c.doc_id, []).append(c.chunk_id)
+    return out
+
+
+# ---------------------------------------------------------------- a fresh index
+
+
+def test_builds_every_chunker(fake_config, corpus_dir: Path, hash_embedder) -> None:
+    report = ingest([corpus_dir], fake_config, hash_embedder, progress=False)
+    root = Path(fake_config.paths.index_dir)
+    index = CorpusIndex(root)
+    manifest = index.manifest()
+    assert set(manifest["chunkers"]) == set(CHUNKERS)
+    assert manifest["chunkers"] == chunker_params(fake_config, hash_embedder.max_tokens)
+    assert manifest["embedder"] == {"name": "hash-64", "dim": 64, "max_tokens": 256}
+    assert set(manifest["files"]) == {"harbour", "orchard"}
+    assert sorted(d["doc_id"] for d in report.documents) == ["harbour", "orchard"]
+    assert report.problems == [] and report.reused_documents == 0 and report.embedded_texts > 0
+    for name in CHUNKERS:
+        ci = index.load_chunker(name)
+        assert len(ci.chunks) == report.chunks[name] == manifest["counts"][name] > 0
+        assert ci.dense.ntotal == len(ci.chunks)
+        assert {c.doc_id for c in ci.chunks} == {"harbour", "orchard"}
+        assert {c.strategy for c in ci.chunks} == {name}
+    assert (root / "CURRENT").is_file()
+    assert not list(root.glob(".building-*"))
+
+
+def test_embedding_cache_shares_a_text_between_chunkers(fake_config, corpus_dir: Path, hash_embedder) -> None:
+    embedder = CountingEmbedder(hash_embedder)
+    report = ingest([corpus_dir], fake_config, embedder, progress=False)
+    chunks = _chunks(Path(fake_config.paths.index_dir))
+    shared = {c.embed_text for c in chunks["section"]} & {c.embed_text for c in chunks["semantic"]}
+    assert shared, "the test corpus should give section and semantic chunks with the same text"
+    counts = embedder.texts
+    assert all(counts[t] == 1 for t in shared)
+    assert max(counts.values()) == 1  # no text is ever embedded twice
+    assert report.cached_texts >= len(shared)
+    total = sum(len(v) for v in chunks.values())
+    assert report.embedded_texts + report.cached_texts == total
+
+
+# ---------------------------------------------------------------- incremental re-ingest
+
+
+def test_reingest_unchanged_embeds_nothing(fake_config, built_index: Path, corpus_dir: Path, hash_embedder) -> None:
+    before = _chunks(built_index)
+    embedder = CountingEmbedder(hash_embedder)
+    report = ingest([corpus_dir], fake_config, embedder, progress=False)
+    assert report.embedded_texts == 0
+    assert report.reused_documents == 2
+    assert embedder.calls == []
+    assert _chunks(built_index) == before
+
+
+def test_rebuild_rechunks_but_reuses_cached_vectors(fake_config, built_index: Path, corpus_dir: Path,
+                                                    hash_embedder) -> None:
+    before = _chunks(built_index)
+    report = ingest([corpus_dir], fake_config, hash_embedder, rebuild=True, progress=False)
+    assert report.reused_documents == 0 and report.embedded_texts == 0
+    assert _chunks(built_index) == before
+
+
+def test_changing_one_file_rechunks_only_that_file(fake_config, built_index: Path, corpus_dir: Path,
+                                                   hash_embedder, monkeypatch) -> None:
+    before = _chunks(built_index)
+    loaded: list[Path] = []
+    real_load = pipeline.load_document
+
+    def spy(path, *args, **kwargs):
+        loaded.append(Path(path))
+        return real_load(path, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "load_document", spy)
+    orchard = corpus_dir / "orchard.txt"
+    orchard.write_text(orchard.read_text(encoding="utf-8") + "\nThe pears are picked in October.\n",
+                       encoding="utf-8")
+    report = ingest([corpus_dir], fake_config, hash_embedder, progress=False)
+    assert [p.name for p in loaded] == ["orchard.txt"]
+    assert report.reused_documents == 1
+    assert report.embedded_texts > 0
+    after = _chunks(built_index)
+    for name in CHUNKERS:
+        assert _ids_by_doc(after[name])["harbour"] == _ids_by_doc(before[name])["harbour"]
+        assert any("pears are picked" in c.text for c in after[name] if c.doc_id == "orchard")
+    manifest = CorpusIndex(built_index).manifest()
+    assert manifest["files"]["orchard"]["sha256"] == pipeline._file_sha256(orchard)
+
+
+def test_removing_a_file_removes_its_chunks(fake_config, built_index: Path, corpus_dir: Path,
+                                            hash_embedder) -> None:
+    (corpus_dir / "orchard.txt").unlink()
+    report = ingest([corpus_dir], fake_config, hash_embedder, progress=False)
+    assert report.reused_documents == 1 and report.embedded_texts == 0
+    for name, chunks in _chunks(built_index).items():
+        assert chunks and {c.doc_id for c in chunks} == {"harbour"}, name
+        assert CorpusIndex(built_index).load_chunker(name).dense.ntotal == len(chunks)
+    assert set(CorpusIndex(built_index).manifest()["files"]) == {"harbour"}
+
+
+def test_changed_chunker_params_rechunk_everything(tmp_path: Path, built_index: Path, corpus_dir: Path,
+                                                   hash_embedder) -> None:
+    config = load_config(None, [*fake_overrides(tmp_path), "ingestion.fixed.size=24"])
+    report = ingest([corpus_dir], config, hash_embedder, progress=False)
+    assert report.reused_documents == 0
+    assert CorpusIndex(built_index).manifest()["chunkers"]["fixed"]["size"] == 24
+    assert all(c.n_tokens <= 24 for c in CorpusIndex(built_index).load_chunks("fixed"))
+
+
+def test_files_sharing_a_stem_get_distinct_ids(fake_config, tmp_path: Path, hash_embedder) -> None:
+    folder = tmp_path / "twins"
+    folder.mkdir()
+    (folder / "notes.md").write_text("# Notes\n\nThe keeper lit the lamp at dusk.\n", encoding="utf-8")
+    (folder / "notes.txt").write_text("The miller pressed cider in the barn.\n", encoding="utf-8")
+    report = ingest([folder], fake_config, hash_embedder, progress=False)
+    ids = [d["doc_id"] for d in report.documents]
+    assert len(ids) == len(set(ids)) == 2 and all(i.startswith("notes-") for i in ids)
+
+
+# ---------------------------------------------------------------- bad inputs
+
+
+def test_mixed_folder_ingests_the_good_files_and_names_each_problem(fake_config, corpus_dir: Path,
+                                                                    hash_embedder) -> None:
+    (corpus_dir / "empty.txt").write_bytes(b"")
+    (corpus_dir / "blob.txt").write_bytes(b"\x00\x01\x02binary\x00" * 50)
+    (corpus_dir / "report.docx").write_bytes(b"PK\x03\x04 not a supported type")
+    report = ingest([corpus_dir], fake_config, hash_embedder, progress=False)
+    assert sorted(d["doc_id"] for d in report.documents) == ["harbour", "orchard"]
+    problems = report.problems
+    assert len(problems) == 3, problems
+    assert any("empty.txt" in p and "empty" in p.split("empty.txt", 1)[1] for p in problems)
+    assert any("blob.txt" in p and "binary" in p for p in problems)
+    assert any("unsupported" in p and str(corpus_dir) in p and "1 file " in p for p in problems)
+    index = CorpusIndex(fake_config.paths.index_dir)
+    assert set(index.manifest()["files"]) == {"harbour", "orchard"}
+
+
+def test_unsupported_file_given_by_name_is_named(fake_config, corpus_dir: Path, hash_embedder) -> None:
+    odd = corpus_dir.parent / "slides.pptx"
+    odd.write_bytes(b"PK\x03\x04")
+    report = ingest([corpus_dir / "harbour.md", odd], fake_config, hash_embedder, progress=False)
+    assert [d["doc_id"] for d in report.documents] == ["harbour"]
+    assert any("slides.pptx" in p and "unsupported" in p for p in report.problems)
+
+
+def test_nothing_ingestible_raises(fake_config, tmp_path: Path, hash_embedder) -> None:
+    only_bad = tmp_path / "bad"
+    only_bad.mkdir()
+    (only_bad / "a.docx").write_bytes(b"PK")
+    with pytest.raises(IngestionError, match="nothing to ingest"):
+        ingest([only_bad], fake_config, hash_embedder, progress=False)
+    (only_bad / "empty.md").write_bytes(b"")
+    with pytest.raises(IngestionError, match="empty.md"):
+        ingest([only_bad], fake_config, hash_embedder, progress=False)
+    with pytest.raises(IngestionError, match="no such file"):
+        ingest([tmp_path / "missing"], fake_config, hash_embedder, progress=False)
+    assert CorpusIndex(fake_config.paths.index_dir).current_dir() is None
+
+
+def test_a_concurrent_ingest_is_refused(fake_config, corpus_dir: Path, hash_embedder) -> None:
+    root = Path(fake_config.paths.index_dir)
+    root.mkdir(parents=True)
+    with (root / "ingest.lock").open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(IngestionError, match="another ingest"):
+            ingest([corpus_dir], fake_config, hash_embedder, progress=False)
+        fcntl.flock(held, fcntl.LOCK_UN)
+    ingest([corpus_dir], fake_config, hash_embedder, progress=False)
+
+
+# ---------------------------------------------------------------- interrupted ingests
+
+
+def _assert_index_intact(config, root: Path, before: dict, embedder) -> None:
+    assert _chunks(root) == before
+    for name in CHUNKERS:
+        assert CorpusIndex(root).load_chunker(name).dense.ntotal == len(before[name])
+    searcher = Searcher(config, embedder)
+    try:
+        result = searcher.search("Who built the lighthouse of Marrow Point?", Strategy(chunker="section"))
+        assert "Clara Venn" in result.hits[0].chunk.text
+    finally:
+        searcher.close()
+
+
+def _touch_corpus(corpus_dir: Path) -> None:
+    harbour = corpus_dir / "harbour.md"
+    harbour.write_text(harbour.read_text(encoding="utf-8") + "\nA new pier was opened in 1910.\n",
+                       encoding="utf-8")
+
+
+def test_failed_commit_keeps_the_previous_index(fake_config, built_index: Path, corpus_dir: Path,
+                                               hash_embedder, monkeypatch) -> None:
+    before = _chunks(built_index)
+    _touch_corpus(corpus_dir)
+
+    def boom(self, gen, manifest):
+        raise OSError("disk full (simulated)")
+
+    with monkeypatch.context() as m:
+        m.setattr(CorpusIndex, "commit", boom)
+        with pytest.raises(OSError, match="disk full"):
+            ingest([corpus_dir], fake_config, hash_embedder, progress=False)
+    _assert_index_intact(fake_config, built_index, before, hash_embedder)
+    # The next ingest finishes the job despite the half-built generation left behind.
+    report = ingest([corpus_dir], fake_config, hash_embedder, progress=False)
+    assert report.reused_documents == 1
+    assert any("new pier" in c.text for c in _chunks(built_index)["section"])
+
+
+def test_crash_while_switching_current_keeps_the_previous_index(fake_config, built_index: Path,
+                                                                corpus_dir: Path, hash_embedder,
+                                                                monkeypatch) -> None:
+    before = _chunks(built_index)
+    _touch_corpus(corpus_dir)
+    real = index_module.atomic_write_text
+
+    def failing(path: Path, text: str) -> None:
+        if path.name == "CURRENT":
+            raise OSError("power cut (simulated)")
+        real(path, text)
+
+    with monkeypatch.context() as m:
+        m.setattr(index_module, "atomic_write_text", failing)
+        with pytest.raises(OSError, match="power cut"):
+            ingest([corpus_dir], fake_config, hash_embedder, progress=False)
+    _assert_index_intact(fake_config, built_index, before, hash_embedder)
+    ingest([corpus_dir], fake_config, hash_embedder, progress=False)
+    assert len(list(built_index.glob("gen-*"))) == 1
+
+
+@pytest.mark.parametrize("fail_on_call", [1, 2])
+def test_embedder_crash_keeps_the_previous_index(fake_config, built_index: Path, corpus_dir: Path,
+                                                 hash_embedder, fail_on_call: int) -> None:
+    before = _chunks(built_index)
+    _touch_corpus(corpus_dir)
+    crashing = CountingEmbedder(hash_embedder, fail_on_call=fail_on_call)
+    with pytest.raises(RuntimeError, match="simulated"):
+        ingest([corpus_dir], fake_config, crashing, progress=False)
+    assert len(crashing.calls) == fail_on_call
+    _assert_index_intact(fake_config, built_index, before, hash_embedder)
+    report = ingest([corpus_dir], fake_config, hash_embedder, progress=False)
+    assert report.reused_documents == 1
+
+
+def test_building_leftover_does_not_break_the_next_ingest(fake_config, built_index: Path, corpus_dir: Path,
+                                                          hash_embedder) -> None:
+    stale = built_index / ".building-20000101T000000-abcdef"
+    stale.mkdir()
+    (stale / "chunks-section.jsonl").write_text('{"truncated": ', encoding="utf-8")
+    old = time.time() - 3600
+    os.utime(stale, (old, old))
+    fresh = built_index / ".building-20990101T000000-123456"
+    fresh.mkdir()
+    _touch_corpus(corpus_dir)
+    report = ingest([corpus_dir], fake_config, hash_embedder, progress=False)
+    assert report.reused_documents == 1
+    assert not stale.exists()  # an old leftover is cleaned up
+    assert fresh.exists()  # a recent one may belong to an ingest in flight
+    index = CorpusIndex(built_index)
+    assert any("new pier" in c.text for c in index.load_chunks("section"))
+    assert len(list(built_index.glob("gen-*"))) == 1
+
+
+def test_crash_between_chunkers_keeps_the_previous_index(fake_config, built_index: Path, corpus_dir: Path,
+                                                         hash_embedder, monkeypatch) -> None:
+    """The new generation is half written (one chunker done) when the ingest dies."""
+    before = _chunks(built_index)
+    _touch_corpus(corpus_dir)
+    real = CorpusIndex.write_chunker
+    written: list[str] = []
+
+    def second_fails(self, gen, name, chunks, vectors, ann_threshold):
+        if written:
+            raise KeyboardInterrupt
+        written.append(name)
+        real(self, gen, name, chunks, vectors, ann_threshold)
+
+    with monkeypatch.context() as m:
+        m.setattr(CorpusIndex, "write_chunker", second_fails)
+        with pytest.raises(KeyboardInterrupt):
+            ingest([corpus_dir], fake_config, hash_embedder, progress=False)
+    assert written == ["fixed"]
+    _assert_index_intact(fake_config, built_index, before, hash_embedder)
+    report = ingest([corpus_dir], fake_config, hash_embedder, progress=False)
+    assert report.reused_documents == 1
+    assert any("new pier" in c.text for c in _chunks(built_index)["semantic"])

@@ -1,0 +1,68 @@
+"""Processes sharing one index and one memory store: nobody sees "database is locked",
+nothing is lost or duplicated."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import write_corpus
+from tests.reliability.reliability_kit import memory_count, replies, result_lines, run_cli, start_cli
+
+QUESTIONS = (
+    "Who built the lighthouse of Marrow Point?",
+    "How many sailors did Tobias Lune save?",
+    "When does the fish market open?",
+    "Who planted the Grandmother tree?",
+)
+REPLY = replies("The passages answer it [1].")
+
+
+@pytest.fixture
+def indexed(tmp_path: Path) -> Path:
+    write_corpus(tmp_path / "docs")
+    proc = run_cli(tmp_path, ["ingest", "docs"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    return tmp_path
+
+
+def test_four_asks_at_once_share_memory_and_index(indexed: Path) -> None:
+    db = indexed / "memory" / "memory.db"
+    assert not db.exists(), "the store must start blank so that the four processes also race to create it"
+    procs = [start_cli(indexed, ["ask", q, "--json"], cwd=indexed, extra=[REPLY]) for q in QUESTIONS]
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=120))
+        finally:
+            if p.poll() is None:
+                p.kill()
+    for p, (out, err) in zip(procs, outs):
+        assert "database is locked" not in err.lower()
+        assert p.returncode == 0, err
+        assert json.loads(out)["outcome_id"]
+    stats = run_cli(indexed, ["memory", "stats", "--json"], cwd=indexed)
+    assert stats.returncode == 0, stats.stderr
+    data = json.loads(stats.stdout)
+    assert data["outcomes"] == 4
+    assert data["questions"] == 4
+    assert memory_count(db, "SELECT COUNT(*) FROM _sqlite_migrations") == memory_count(
+        db, "SELECT COUNT(DISTINCT name) FROM _sqlite_migrations"), "a migration was applied twice"
+
+
+def test_batch_with_two_workers_writes_one_row_per_question(indexed: Path) -> None:
+    n = 16
+    items = [{"id": f"w{i:02d}", "question": f"{QUESTIONS[i % 4]} (variant {i})"} for i in range(n)]
+    (indexed / "two.yaml").write_text(yaml.safe_dump({"name": "two", "index": "index", "output_dir": "runs",
+                                                      "questions": {"inline": items}}), encoding="utf-8")
+    proc = run_cli(indexed, ["batch", "two.yaml", "--workers", "2"], cwd=indexed, extra=[REPLY], timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert "database is locked" not in proc.stderr.lower()
+    rows = [json.loads(line) for line in result_lines(indexed / "runs" / "two" / "results.jsonl")]
+    assert sorted(r["id"] for r in rows) == [f"w{i:02d}" for i in range(n)]
+    assert not [r for r in rows if r.get("error")], "a worker reported an error"
+    db = indexed / "memory" / "memory.db"
+    assert memory_count(db, "SELECT COUNT(*) FROM outcomes WHERE run_id = 'two'") == n

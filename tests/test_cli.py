@@ -1,0 +1,111 @@
+"""The real CLI, run as a subprocess with the deterministic fakes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from self_improving_rag.cli import COMMANDS, build_parser
+from self_improving_rag.config import Config
+from tests.conftest import fake_overrides, write_corpus
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(args, cwd, overrides=(), input=None):
+    cmd = [sys.executable, "-m", "self_improving_rag.cli", *args]
+    for o in overrides:
+        cmd += ["--set", o]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, input=input, timeout=120)
+
+
+def test_every_command_has_help_with_an_example():
+    build_parser()
+    for name, fn in COMMANDS.items():
+        assert fn.__doc__ and "Example" in fn.__doc__, f"{name} needs a docstring with an example"
+    for name in COMMANDS:
+        r = subprocess.run([sys.executable, "-m", "self_improving_rag.cli", name, "--help"], capture_output=True, text=True)
+        assert r.returncode == 0 and "usage: sirag" in r.stdout
+
+
+def test_packaged_default_yaml_matches_the_models():
+    text = (REPO / "self_improving_rag" / "configs" / "default.yaml").read_text()
+    assert Config.model_validate(yaml.safe_load(text)) == Config()
+    assert (REPO / "configs" / "default.yaml").read_text() == text
+
+
+def test_ingest_ask_json_and_memory(tmp_path):
+    docs = write_corpus(tmp_path / "docs")
+    ov = fake_overrides(tmp_path) + ['generator.replies=["Clara Venn built the lighthouse in 1852 [1]."]']
+    r = run(["ingest", str(docs)], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert "indexed 2 document(s)" in r.stdout
+    r = run(["ask", "Who built the lighthouse of Marrow Point?", "--json"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["answer"].startswith("Clara Venn") and data["refused"] is False
+    assert data["sources"][0]["doc"] == "harbour"
+    assert data["attempts"][0]["failure"] == "NONE"
+    r = run(["ask", "Who built the lighthouse of Marrow Point?"], tmp_path, ov)
+    assert r.returncode == 0 and "Clara Venn" in r.stdout and "sources:" in r.stdout
+    r = run(["memory", "stats", "--json"], tmp_path, ov)
+    stats = json.loads(r.stdout)
+    assert stats["outcomes"] == 2
+    oid = data["outcome_id"]
+    r = run(["feedback", oid[:10], "--correct"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    r = run(["memory", "show", oid[:10]], tmp_path, ov)
+    assert json.loads(r.stdout)["id"] == oid
+    r = run(["memory", "report", "--html", str(tmp_path / "r.html")], tmp_path, ov)
+    assert r.returncode == 0 and (tmp_path / "r.html").stat().st_size > 1000
+    r = run(["search", "Who built the lighthouse?", "--json", "--chunker", "fixed", "--retriever", "bm25"], tmp_path, ov)
+    hits = json.loads(r.stdout)["hits"]
+    assert "Clara Venn" in hits[0]["text"] and "bm25" in hits[0]["scores"]
+    r = run(["stats", "--json"], tmp_path, ov)
+    assert set(json.loads(r.stdout)["chunkers"]) == {"fixed", "section", "semantic"}
+    logs = list((tmp_path / "logs").glob("*.jsonl"))
+    assert logs and all(json.loads(line) for line in logs[0].read_text().splitlines())
+
+
+def test_user_errors_are_one_line_with_exit_2(tmp_path):
+    ov = fake_overrides(tmp_path)
+    r = run(["ask", "Who built the lighthouse?"], tmp_path, ov)
+    assert r.returncode == 2 and r.stderr.startswith("error: no index") and "sirag ingest" in r.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("strategy:\n  top_kk: 3\n")
+    r = run(["ask", "Who?", "--config", str(bad)], tmp_path, ov)
+    assert r.returncode == 2 and "strategy.top_kk" in r.stderr and str(bad) in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_batch_and_eval_resume(tmp_path):
+    docs = write_corpus(tmp_path / "docs")
+    qa = tmp_path / "qa.jsonl"
+    rows = [
+        {"id": "a", "question": "Who built the lighthouse of Marrow Point?", "answers": ["Clara Venn"], "answerable": True},
+        {"id": "b", "question": "How many apple trees grow in the orchard?", "answers": ["sixty"], "answerable": True},
+        {"id": "c", "question": "What is the name of the harbour master's dog?", "answers": [], "answerable": False},
+    ]
+    qa.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = {"name": "tiny", "corpus": [str(docs)], "index": str(tmp_path / "index"),
+            "questions": {"file": str(qa)}, "output_dir": str(tmp_path / "runs"),
+            "overrides": {"generator.replies": ["Clara Venn built it [1]."]}}
+    f = tmp_path / "batch.yaml"
+    f.write_text(yaml.safe_dump(spec))
+    ov = fake_overrides(tmp_path)
+    r = run(["eval", str(f), "--json", "--limit", "2"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    res = tmp_path / "runs" / "tiny" / "results.jsonl"
+    assert len(res.read_text().splitlines()) == 2
+    r = run(["eval", str(f), "--json"], tmp_path, ov)
+    summary = json.loads(r.stdout)[0]
+    lines = [json.loads(x) for x in res.read_text().splitlines()]
+    assert sorted(x["id"] for x in lines) == ["a", "b", "c"]
+    assert lines[0]["grade"]["correct"] is True
+    assert summary["n"] == 3 and "refusal" in summary and "ece" in summary
+    assert (tmp_path / "runs" / "tiny" / "config.yaml").exists()

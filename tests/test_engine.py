@@ -1,0 +1,117 @@
+"""The engine's loop with the scripted generator: retry, recovery, refusal, budget, memory."""
+
+from __future__ import annotations
+
+import pytest
+
+from self_improving_rag.config import load_config
+from self_improving_rag.errors import InputError
+from tests.conftest import fake_overrides
+
+REFUSE = "I cannot answer this from the documents."
+GOOD = "Tobias Lune saved eleven sailors from the wreck of the Greyling [1]."
+
+
+def test_fail_then_recover(make_engine):
+    engine, gen, store = make_engine([REFUSE, GOOD])
+    ans = engine.ask("Who saved the sailors of the Greyling in the storm?")
+    assert not ans.refused
+    assert "Tobias Lune" in ans.answer
+    assert len(ans.attempts) == 2
+    assert ans.attempts[0].attribution.failure != "NONE"
+    assert ans.attempts[1].repair is not None
+    assert ans.attempts[1].strategy.key != ans.attempts[0].strategy.key
+    assert ans.chosen_attempt == 2
+    assert store.stats()["outcomes"] == 1
+    assert len(gen.history) == 2
+
+
+def test_refuses_after_budget_and_shows_closest_passages(make_engine):
+    engine, gen, _ = make_engine([REFUSE])
+    ans = engine.ask("What colour was the harbour master's umbrella?")
+    assert ans.refused and ans.answer is None
+    assert len(ans.attempts) == engine.config.loop.max_attempts
+    assert ans.refusal_reason and "attempt" in ans.refusal_reason
+    assert 0 < len(ans.sources) <= engine.config.loop.show_passages_on_refusal
+    keys = [a.strategy.key for a in ans.attempts]
+    assert len(set(keys)) == len(keys), "a repair never repeats a tried strategy"
+
+
+def test_no_retry_runs_one_attempt(make_engine):
+    engine, gen, _ = make_engine([REFUSE, GOOD])
+    ans = engine.ask("Who saved the sailors of the Greyling in the storm?", loop=False)
+    assert len(ans.attempts) == 1 and ans.refused
+
+
+def test_time_budget_stops_the_loop(tmp_path, make_engine):
+    cfg = load_config(None, fake_overrides(tmp_path) + ["loop.max_seconds=0.000001", "loop.max_attempts=5"])
+    engine, gen, _ = make_engine([REFUSE], config=cfg)
+    ans = engine.ask("Who saved the sailors of the Greyling in the storm?")
+    assert len(ans.attempts) == 1
+
+
+def test_json_contract_keys(make_engine):
+    engine, _, _ = make_engine([GOOD])
+    data = engine.ask("Who saved the sailors of the Greyling?").to_json()
+    for key in ("question", "answer", "refused", "refusal_reason", "confidence", "sources", "attempts", "timings_ms"):
+        assert key in data
+    assert 0.0 <= data["confidence"] <= 1.0
+    for s in data["sources"]:
+        assert {"doc", "section", "start", "end", "text", "score"} <= set(s)
+    for a in data["attempts"]:
+        assert {"strategy", "signals", "failure", "prompt_tokens", "completion_tokens", "timings_ms"} <= set(a)
+    assert "total" in data["timings_ms"]
+
+
+def test_made_up_claim_is_flagged(make_engine):
+    engine, _, _ = make_engine(["Tobias Lune saved eleven sailors [1]. He was later crowned king of Portugal in Lisbon [1]."])
+    ans = engine.ask("Who saved the sailors of the Greyling in the storm?", loop=False)
+    att = ans.attempts[0]
+    assert att.attribution.failure == "HALLUCINATION_RISK"
+    assert any("Portugal" in c for c in att.signals.faithfulness.detail["unsupported"])
+
+
+@pytest.mark.parametrize("question", ["", "   ", "?!?", "x" * 100_000])
+def test_bad_questions(make_engine, question):
+    engine, _, _ = make_engine([GOOD])
+    with pytest.raises(InputError):
+        engine.ask(question)
+
+
+def test_policy_prefers_historically_successful_first_strategy(tmp_path, make_engine):
+    """After seeded history where the semantic chunker succeeds for 'who' questions, the policy picks it."""
+    from dataclasses import replace
+
+    engine, gen, store = make_engine([GOOD])
+    default = engine.policy.default
+    good = replace(default, chunker="semantic")
+    for i in range(12):
+        engine.ask(f"Who saved the sailors number {i}?", first_strategy=good, loop=False)
+    gen.replies = [REFUSE]
+    gen._i = 0
+    for i in range(12):
+        engine.ask(f"Who rowed the boat number {i}?", first_strategy=default, loop=False)
+    picks = [engine.policy.first(f"Who kept the light {i}?", __import__("self_improving_rag.feedback.policy", fromlist=["x"]).query_features("Who kept the light?")).chunker
+             for i in range(20)]
+    assert picks.count("semantic") >= 16
+
+
+def test_policy_orders_repairs_by_history(make_engine):
+    from self_improving_rag.feedback.policy import query_features
+
+    engine, gen, store = make_engine([REFUSE])
+    feats = query_features("Who saved the sailors?")
+    base = engine.policy.repair_order("Who saved the sailors?", "WEAK_RETRIEVAL", feats)
+    assert base[0] == "switch_chunker"
+
+    class Counts:
+        def strategy_counts(self, qc=None):
+            return {}
+
+        def repair_counts(self, failure, qc=None):
+            return {"query_rewrite": (30, 1), "switch_chunker": (1, 30)}
+
+    engine.policy.memory = Counts()
+    order = engine.policy.repair_order("Who saved the sailors?", "WEAK_RETRIEVAL", feats)
+    assert order[0] == "query_rewrite"
+    assert order.index("switch_chunker") > order.index("query_rewrite")
