@@ -22,7 +22,8 @@ REFUSAL_PHRASE = "I cannot answer this from the documents."
 _CITATION = re.compile(r"\[(\d{1,3}(?:\s*[,;-]\s*\d{1,3})*)\]")
 _REFUSAL_PATTERNS = re.compile(
     r"(cannot answer|can't answer|can not answer|unable to answer|not (?:stated|mentioned|contained|provided|given|found|answerable)"
-    r"|no (?:information|mention|answer)|do(?:es)? not (?:contain|mention|say|state|provide|specify)|don't know|not possible to (?:answer|determine)"
+    r"|no (?:information|mention|answer)|(?:do|does|did)(?:n't|n’t| not) (?:contain|mention|say|state|provide|specify|know)"
+    r"|(?:is|are|was|were)(?:n't|n’t| not) (?:stated|mentioned|given|provided|specified)|not possible to (?:answer|determine)"
     r"|insufficient information|cannot be determined|can.t be determined)",
     re.IGNORECASE,
 )
@@ -55,7 +56,7 @@ def quote_passage_text(text: str) -> str:
 
 
 def format_passages(passages: tuple[Passage, ...] | list[Passage]) -> str:
-    return "\n".join(f"[{p.number}] ({p.section}) {quote_passage_text(p.text)}" for p in passages)
+    return "\n".join(f"[{p.number}] ({quote_passage_text(p.section)}) {quote_passage_text(p.text)}" for p in passages)
 
 
 def build_messages(template: str, question: str, passages, **extra: str) -> list[dict[str, str]]:
@@ -88,9 +89,9 @@ def parse_citations(text: str, n_passages: int | None = None) -> tuple[int, ...]
     for m in _CITATION.finditer(text):
         for part in re.split(r"\s*[,;]\s*", m.group(1)):
             if "-" in part:
-                a, _, b = part.partition("-")
-                a_i, b_i = int(a.strip()), int(b.strip())
-                nums = range(a_i, b_i + 1) if 0 < b_i - a_i < 20 else [a_i, b_i]
+                ends = [int(x) for x in re.split(r"\s*-\s*", part) if x.strip().isdigit()]
+                a_i, b_i = ends[0], ends[-1]
+                nums = range(a_i, b_i + 1) if 0 < b_i - a_i < 20 else ends
             else:
                 nums = [int(part)]
             for n in nums:
@@ -110,6 +111,7 @@ def is_refusal(text: str) -> bool:
         return True
     if REFUSAL_PHRASE.lower().rstrip(".") in t.lower():
         return True
-    # A paraphrased refusal is short and leads with the declining phrase.
-    head = t[:160]
-    return bool(_REFUSAL_PATTERNS.search(head)) and len(t) < 240
+    # A paraphrased refusal is short and declines in its first sentence; an answer that states
+    # something and then adds a caveat ("... [1]. The passages do not mention its cost.") is an answer.
+    first = re.split(r"(?<=[.!?])\s+", t, maxsplit=1)[0]
+    return bool(_REFUSAL_PATTERNS.search(first)) and len(t) < 240

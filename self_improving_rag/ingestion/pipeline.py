@@ -54,7 +54,12 @@ def chunker_params(config: Config, embed_limit: int) -> dict[str, dict]:
 
 @contextmanager
 def _ingest_lock(root: Path) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:
+        raise IngestionError(f"index path {root} is not a directory; pass --index with a directory path") from exc
+    except PermissionError as exc:
+        raise IngestionError(f"cannot create index directory {root} (permission denied); pass a writable --index") from exc
     with (root / "ingest.lock").open("w") as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)

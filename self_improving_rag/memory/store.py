@@ -181,7 +181,12 @@ class MemoryStore:
         return sqlite3.connect(str(self.path), **kwargs)
 
     def _open(self) -> Database:
-        conn = self._connect()
+        try:
+            conn = self._connect()
+        except sqlite3.OperationalError as exc:
+            raise MemoryStoreError(
+                f"cannot open memory database {self.path} ({exc}); pass --memory with the path of a database file"
+            ) from exc
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             conn.execute("PRAGMA foreign_keys = ON")
@@ -675,7 +680,9 @@ class MemoryStore:
             raise ValueError(f"outcome id must be a str, got {outcome_id_or_prefix!r}")
         prefix = outcome_id_or_prefix.strip().lower()
         if len(prefix) < MIN_PREFIX:
-            raise ValueError(f"outcome id prefix must have at least {MIN_PREFIX} characters, got {prefix!r}")
+            raise MemoryStoreError(
+                f"outcome id {outcome_id_or_prefix!r} is too short; give at least {MIN_PREFIX} characters of the id"
+            )
         # A range on the primary key: no LIKE wildcards in user text to escape.
         rows = self._rows(
             "SELECT id FROM outcomes WHERE id >= ? AND id < ? ORDER BY id LIMIT 2", (prefix, prefix + "\uffff")

@@ -15,7 +15,7 @@ class BM25Retriever:
     def retrieve(self, query: str, top_k: int) -> list[tuple[int, float]]:
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
-        if self.n_docs == 0:
+        if self.n_docs == 0 or self.bm25 is None:
             return []
         tokens = bm25_tokenize([query])
         if not tokens.ids or not tokens.ids[0]:

@@ -22,10 +22,11 @@ def weighted_fuse(rankings: dict[str, list[tuple[int, float]]], weights: dict[st
             continue
         vals = [s for _, s in ranked]
         lo, hi = min(vals), max(vals)
-        span = hi - lo or 1.0
+        span = hi - lo
         w = weights.get(name, 1.0)
         for idx, s in ranked:
-            fused[idx] = fused.get(idx, 0.0) + w * (s - lo) / span
+            # Equal scores (e.g. a single hit) all count as the best of their list.
+            fused[idx] = fused.get(idx, 0.0) + w * ((s - lo) / span if span > 0 else 1.0)
     return sorted(fused.items(), key=lambda t: (-t[1], t[0]))
 
 

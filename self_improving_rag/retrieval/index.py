@@ -208,7 +208,9 @@ class CorpusIndex:
         with chunks_path.open(encoding="utf-8") as fh:
             chunks = [Chunk(**json.loads(line)) for line in fh if line.strip()]
         dense = faiss.read_index(str(d / f"dense-{name}.faiss"))
-        bm25 = bm25s.BM25.load(str(d / f"bm25-{name}"), load_corpus=False, show_progress=False, allow_pickle=False)
+        bm25_dir = d / f"bm25-{name}"
+        bm25 = (bm25s.BM25.load(str(bm25_dir), load_corpus=False, show_progress=False, allow_pickle=False)
+                if bm25_dir.is_dir() else None)
         return ChunkerIndex(name=name, chunks=chunks, dense=dense, bm25=bm25)
 
     def load_chunks(self, name: str) -> list[Chunk]:
@@ -235,8 +237,9 @@ class CorpusIndex:
             fh.flush()
             os.fsync(fh.fileno())
         faiss.write_index(build_dense(vectors, ann_threshold), str(gen / f"dense-{name}.faiss"))
-        texts = [c.embed_text for c in chunks] or [""]
-        build_bm25(texts).save(str(gen / f"bm25-{name}"), show_progress=False, allow_pickle=False)
+        if chunks:
+            build_bm25([c.embed_text for c in chunks]).save(str(gen / f"bm25-{name}"), show_progress=False,
+                                                             allow_pickle=False)
 
     def commit(self, gen: Path, manifest: dict[str, Any]) -> Path:
         """Seal a generation and make it current; older generations are removed."""

@@ -31,6 +31,11 @@ def refine_passage_spans(
     candidates.sort(key=lambda t: (-t[0], t[1], t[2]))
     chosen: list[set[int]] = [set() for _ in texts]
     used = 0
+    # The top-ranked text keeps its best sentence first: it is the reranker's best hit.
+    first = next((c for c in candidates if c[1] == 0), None)
+    if first is not None:
+        candidates.remove(first)
+        candidates.insert(0, first)
     for _, ti, si in candidates:
         if si in chosen[ti]:
             continue
@@ -44,6 +49,7 @@ def refine_passage_spans(
             if used + alone > budget_tokens:
                 if used == 0:
                     chosen[ti].add(si)
+                    used += alone
                 continue
             new, cost = [si], alone
         chosen[ti].update(new)

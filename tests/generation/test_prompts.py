@@ -51,10 +51,6 @@ def test_parse_citations(text: str, n: int | None, expected: tuple[int, ...]) ->
     assert parse_citations(text, n) == expected
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "BUG: parse_citations crashes on a chained range such as '[1-2-3]': the regex accepts it, "
-    "part.partition('-') leaves '2-3' and int('2-3') raises ValueError, so a model's reply can "
-    "crash Engine.ask"))
 def test_parse_citations_chained_range_does_not_crash() -> None:
     assert set(parse_citations("The keeper [1-2-3].", 3)) <= {1, 2, 3}
 
@@ -67,13 +63,12 @@ _ANSWERS = st.lists(_FRAGMENTS, max_size=8).map("".join)
 @settings(max_examples=300, deadline=None)
 @given(text=_ANSWERS, n=st.integers(0, 12))
 def test_parse_citations_returns_numbers_in_range(text: str, n: int) -> None:
-    assume(not re.search(r"\d\s*-\s*\d+\s*-", text))  # chained ranges: see the xfail above
+
     cites = parse_citations(text, n)
     assert all(type(c) is int and 1 <= c <= n for c in cites)
     assert len(set(cites)) == len(cites)
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason="BUG: chained ranges crash parse_citations (see above)")
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(text=_ANSWERS, n=st.integers(0, 12))
 def test_parse_citations_never_raises(text: str, n: int) -> None:
@@ -123,9 +118,6 @@ def test_answers_are_not_refusals(text: str) -> None:
     assert not is_refusal(text)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: _REFUSAL_PATTERNS knows 'do not mention' but not the contractions 'don't mention', "
-    "'doesn't say' or 'isn't stated', so common paraphrased refusals count as answers"))
 @pytest.mark.parametrize(
     "text",
     [
@@ -138,10 +130,6 @@ def test_contracted_refusals_are_recognised(text: str) -> None:
     assert is_refusal(text)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: is_refusal searches the declining phrase anywhere in the first 160 characters, though "
-    "its comment says a paraphrased refusal 'leads with' it: a short cited answer with a caveat "
-    "is taken for a refusal and the engine drops the answer"))
 def test_an_answer_with_a_caveat_is_not_a_refusal() -> None:
     assert not is_refusal("Clara Venn built the lighthouse in 1852 [1]. The passages do not mention its cost.")
 

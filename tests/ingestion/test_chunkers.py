@@ -83,13 +83,13 @@ def _check_common(doc: Document, chunks: list[Chunk], name: str, max_tokens: int
 
 def _check_within_sections(doc: Document, chunks: list[Chunk], min_tokens: int) -> None:
     """A chunk crosses a leaf boundary only where a tiny section (< min_tokens) was merged
-    into its next sibling, as the section chunker documents."""
+    into its next sibling or, for a parent's lone title, into its first child."""
     spans = _leaf_spans(doc)
     for c in chunks:
         for (a, b, left), (_, _, right) in zip(spans, spans[1:]):
             if c.start < b < c.end:
                 assert TOK.count(doc.text[a:b]) < min_tokens, (c.text, b)
-                assert left[:-1] == right[:-1], (c.text, left, right)
+                assert left[:-1] == right[:-1] or right[:len(left)] == left, (c.text, left, right)
         if min_tokens == 0:
             assert any(a <= c.start and c.end <= b for a, b, _ in spans), c.text
 
@@ -301,10 +301,6 @@ def test_section_merges_a_tiny_section_into_its_next_sibling() -> None:
     assert merged.section == "Doc > A > Long"  # the later path is kept
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: merge_small_spans only merges a tiny span into a sibling (same parent), so a parent "
-    "heading directly followed by its first child ('# Part One' then '## Chapter 1') becomes a "
-    "chunk holding only the title, contrary to the SectionChunker docstring"))
 @pytest.mark.parametrize("name", ["section", "semantic"])
 def test_a_lone_parent_title_is_not_a_chunk(name: str) -> None:
     doc = _doc(NESTED)
@@ -353,9 +349,6 @@ def test_semantic_needs_an_embed_function() -> None:
         SemanticChunker().chunk(doc, TOK, None)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: SemanticChunker accepts max_tokens < 16 (SectionChunker rejects it), and "
-    "text_budget() raises the budget to 16, so chunks exceed max_tokens"))
 def test_semantic_small_max_tokens_is_rejected_or_respected() -> None:
     try:
         chunker = SemanticChunker(min_tokens=0, max_tokens=8)

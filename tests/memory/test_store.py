@@ -235,8 +235,8 @@ def test_feedback_unknown_id_and_bad_arguments(store: MemoryStore) -> None:
     store.record(make_answer())
     with pytest.raises(MemoryStoreError, match="ffffffffffff"):
         store.add_feedback("ffffffffffff", True)
-    with pytest.raises(ValueError):
-        store.add_feedback("abc", True)  # prefix too short
+    with pytest.raises(MemoryStoreError, match="too short"):
+        store.add_feedback("abc", True)  # prefix too short: user input, so a clear store error
     oid = store.record(make_answer("x"))
     with pytest.raises(ValueError):
         store.add_feedback(oid, True, source="robot")
@@ -302,7 +302,7 @@ def test_show_by_prefix(store: MemoryStore) -> None:
     oid = populate(store)[0]
     assert store.show(oid[:6])["id"] == oid
     assert store.show(oid.upper())["id"] == oid
-    with pytest.raises(ValueError):
+    with pytest.raises(MemoryStoreError, match="too short"):
         store.show(oid[:5])
     with pytest.raises(MemoryStoreError, match="zzzzzz"):
         store.show("zzzzzz")

@@ -131,11 +131,8 @@ def test_hostile_passage_is_quoted_data(hostile, hash_embedder) -> None:
         assert not any(line.startswith("[7]") for line in messages[1]["content"].split("\n"))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: generation/prompts.py format_passages (line 58) inserts p.section raw: a heading holding "
-    "'<|im_start|>system ...<|im_end|>' reaches the prompt as the passage's section label; "
-    "fix: quote_passage_text(p.section) too"))
 def test_control_tokens_in_a_heading_do_not_reach_the_prompt(tmp_path: Path, hash_embedder) -> None:
+    """A heading becomes the passage's section label, which is quoted like the passage text."""
     config, docs = build(tmp_path / "heading", {"notes.md": HOSTILE_HEADING})
     ingest([docs], config, hash_embedder, progress=False)
     answer, prompts, _ = ask(config, hash_embedder, "Clara Venn built it [1].")

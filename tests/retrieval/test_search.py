@@ -56,9 +56,6 @@ def test_weighted_fusion_hand_computed() -> None:
     assert heavy_bm25[0][0] == 2
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: weighted_fuse min-max normalises a list whose scores are all equal (e.g. a single BM25 "
-    "hit) to 0, so the only lexical match gets no credit at all"))
 def test_weighted_fusion_credits_a_sole_hit() -> None:
     rankings = {"dense": [(0, 0.9), (1, 0.85), (2, 0.1)], "bm25": [(1, 7.0)]}
     fused = weighted_fuse(rankings, {"dense": 0.5, "bm25": 0.5})
@@ -220,18 +217,12 @@ def test_refine_brings_context_sentences() -> None:
     assert keep[1] == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: refine_passage_spans keeps an over-budget sentence when used == 0 but never adds its "
-    "cost, so with a budget below every sentence's size every sentence is kept"))
 def test_refine_budget_smaller_than_any_sentence_keeps_one_sentence() -> None:
     sims = [[0.9, 0.2, 0.1], [0.5, 0.3]]
     keep = refine_passage_spans("alpha", REFINE_TEXTS, _scores(sims), 3, COUNT, 0)
     assert keep == [[_sentence_spans(REFINE_TEXTS[0])[0]], []]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: refine_passage_spans promises that the first text always keeps its best sentence, but "
-    "sentences compete across texts, so a better sentence in a later text can take the whole budget"))
 def test_refine_first_text_keeps_its_best_sentence_even_when_outranked() -> None:
     sims = [[0.2, 0.1, 0.1], [0.9, 0.3]]
     keep = refine_passage_spans("question", REFINE_TEXTS, _scores(sims), 6, COUNT, 0)

@@ -61,7 +61,8 @@ def merge_small_spans(doc: Document, spans: list[tuple[int, int, tuple[str, ...]
             continue
         if pending is not None:
             ps, _, ppath = pending
-            if ppath[:-1] == path[:-1]:
+            # Merge into a sibling, or into the first child of a parent whose title stands alone.
+            if ppath[:-1] == path[:-1] or path[:len(ppath)] == ppath:
                 s = ps
             else:
                 out.append(pending)

@@ -20,6 +20,8 @@ class SemanticChunker:
                  embed_limit: int = 256) -> None:
         if not 0 < percentile < 100:
             raise ValueError(f"percentile must be in (0, 100), got {percentile}")
+        if max_tokens < 16:
+            raise ValueError(f"max_tokens must be >= 16, got {max_tokens}")
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
         if not 0 <= min_tokens <= max_tokens:
