@@ -58,7 +58,8 @@ def load_batch(path: str | Path) -> tuple[BatchSpec, Path]:
         raise BatchError(f"batch file {p} not found; pass a YAML file like configs/batch-sherlock-dev.yaml")
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+    except (yaml.YAMLError, UnicodeDecodeError, ValueError, TypeError, KeyError, IndexError, AttributeError,
+            RecursionError) as exc:
         raise BatchError(f"{p}: malformed YAML ({exc.__class__.__name__}); fix the syntax") from exc
     if not isinstance(data, dict):
         raise BatchError(f"{p}: expected a mapping with name, corpus, questions")

@@ -416,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
         if debug:
             raise
-        logging.getLogger("sirag").error("unexpected error", exc_info=True)
+        logging.getLogger("sirag").error("unexpected error", exc_info=True, extra={"file_only": True})
         print(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback; please report it)",
               file=sys.stderr)
         return 1

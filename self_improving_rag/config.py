@@ -54,7 +54,7 @@ class SemanticChunkerConfig(_Model):
 
 class IngestionConfig(_Model):
     chunkers: list[Literal["fixed", "section", "semantic"]] = ["fixed", "section", "semantic"]
-    max_file_mb: float = Field(64, gt=0)
+    max_file_mb: float = Field(64, gt=0, le=4096)
     fixed: FixedChunkerConfig = FixedChunkerConfig()
     section: SectionChunkerConfig = SectionChunkerConfig()
     semantic: SemanticChunkerConfig = SemanticChunkerConfig()
@@ -164,6 +164,9 @@ def default_config_text() -> str:
 def _read_yaml(text: str, source: str) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
+        # safe_load raises these for a mistyped explicit tag (e.g. "!!int abc") or absurd nesting.
+        raise ConfigError(f"{source}: a value cannot be read ({type(exc).__name__}); fix the YAML") from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -195,7 +198,7 @@ def parse_override(item: str) -> dict[str, Any]:
         raise ConfigError(f"--set {item!r}: empty key; use e.g. --set strategy.top_k=8")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
         raise ConfigError(f"--set {item!r}: the value is not valid YAML; quote it") from exc
     tree: dict[str, Any] = {parts[-1]: value}
     for part in reversed(parts[:-1]):

@@ -9,6 +9,18 @@ import time
 from pathlib import Path
 
 
+class OneLineFormatter(logging.Formatter):
+    """Console lines without tracebacks: those go to the JSON log (and to the terminal only with --debug)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        saved = record.exc_info, record.exc_text
+        record.exc_info, record.exc_text = None, None
+        try:
+            return super().format(record)
+        finally:
+            record.exc_info, record.exc_text = saved
+
+
 class JsonLinesFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out = {
@@ -31,7 +43,9 @@ def setup_logging(log_dir: str | None, verbose: bool = False, command: str = "si
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
     console = logging.StreamHandler()
     console.setLevel(logging.INFO if verbose else logging.WARNING)
-    console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    console.setFormatter(OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
+    # Records marked file_only (e.g. the traceback of an unexpected error) stay out of the terminal.
+    console.addFilter(lambda record: not getattr(record, "file_only", False))
     root.addHandler(console)
     for noisy in ("sentence_transformers", "transformers", "urllib3", "httpx", "faiss", "bm25s", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -22,6 +22,26 @@ from .calibration import confidence as calibrated_confidence
 
 # -- pure scoring functions ---------------------------------------------------------------
 
+# Sentences that address the reader with orders are instructions planted in a document, not
+# evidence: they never count as support for a claim.
+_INSTRUCTION = re.compile(
+    r"\b(ignore|disregard|forget)\b.{0,40}\b(question|instruction|instructions|above|previous|prompt|rules)\b"
+    r"|\byou (must|should|will) (answer|reply|say|respond)\b|\b(answer|reply|respond) (only )?with\b"
+    r"|\bsystem prompt\b|^\W*(answer|reply|say)\b",
+    re.IGNORECASE,
+)
+
+
+def is_instruction(sentence: str) -> bool:
+    """Whether a passage sentence reads as an instruction to the model."""
+    return bool(_INSTRUCTION.search(sentence))
+
+
+def evidence_text(text: str) -> str:
+    """A passage without its instruction-like sentences."""
+    spans = split_sentences(text) or [(0, len(text))]
+    return " ".join(text[s:e] for s, e in spans if not is_instruction(text[s:e]))
+
 def coverage_score(question: str, context: str) -> Signal:
     """Weighted share of the question's content terms present in the context (names count 2x)."""
     q_terms = list(dict.fromkeys(content_terms(question)))
@@ -176,13 +196,18 @@ class SignalScorer:
         if not claims or not passages:
             return [ClaimCheck(c, cites, 0.0, 0.0, None, 0.0, False) for c, cites in claims_cited]
         by_num = {p.number: p for p in passages}
+        evidence = {p.number: evidence_text(p.text) for p in passages}
         sent_texts: list[str] = []
         owner: list[int] = []
         for p in passages:
             spans = split_sentences(p.text) or [(0, len(p.text))]
             for s, e in spans:
+                if is_instruction(p.text[s:e]):
+                    continue
                 sent_texts.append(p.text[s:e])
                 owner.append(p.number)
+        if not sent_texts:
+            return [ClaimCheck(c, cites, 0.0, 0.0, None, 0.0, False) for c, cites in claims_cited]
         vecs = self.embed(claims + sent_texts)
         cvecs, svecs = vecs[: len(claims)], vecs[len(claims):]
         sims = cvecs @ svecs.T
@@ -194,7 +219,7 @@ class SignalScorer:
             pools = [cited, tuple(by_num)] if cited else [tuple(by_num)]
             best = None
             for pool in pools:
-                lex = max(lexical_support(claim, by_num[n].text) for n in pool)
+                lex = max(lexical_support(claim, evidence[n]) for n in pool)
                 idx = [i for i, o in enumerate(owner) if o in pool]
                 sim = float(sims[ci, idx].max()) if idx else 0.0
                 cand = (lex, sim)

@@ -205,12 +205,18 @@ class CorpusIndex:
                 f"index {self.root} has no '{name}' chunker (built: {built}); "
                 f"re-ingest with ingestion.chunkers including {name}"
             )
-        with chunks_path.open(encoding="utf-8") as fh:
-            chunks = [Chunk(**json.loads(line)) for line in fh if line.strip()]
-        dense = faiss.read_index(str(d / f"dense-{name}.faiss"))
-        bm25_dir = d / f"bm25-{name}"
-        bm25 = (bm25s.BM25.load(str(bm25_dir), load_corpus=False, show_progress=False, allow_pickle=False)
-                if bm25_dir.is_dir() else None)
+        try:
+            with chunks_path.open(encoding="utf-8") as fh:
+                chunks = [Chunk(**json.loads(line)) for line in fh if line.strip()]
+            dense = faiss.read_index(str(d / f"dense-{name}.faiss"))
+            bm25_dir = d / f"bm25-{name}"
+            bm25 = (bm25s.BM25.load(str(bm25_dir), load_corpus=False, show_progress=False, allow_pickle=False)
+                    if bm25_dir.is_dir() else None)
+        except (OSError, RuntimeError, ValueError, TypeError, KeyError) as exc:
+            raise IndexNotFoundError(
+                f"the '{name}' index in {d} is damaged ({type(exc).__name__}); rebuild it with: "
+                f"sirag ingest --rebuild --index {self.root} PATH..."
+            ) from exc
         return ChunkerIndex(name=name, chunks=chunks, dense=dense, bm25=bm25)
 
     def load_chunks(self, name: str) -> list[Chunk]:

@@ -4,18 +4,22 @@ that names the problem, no traceback, and leaves the existing index and memory u
 from __future__ import annotations
 
 import random
+import shutil
 import sqlite3
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
-from tests.conftest import write_corpus
-from tests.reliability.reliability_kit import (assert_one_line_error, index_fingerprint, memory_fingerprint,
-                                               replies, run_cli)
+from tests.conftest import fake_overrides, write_corpus
+from tests.reliability.reliability_kit import (assert_one_line_error, env, index_fingerprint, memory_fingerprint,
+                                               replies, run_cli, set_args)
 
 QUESTION = "Who built the lighthouse of Marrow Point?"
+INLINE = "questions:\n  inline: [{question: hi}]\n"
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +86,26 @@ def _jsonl_batch(d: Path) -> str:
     return _batch(d, "name: b\nquestions:\n  file: qa.jsonl\n")
 
 
+def _damaged_index(w: Path, d: Path, how: str) -> list[str]:
+    """A copy of the world's index with one file of the live generation damaged."""
+    index = d / "index"
+    shutil.copytree(w / "index", index)
+    gen = index / (index / "CURRENT").read_text(encoding="utf-8").strip()
+    if how == "truncated-faiss":
+        dense = gen / "dense-section.faiss"
+        dense.write_bytes(dense.read_bytes()[:100])
+    elif how == "missing-faiss":
+        (gen / "dense-section.faiss").unlink()
+    elif how == "malformed-chunks":
+        with (gen / "chunks-section.jsonl").open("a", encoding="utf-8") as fh:
+            fh.write('{"chunk_id": "broken\n')
+    elif how == "object-npy":
+        import numpy as np
+
+        np.save(next((gen / "bm25-section").glob("*.npy")), np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    return ["search", QUESTION, "--index", str(index), "--chunker", "section"]
+
+
 def _mkdir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -115,7 +139,8 @@ CASES: dict[str, Case] = {
     "ingest-unsupported-type": Case(lambda d, w: ["ingest", str(_write(d / "notes.docx", "PK fake"))],
                                     ("unsupported file type",)),
     "ingest-empty-directory": Case(lambda d, w: ["ingest", str(_mkdir(d / "empty-dir"))], ("no .txt",)),
-    "ingest-missing-directory": Case(lambda d, w: ["ingest", str(d / "missing-dir") + "/"], ("no such file or folder",)),
+    "ingest-missing-directory": Case(lambda d, w: ["ingest", str(d / "missing-dir") + "/"],
+                                     ("no such file or folder",)),
     # -- questions --------------------------------------------------------------------------------
     "ask-empty-question": Case(lambda d, w: ["ask", ""], ("empty",)),
     "ask-whitespace-question": Case(lambda d, w: ["ask", "  \t \n  "], ("empty",)),
@@ -167,8 +192,10 @@ CASES: dict[str, Case] = {
     "memory-newer-schema-ask": Case(lambda d, w: ["ask", QUESTION, "--memory", str(_future_memory(w, d))],
                                     ("newer version", "m999_from_a_newer_sirag"),
                                     watch=lambda d, w: [d / "future.db"]),
-    "memory-show-unknown-id": Case(lambda d, w: ["memory", "show", "0123456789abcdef"], ("no outcome", "0123456789abcdef")),
-    "memory-show-db-is-a-folder": Case(lambda d, w: ["memory", "show", "abcdef", "--memory", str(_mkdir(d / "a-folder"))],
+    "memory-show-unknown-id": Case(lambda d, w: ["memory", "show", "0123456789abcdef"],
+                                   ("no outcome", "0123456789abcdef")),
+    "memory-show-db-is-a-folder": Case(lambda d, w: ["memory", "show", "abcdef", "--memory",
+                                                     str(_mkdir(d / "a-folder"))],
                                        ("a-folder",)),
     "memory-show-short-id": Case(lambda d, w: ["memory", "show", "zz"], ("zz", "6")),
     "memory-db-is-a-folder": Case(lambda d, w: ["ask", QUESTION, "--memory", str(_mkdir(d / "memdir"))], ("memdir",)),
@@ -184,31 +211,34 @@ CASES: dict[str, Case] = {
     # -- batch files ------------------------------------------------------------------------------
     "batch-malformed-yaml": Case(lambda d, w: ["batch", _batch(d, "name: b\nquestions: [oops\n")],
                                  ("batch.yaml", "malformed yaml")),
-    "batch-unknown-key": Case(lambda d, w: ["batch", _batch(d, "name: b\nquestions:\n  inline: [{question: hi}]\nbogus: 1\n")],
+    "batch-unknown-key": Case(lambda d, w: ["batch", _batch(d, f"name: b\n{INLINE}bogus: 1\n")],
                               ("unknown key", "bogus")),
     "batch-missing-questions": Case(lambda d, w: ["batch", _batch(d, "name: b\ncorpus: [docs]\n")], ("questions",)),
     "batch-empty-questions": Case(lambda d, w: ["batch", _batch(d, "name: b\nquestions: {}\n")], ("questions",)),
     "batch-questions-file-missing": Case(
-        lambda d, w: ["batch", _batch(d, "name: b\nquestions:\n  file: missing.jsonl\n")], ("missing.jsonl", "no such file")),
+        lambda d, w: ["batch", _batch(d, "name: b\nquestions:\n  file: missing.jsonl\n")],
+        ("missing.jsonl", "no such file")),
     "batch-jsonl-malformed-line": Case(lambda d, w: ["batch", _jsonl_batch(d)], ("qa.jsonl", "line 2")),
     "batch-file-missing": Case(lambda d, w: ["batch", "no-such-batch.yaml"], ("no-such-batch.yaml", "not found")),
     "batch-not-a-mapping": Case(lambda d, w: ["batch", _batch(d, "- one\n- two\n")], ("mapping",)),
-    "batch-inline-without-question": Case(lambda d, w: ["batch", _batch(d, "name: b\nquestions:\n  inline: [{id: x}]\n")],
+    "batch-inline-without-question": Case(
+        lambda d, w: ["batch", _batch(d, "name: b\nquestions:\n  inline: [{id: x}]\n")],
                                           ("question",)),
-    "batch-bad-name": Case(lambda d, w: ["batch", _batch(d, "name: ../escape\nquestions:\n  inline: [{question: hi}]\n")],
+    "batch-bad-name": Case(lambda d, w: ["batch", _batch(d, f"name: ../escape\n{INLINE}")],
                            ("name",)),
     "batch-override-unknown-key": Case(
         lambda d, w: ["batch", _batch(d, "name: b\nquestions:\n  inline: [{question: hi}]\n"
                                          "overrides: {strategy.topk: 3}\n")], ("unknown key", "strategy.topk")),
     "batch-empty-grid": Case(
-        lambda d, w: ["batch", _batch(d, "name: b\nquestions:\n  inline: [{question: hi}]\ngrid: {strategy.top_k: []}\n")],
+        lambda d, w: ["batch", _batch(d, f"name: b\n{INLINE}grid: {{strategy.top_k: []}}\n")],
         ("grid", "strategy.top_k")),
 }
 
 
 # Known bugs: each case fails today and is reported; strict, so a fix makes the suite say so.
 BUGS: dict[str, Case] = {
-    "set-yaml-tag-mismatch": Case(lambda d, w: ["ask", QUESTION], ("strategy.top_k",), extra=("strategy.top_k=!!int many",)),
+    "set-yaml-tag-mismatch": Case(lambda d, w: ["ask", QUESTION], ("strategy.top_k",),
+                                  extra=("strategy.top_k=!!int many",)),
     "config-yaml-tag-mismatch": Case(
         lambda d, w: ["ask", QUESTION, "--config", str(_write(d / "tagged.yaml", "strategy:\n  top_k: !!int many\n"))],
         ("tagged.yaml",)),
@@ -219,32 +249,43 @@ BUGS: dict[str, Case] = {
                                     extra=("strategy.top_k=" + "[" * 1000 + "]" * 1000,)),
     "ingest-infinite-size-limit": Case(lambda d, w: ["ingest", str(w / "docs"), "--index", str(d / "idx")],
                                        ("max_file_mb",), extra=("ingestion.max_file_mb=.inf",)),
+    "index-truncated-faiss": Case(lambda d, w: _damaged_index(w, d, "truncated-faiss"), ("index",)),
+    "index-missing-faiss": Case(lambda d, w: _damaged_index(w, d, "missing-faiss"), ("index",)),
+    "index-malformed-chunks": Case(lambda d, w: _damaged_index(w, d, "malformed-chunks"), ("index",)),
+    "index-object-npy": Case(lambda d, w: _damaged_index(w, d, "object-npy"), ("index",)),
     "generator-backend-openai-unreachable": Case(
         lambda d, w: ["ask", QUESTION], ("openai",),
         extra=("generator.backend=openai", "generator.base_url=http://127.0.0.1:9/v1", "generator.retries=0",
                "generator.timeout_s=2")),
 }
 BUG_REASONS = {
+    **{f"index-{k}": "BUG: retrieval/index.py CorpusIndex.load_chunker (lines 208-213: json.loads, "
+                     "faiss.read_index, BM25.load) does not translate errors of a damaged generation "
+                     "(faiss RuntimeError, json.JSONDecodeError, numpy ValueError "
+                     "'Object arrays cannot be loaded when allow_pickle=False'): 'internal error', exit 1. Fix: "
+                     "wrap the reads and raise IndexNotFoundError('index ... is damaged (...); rebuild with: "
+                     "sirag ingest --rebuild ...')"
+       for k in ("truncated-faiss", "missing-faiss", "malformed-chunks", "object-npy")},
     "generator-backend-openai-unreachable": "BUG: config allows generator.backend=openai/transformers but "
                                             "generation/factory.py:23/29 imports modules that do not exist "
                                             "(openai_http, transformers_nf4): ModuleNotFoundError, exit 1, traceback",
-    "set-yaml-tag-mismatch": "BUG: config.py parse_override (line 197) catches only yaml.YAMLError; PyYAML raises "
+    "set-yaml-tag-mismatch": "BUG: config.py parse_override (line 198) catches only yaml.YAMLError; PyYAML raises "
                              "ValueError for '!!int many' (KeyError/IndexError/AttributeError for other tags): exit 1",
-    "config-yaml-tag-mismatch": "BUG: config.py _read_yaml (line 166) catches only yaml.YAMLError; a mistyped "
+    "config-yaml-tag-mismatch": "BUG: config.py _read_yaml (line 167) catches only yaml.YAMLError; a mistyped "
                                 "explicit tag raises ValueError: exit 1 and a traceback",
-    "batch-yaml-tag-mismatch": "BUG: batch.py load_batch (line 60) catches only (yaml.YAMLError, "
+    "batch-yaml-tag-mismatch": "BUG: batch.py load_batch (line 61) catches only (yaml.YAMLError, "
                                "UnicodeDecodeError); a mistyped explicit tag raises ValueError: exit 1",
-    "set-deeply-nested-value": "BUG: config.py parse_override (line 197): yaml.safe_load of 1000 nested "
+    "set-deeply-nested-value": "BUG: config.py parse_override (line 198): yaml.safe_load of 1000 nested "
                                "brackets raises RecursionError, not caught: exit 1 and a traceback",
     "ingest-infinite-size-limit": "BUG: IngestionConfig.max_file_mb (config.py) accepts .inf; "
-                                  "ingestion/pipeline.py int(max_file_mb * 2**20) raises OverflowError: exit 1",
+                                  "ingestion/pipeline.py:136 int(max_file_mb * 2**20) raises OverflowError: exit 1",
 }
 
 
 def _params():
     out = [pytest.param(name, case, id=name) for name, case in CASES.items()]
-    out += [pytest.param(name, case, id=name, marks=pytest.mark.xfail(strict=True, reason=BUG_REASONS[name]))
-            for name, case in BUGS.items()]
+    # Once-known bugs (BUG_REASONS says what they were), kept as regression cases.
+    out += [pytest.param(name, case, id=name) for name, case in BUGS.items()]
     return out
 
 
@@ -301,23 +342,11 @@ sys.exit(cli.main(sys.argv[1:]))
 """
 
 
-def _crash(world: Path, cwd: Path, *flags: str):
-    import subprocess
-    import sys
-
-    from tests.reliability.reliability_kit import env, set_args
-    from tests.conftest import fake_overrides
-
+def _crash(world: Path, cwd: Path, *flags: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", _CRASH, "stats", *flags, *set_args(fake_overrides(world))],
                           cwd=cwd, env=env(), capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: cli.py main() line 419 logs the unexpected error with exc_info=True to the 'sirag' logger; "
-    "logging_setup.py attaches a console StreamHandler (level WARNING) to the root logger, so the full "
-    "traceback is printed on stderr before the one-line 'internal error:' message, without --debug. "
-    "Fix: keep exc_info out of the console handler (log it at DEBUG/INFO to the file only, or give the "
-    "console handler a formatter that drops exc_info)"))
 def test_unexpected_error_is_one_line_without_traceback(world: Path, tmp_path: Path) -> None:
     proc = _crash(world, tmp_path)
     assert proc.returncode == 1

@@ -66,3 +66,16 @@ def test_batch_with_two_workers_writes_one_row_per_question(indexed: Path) -> No
     assert not [r for r in rows if r.get("error")], "a worker reported an error"
     db = indexed / "memory" / "memory.db"
     assert memory_count(db, "SELECT COUNT(*) FROM outcomes WHERE run_id = 'two'") == n
+
+
+def test_second_ingest_is_refused_while_one_holds_the_lock(indexed: Path) -> None:
+    """One ingest at a time: a second one fails with one line instead of interleaving writes."""
+    import fcntl
+
+    before = (indexed / "index" / "CURRENT").read_text(encoding="utf-8")
+    with (indexed / "index" / "ingest.lock").open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a running ingest holds
+        proc = run_cli(indexed, ["ingest", "docs", "--rebuild"], cwd=indexed)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: another ingest") and proc.stderr.count("\n") == 1, proc.stderr
+    assert (indexed / "index" / "CURRENT").read_text(encoding="utf-8") == before

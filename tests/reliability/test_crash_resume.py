@@ -134,7 +134,8 @@ def _big_corpus(root: Path, n_docs: int = 100) -> Path:
     return root
 
 
-def test_ctrl_c_during_ingest_leaves_previous_index_usable(indexed: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
+def test_interrupted_ingest_leaves_previous_index_usable(indexed: Path, sig: signal.Signals) -> None:
     index = indexed / "index"
     before = index_fingerprint(index)
     big = _big_corpus(indexed / "big")
@@ -143,12 +144,13 @@ def test_ctrl_c_during_ingest_leaves_previous_index_usable(indexed: Path) -> Non
         # A .building- folder exists while the new generation is being written: the riskiest moment.
         wait_for(lambda: any(p.name.startswith(".building-") for p in index.iterdir()) or proc.poll() is not None,
                  60, "the new generation folder")
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, f"exit code {proc.returncode} (finished before the signal?); stderr:\n{err}"
+    expected = 130 if sig == signal.SIGINT else -signal.SIGKILL
+    assert proc.returncode == expected, f"exit code {proc.returncode} (finished before the signal?); stderr:\n{err}"
     assert "Traceback" not in err
 
     assert index_fingerprint(index) == before, "the live generation or CURRENT changed"

@@ -1,0 +1,101 @@
+"""OpenAI-compatible HTTP backend (vLLM, llama.cpp server, Ollama): serving beyond one machine."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+from ..errors import GenerationError
+from ..types import Generation
+from .base import TokenCallback
+
+
+class OpenAIHTTPGenerator:
+    """Chat completions over HTTP with timeouts and retries on connection errors.
+
+    The judge asks for one token with ``logprobs``/``top_logprobs``; a server that does not
+    return log-probs makes ``yes_probability`` return None (the lexical checks still run).
+    """
+
+    def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", timeout_s: float = 300.0,
+                 retries: int = 2, temperature: float = 0.0, max_tokens: int = 160, seed: int = 0) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.api_key = os.environ.get(api_key_env, "")
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.seed = seed
+        self.name = f"openai:{model}"
+        self._client = None
+
+    def warm_up(self) -> None:
+        if self._client is None:
+            import httpx
+
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            self._client = httpx.Client(base_url=self.base_url, timeout=self.timeout_s, headers=headers)
+
+    def count_tokens(self, text: str) -> int:
+        return max(1, len(text) // 4)
+
+    def _post(self, payload: dict) -> dict:
+        import httpx
+
+        self.warm_up()
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            try:
+                r = self._client.post("/chat/completions", json=payload)
+            except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as exc:
+                last = exc
+                time.sleep(min(4.0, 0.5 * 2 ** attempt))
+                continue
+            except httpx.TimeoutException as exc:
+                raise GenerationError(f"generator.backend=openai: {self.base_url} did not answer within "
+                                      f"{self.timeout_s:.0f} s; raise generator.timeout_s or check the server") from exc
+            if r.status_code >= 400:
+                raise GenerationError(f"generator.backend=openai: {self.base_url} answered HTTP {r.status_code}: "
+                                      f"{r.text[:200]!r}; check generator.model and the server")
+            try:
+                return r.json()
+            except ValueError as exc:
+                raise GenerationError(f"generator.backend=openai: {self.base_url} returned a non-JSON reply") from exc
+        raise GenerationError(f"generator.backend=openai: cannot reach the server at {self.base_url} ({last}); "
+                              "start it or set generator.base_url")
+
+    def generate(self, messages, max_tokens=None, on_token: TokenCallback | None = None) -> Generation:
+        t0 = time.perf_counter()
+        data = self._post({"model": self.model, "messages": messages, "temperature": self.temperature,
+                           "max_tokens": self.max_tokens if max_tokens is None else max_tokens, "seed": self.seed,
+                           "logprobs": True})
+        try:
+            choice = data["choices"][0]
+            text = (choice["message"]["content"] or "").strip()
+        except (KeyError, IndexError, TypeError) as exc:
+            raise GenerationError(f"generator.backend=openai: unexpected reply shape from {self.base_url}") from exc
+        if not text:
+            raise GenerationError("generator.backend=openai: the model produced no text")
+        lps = tuple(float(t["logprob"]) for t in ((choice.get("logprobs") or {}).get("content") or []) if "logprob" in t)
+        usage = data.get("usage") or {}
+        if on_token is not None:
+            on_token(text)
+        return Generation(text=text, token_logprobs=lps, prompt_tokens=int(usage.get("prompt_tokens", 0)),
+                          completion_tokens=int(usage.get("completion_tokens", len(lps))),
+                          timings_ms={"generate": (time.perf_counter() - t0) * 1000},
+                          finish_reason=choice.get("finish_reason") or "stop")
+
+    def yes_probability(self, messages) -> float | None:
+        data = self._post({"model": self.model, "messages": messages, "temperature": 0.0, "max_tokens": 1,
+                           "logprobs": True, "top_logprobs": 10})
+        try:
+            top = data["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+        except (KeyError, IndexError, TypeError):
+            return None
+        yes = sum(math.exp(t["logprob"]) for t in top if t["token"].strip().lower() == "yes")
+        no = sum(math.exp(t["logprob"]) for t in top if t["token"].strip().lower() == "no")
+        return yes / (yes + no) if yes + no > 0 else None

@@ -1,0 +1,110 @@
+"""transformers backend with 4-bit NF4 quantisation (bitsandbytes), for GPU configs such as
+``configs/gpu-7b.yaml``; the same loading code runs on the CPU for small models."""
+
+from __future__ import annotations
+
+import time
+
+from ..errors import GenerationError
+from ..types import Generation
+from .base import TokenCallback
+
+
+class TransformersGenerator:
+    """``AutoModelForCausalLM`` with ``BitsAndBytesConfig(load_in_4bit, nf4, double quant)``."""
+
+    def __init__(self, model: str, gguf_file: str | None = None, load_in_4bit: bool = True,
+                 compute_dtype: str = "bfloat16", device_map: str = "auto", max_memory: dict | None = None,
+                 temperature: float = 0.0, max_tokens: int = 160, seed: int = 0) -> None:
+        self.model_id = model
+        self.gguf_file = gguf_file
+        self.load_in_4bit = load_in_4bit
+        self.compute_dtype = compute_dtype
+        self.device_map = device_map
+        self.max_memory = max_memory
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.seed = seed
+        self.name = f"transformers:{model}"
+        self._model = None
+        self._tok = None
+
+    def warm_up(self) -> None:
+        if self._model is not None:
+            return
+        try:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+        except ImportError as exc:
+            raise GenerationError("the transformers backend needs: pip install 'self_improving_rag[transformers]'") from exc
+        dtype = getattr(torch, self.compute_dtype)
+        kwargs: dict = {"torch_dtype": dtype, "trust_remote_code": False, "local_files_only": True}
+        if self.load_in_4bit and not self.gguf_file:
+            kwargs["quantization_config"] = BitsAndBytesConfig(
+                load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                bnb_4bit_compute_dtype=dtype)
+        if self.device_map:
+            kwargs["device_map"] = self.device_map
+        if self.max_memory:
+            kwargs["max_memory"] = self.max_memory
+        if self.gguf_file:
+            kwargs["gguf_file"] = self.gguf_file
+        try:
+            self._tok = AutoTokenizer.from_pretrained(self.model_id, gguf_file=self.gguf_file, trust_remote_code=False,
+                                                      local_files_only=True)
+            self._model = AutoModelForCausalLM.from_pretrained(self.model_id, **kwargs)
+        except (OSError, ValueError, ImportError, RuntimeError) as exc:
+            raise GenerationError(f"cannot load {self.model_id} with transformers ({exc}); check generator.model "
+                                  "(a local directory: nothing is downloaded)") from exc
+        self._model.eval()
+
+    def count_tokens(self, text: str) -> int:
+        self.warm_up()
+        return len(self._tok(text, add_special_tokens=False)["input_ids"])
+
+    def _inputs(self, messages):
+        if getattr(self._tok, "chat_template", None):
+            ids = self._tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt")
+        else:
+            text = "\n\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\n\nassistant:"
+            ids = self._tok(text, return_tensors="pt")["input_ids"]
+        return ids.to(self._model.device)
+
+    def generate(self, messages, max_tokens=None, on_token: TokenCallback | None = None) -> Generation:
+        import torch
+
+        self.warm_up()
+        torch.manual_seed(self.seed)
+        ids = self._inputs(messages)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            out = self._model.generate(ids, max_new_tokens=self.max_tokens if max_tokens is None else max_tokens,
+                                       do_sample=self.temperature > 0, temperature=self.temperature or None,
+                                       output_scores=True, return_dict_in_generate=True,
+                                       pad_token_id=self._tok.eos_token_id)
+        new = out.sequences[0, ids.shape[1]:]
+        lps = []
+        for step, tok in enumerate(new.tolist()):
+            lps.append(float(torch.log_softmax(out.scores[step][0].float(), -1)[tok]))
+        text = self._tok.decode(new, skip_special_tokens=True).strip()
+        if not text:
+            raise GenerationError("the transformers model produced no text")
+        if on_token is not None:
+            on_token(text)
+        return Generation(text=text, token_logprobs=tuple(lps), prompt_tokens=int(ids.shape[1]),
+                          completion_tokens=len(lps), timings_ms={"generate": (time.perf_counter() - t0) * 1000})
+
+    def yes_probability(self, messages) -> float | None:
+        import torch
+
+        self.warm_up()
+        ids = self._inputs(messages)
+        with torch.no_grad():
+            logits = self._model(ids).logits[0, -1].float()
+        def first(w):
+            t = self._tok(w, add_special_tokens=False)["input_ids"]
+            return t[0] if t else None
+        yes = [t for t in {first(w) for w in ("yes", "Yes", " yes", " Yes")} if t is not None]
+        no = [t for t in {first(w) for w in ("no", "No", " no", " No")} if t is not None]
+        py, pn = torch.logsumexp(logits[yes], 0), torch.logsumexp(logits[no], 0)
+        return float(torch.sigmoid(py - pn))
