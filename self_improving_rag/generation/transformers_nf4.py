@@ -38,7 +38,7 @@ class TransformersGenerator:
         except ImportError as exc:
             raise GenerationError("the transformers backend needs: pip install 'self_improving_rag[transformers]'") from exc
         dtype = getattr(torch, self.compute_dtype)
-        kwargs: dict = {"torch_dtype": dtype, "trust_remote_code": False, "local_files_only": True}
+        kwargs: dict = {"torch_dtype": dtype}
         if self.load_in_4bit and not self.gguf_file:
             kwargs["quantization_config"] = BitsAndBytesConfig(
                 load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
@@ -52,7 +52,8 @@ class TransformersGenerator:
         try:
             self._tok = AutoTokenizer.from_pretrained(self.model_id, gguf_file=self.gguf_file, trust_remote_code=False,
                                                       local_files_only=True)
-            self._model = AutoModelForCausalLM.from_pretrained(self.model_id, **kwargs)
+            self._model = AutoModelForCausalLM.from_pretrained(self.model_id, trust_remote_code=False,
+                                                               local_files_only=True, **kwargs)
         except (OSError, ValueError, ImportError, RuntimeError) as exc:
             raise GenerationError(f"cannot load {self.model_id} with transformers ({exc}); check generator.model "
                                   "(a local directory: nothing is downloaded)") from exc
