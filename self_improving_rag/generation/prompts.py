@@ -107,8 +107,8 @@ def strip_citations(text: str) -> str:
 def is_refusal(text: str) -> bool:
     """Whether an answer declines to answer (the fixed phrase or a paraphrase of it)."""
     t = text.strip()
-    if not t:
-        return True
+    if not re.search(r"\w", strip_citations(t)):
+        return True  # nothing but citations or punctuation: no answer was given
     if REFUSAL_PHRASE.lower().rstrip(".") in t.lower():
         return True
     # A paraphrased refusal is short and declines in its first sentence; an answer that states

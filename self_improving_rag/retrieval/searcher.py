@@ -98,11 +98,17 @@ class Searcher:
         pool = fused[: n_cand if strategy.rerank else strategy.top_k]
         texts = [ci.chunks[i].text for i, _ in pool]
         ranked, sent_scores = self.reranker.rerank(qvec, texts)
-        if strategy.rerank:
-            order = [(pool[j][0], pool[j][1], rel, sent_scores[j]) for j, rel in ranked]
+        rel = dict(ranked)
+        order = [(pool[j][0], pool[j][1], rel[j], sent_scores[j]) for j in range(len(pool))]
+        if strategy.rerank and order:
+            w = self.config.retrieval.rerank_weight
+            lo, hi = min(o[1] for o in order), max(o[1] for o in order)
+            norm = [((o[1] - lo) / (hi - lo) if hi > lo else 1.0) for o in order]
+            final = [(1 - w) * n + w * o[2] for n, o in zip(norm, order)]
+            order = [o for _, _, o in sorted(zip(final, range(len(order)), order), key=lambda t: (-t[0], t[1]))]
+            final_by_idx = {o[0]: f for f, o in zip(sorted(final, reverse=True), order)}
         else:
-            rel = dict(ranked)
-            order = [(pool[j][0], pool[j][1], rel[j], sent_scores[j]) for j in range(len(pool))]
+            final_by_idx = {}
         order = order[: strategy.top_k]
         timings["rerank"] = (time.perf_counter() - t) * 1000
 
@@ -112,7 +118,9 @@ class Searcher:
             scores = {name: per[name][idx] for name in per if idx in per[name]}
             scores["fused"] = fused_score
             scores["relevance"] = rel
-            hits.append(Hit(chunk=ci.chunks[idx], score=rel if strategy.rerank else fused_score, scores=scores, rank=rank))
+            if idx in final_by_idx:
+                scores["reranked"] = final_by_idx[idx]
+            hits.append(Hit(chunk=ci.chunks[idx], score=final_by_idx.get(idx, fused_score), scores=scores, rank=rank))
         texts = [self._with_neighbours(ci, h.chunk, strategy.neighbors) for h in hits]
         notes: list[str] = []
         if strategy.neighbors:

@@ -274,7 +274,7 @@ def test_searcher_finds_the_lighthouse_builder(searcher: Searcher, chunker: str,
     assert "Clara Venn" in result.passages[0].text
     for h in result.hits:
         assert 0.0 < h.scores["relevance"] < 1.0
-        assert h.score == h.scores["relevance"]  # reranked: relevance ranks
+        assert h.score == h.scores["reranked"]  # reranked: fused score blended with relevance
     scores = [h.score for h in result.hits]
     assert scores == sorted(scores, reverse=True)
     for p in result.passages:
