@@ -159,7 +159,10 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
                 doc = _with_id(doc, doc_id)
                 counts = {}
                 for n, chunker in chunkers.items():
+                    t_c = time.perf_counter()
                     cs = chunker.chunk(doc, tokenizer, sentence_embed)
+                    key = f"chunk_{n}"
+                    report.timings_ms[key] = report.timings_ms.get(key, 0.0) + (time.perf_counter() - t_c) * 1000
                     all_chunks[n].extend(cs)
                     counts[n] = len(cs)
                 if not any(counts.values()):
@@ -181,8 +184,10 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
             ebar = tqdm(total=total, desc="embedding", unit="chunk", disable=not progress or None, leave=False)
             hits0, miss0 = cache.hits, cache.misses
             for n, cs in all_chunks.items():
+                t_e = time.perf_counter()
                 vecs = cache.embed([c.embed_text for c in cs], embedder.embed, progress=ebar.update) if cs else np.zeros((0, embedder.dim), np.float32)
                 index.write_chunker(gen, n, cs, vecs, config.retrieval.ann_threshold)
+                report.timings_ms[f"embed_index_{n}"] = (time.perf_counter() - t_e) * 1000
                 report.chunks[n] = len(cs)
             ebar.close()
             report.cached_texts = cache.hits - hits0
