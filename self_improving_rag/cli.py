@@ -223,9 +223,19 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
     Examples: sirag memory stats; sirag memory show 3f2a9c; sirag memory search Baskerville;
     sirag memory export --csv out.csv; sirag memory report --html report.html
     """
+    from .errors import MemoryStoreError
+
     action = args.action
-    needs_write = False
-    store = _memory(config, read_only=not needs_write and Path(config.paths.memory_db).exists())
+    if not Path(config.paths.memory_db).exists():
+        raise MemoryStoreError(f"no memory store at {config.paths.memory_db} yet; it is created by the first "
+                               "`sirag ask` (or pass --memory with an existing database)")
+    # Analysis only reads: the store is opened read-only unless its schema needs an upgrade first.
+    try:
+        store = _memory(config, read_only=True)
+    except MemoryStoreError as exc:
+        if "older" not in str(exc) and "upgrade" not in str(exc).lower():
+            raise
+        store = _memory(config)
     try:
         if action == "stats":
             data: Any = store.stats()
