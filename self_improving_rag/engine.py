@@ -35,6 +35,15 @@ def check_question(question: str) -> str:
     return q
 
 
+def restates_question(question: str, answer: str) -> bool:
+    """An answer whose content words all come from the question says nothing new: no answer."""
+    from .generation.prompts import strip_citations
+    from .text import content_terms
+
+    terms = set(content_terms(strip_citations(answer)))
+    return bool(terms) and terms <= set(content_terms(question))
+
+
 class Engine:
     """Answers questions over one corpus index. Re-entrant: ``ask`` never swaps its stages."""
 
@@ -156,7 +165,7 @@ class Engine:
             completion_tokens += generation.completion_tokens
         else:
             raw = REFUSAL_PHRASE
-        refused = is_refusal(raw)
+        refused = is_refusal(raw) or restates_question(question, raw)
         citations = parse_citations(raw, len(retrieval.passages))
         t = time.perf_counter()
         assert self._scorer is not None
