@@ -79,6 +79,43 @@ def cmd_ingest(args: argparse.Namespace, config: Config) -> int:
 
 
 @command
+def cmd_fetch_gutenberg(args: argparse.Namespace, config: Config) -> int:
+    """Download Project Gutenberg books by id from the configured mirror, clean and ingest them.
+
+    Example: sirag fetch-gutenberg 1661 2852 --index index/books
+    Books are kept in ingestion.gutenberg_dir; the mirror is ingestion.gutenberg_mirror ({id} is the id).
+    """
+    from .ingestion.gutenberg import fetch_gutenberg, parse_ids
+    from .ingestion.pipeline import ingest
+    from .retrieval.embedder import make_embedder
+
+    ids = parse_ids(args.ids)
+    dest = Path(config.ingestion.gutenberg_dir)
+    files = fetch_gutenberg(ids, dest, config.ingestion.gutenberg_mirror,
+                            max_bytes=int(config.ingestion.max_file_mb * 2**20))
+    embedder = make_embedder(config.embedder.name, config.embedder.batch_size, config.embedder.max_tokens)
+    # The index keeps what it had and adds the downloaded books (every file in the download folder).
+    from .retrieval.index import CorpusIndex
+
+    index_dir = args.index or config.paths.index_dir
+    sources = []
+    if CorpusIndex(index_dir).current_dir() is not None:
+        sources = [s for s in CorpusIndex(index_dir).manifest().get("sources", []) if Path(s).exists()]
+    paths = list(dict.fromkeys([*sources, str(dest.resolve())]))
+    report = ingest(paths, config, embedder, index_dir=index_dir, progress=not args.json and sys.stderr.isatty())
+    if args.json:
+        _print_json({"downloaded": [str(f) for f in files], **report.to_json()})
+    else:
+        print(f"downloaded {len(files)} book(s) into {dest}; indexed {len(report.documents)} document(s) into {report.index_dir}")
+        for d in report.documents:
+            if d["doc_id"] in {f.stem for f in files}:
+                print(f"  {d['doc_id']}: {d['title']}" + (f" by {d['author']}" if d.get("author") else ""))
+    for p in report.problems:
+        print(f"warning: {p}", file=sys.stderr)
+    return 0
+
+
+@command
 def cmd_stats(args: argparse.Namespace, config: Config) -> int:
     """Chunk-length distribution per chunker and per document, and a histogram PNG.
 
@@ -359,6 +396,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--rebuild", action="store_true", help="ignore the previous index and re-chunk everything")
     sp.add_argument("--stats", action="store_true", help="print chunk-length statistics afterwards")
     sp.add_argument("--stats-png", metavar="FILE", help="with --stats: write a histogram PNG")
+
+    sp = add("fetch-gutenberg", cmd_fetch_gutenberg)
+    sp.add_argument("ids", nargs="+", metavar="ID", help="Project Gutenberg book ids, e.g. 1661")
 
     sp = add("stats", cmd_stats)
     sp.add_argument("--png", metavar="FILE", help="write a chunk-length histogram PNG")

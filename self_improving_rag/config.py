@@ -55,6 +55,8 @@ class SemanticChunkerConfig(_Model):
 class IngestionConfig(_Model):
     chunkers: list[Literal["fixed", "section", "semantic"]] = ["fixed", "section", "semantic"]
     max_file_mb: float = Field(64, gt=0, le=4096)
+    gutenberg_mirror: str = "https://www.gutenberg.org/cache/epub/{id}/pg{id}.txt"
+    gutenberg_dir: str = "downloads/gutenberg"
     fixed: FixedChunkerConfig = FixedChunkerConfig()
     section: SectionChunkerConfig = SectionChunkerConfig()
     semantic: SemanticChunkerConfig = SemanticChunkerConfig()

@@ -1,0 +1,102 @@
+"""sirag fetch-gutenberg against a real HTTP server started on 127.0.0.1."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import fake_overrides
+
+BOOK = """The Project Gutenberg eBook of The Salt Road
+
+Title: The Salt Road
+
+Author: Wren Hollis
+
+*** START OF THE PROJECT GUTENBERG EBOOK THE SALT ROAD ***
+
+THE SALT ROAD
+
+CHAPTER I. THE WELL
+
+The caravan stopped at the Amber Well, where the water tasted of iron.
+The guide, a woman named Sefa Dune, counted forty camels before dusk.
+
+CHAPTER II. THE STORM
+
+A sandstorm buried the road for three days, and the traders sang to keep awake.
+
+*** END OF THE PROJECT GUTENBERG EBOOK THE SALT ROAD ***
+License text that must not be indexed.
+""".replace("\\n", "\\r\\n")
+
+
+@pytest.fixture
+def mirror():
+    requests = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server API
+            requests.append(self.path)
+            if self.path == "/books/4242.txt":
+                body = ("\\ufeff" + BOOK).encode("utf-8")
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            else:
+                self.send_response(404)
+                self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/books/{{id}}.txt", requests
+    server.shutdown()
+
+
+def run(args, cwd, overrides):
+    cmd = [sys.executable, "-m", "self_improving_rag.cli", *args]
+    for o in overrides:
+        cmd += ["--set", o]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_fetch_cleans_and_ingests(tmp_path, mirror):
+    url, requests = mirror
+    ov = fake_overrides(tmp_path) + [f"ingestion.gutenberg_mirror={url}",
+                                     f"ingestion.gutenberg_dir={tmp_path / 'dl'}"]
+    r = run(["fetch-gutenberg", "4242", "--json"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    doc = next(d for d in data["documents"] if d["doc_id"] == "pg4242")
+    assert doc["title"] == "The Salt Road" and doc["author"] == "Wren Hollis"
+    assert doc["sections"] >= 2
+    r = run(["search", "How many camels did the guide count?", "--json"], tmp_path, ov)
+    hits = json.loads(r.stdout)["hits"]
+    assert "forty camels" in hits[0]["text"]
+    assert all("License text" not in h["text"] for h in hits)
+    # A second fetch reuses the download.
+    n = len(requests)
+    assert run(["fetch-gutenberg", "4242"], tmp_path, ov).returncode == 0
+    assert len(requests) == n
+
+
+def test_fetch_errors_are_one_line(tmp_path, mirror):
+    url, _ = mirror
+    ov = fake_overrides(tmp_path) + [f"ingestion.gutenberg_mirror={url}", f"ingestion.gutenberg_dir={tmp_path / 'dl'}"]
+    r = run(["fetch-gutenberg", "999"], tmp_path, ov)
+    assert r.returncode == 2 and "404" in r.stderr and "Traceback" not in r.stderr
+    r = run(["fetch-gutenberg", "abc"], tmp_path, ov)
+    assert r.returncode == 2 and "not a positive number" in r.stderr
+    r = run(["fetch-gutenberg", "1"], tmp_path, fake_overrides(tmp_path) + ["ingestion.gutenberg_mirror=http://127.0.0.1:9/x.txt"])
+    assert r.returncode == 2 and "placeholder" in r.stderr
