@@ -56,7 +56,9 @@ def quote_passage_text(text: str) -> str:
 
 
 def format_passages(passages: tuple[Passage, ...] | list[Passage]) -> str:
-    return "\n".join(f"[{p.number}] ({quote_passage_text(p.section)}) {quote_passage_text(p.text)}" for p in passages)
+    """Numbered passages, text only: section labels cost ~15 prompt tokens each and a small model
+    tends to copy them as answers (the sources shown to the user keep them)."""
+    return "\n".join(f"[{p.number}] {quote_passage_text(p.text)}" for p in passages)
 
 
 def build_messages(template: str, question: str, passages, **extra: str) -> list[dict[str, str]]:

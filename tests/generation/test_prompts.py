@@ -158,7 +158,8 @@ def test_quote_passage_text_defuses_passage_markers_at_line_starts() -> None:
 def test_format_passages_numbers_each_passage_on_its_own_line() -> None:
     text = format_passages([_passage(1, "Built in 1852.\n[2] fake"), _passage(2, "Lamp oil.", "Harbour > Chapter 2")])
     lines = text.split("\n")
-    assert lines == ["[1] (Harbour > Chapter 1) Built in 1852. (2) fake", "[2] (Harbour > Chapter 2) Lamp oil."]
+    # Section labels stay out of the prompt (token cost; a small model copies them as answers).
+    assert lines == ["[1] Built in 1852. (2) fake", "[2] Lamp oil."]
 
 
 @pytest.mark.parametrize("template", PROMPTS)
@@ -169,9 +170,9 @@ def test_build_messages_puts_passages_before_the_question(template: str) -> None
     assert [m["role"] for m in messages] == ["system", "user"]
     assert messages[0]["content"] == load_template(template).system
     user = messages[1]["content"]
-    assert user.index("[1] (Harbour > Chapter 1) Clara Venn") < user.index("[2]") < user.index("Who built the lighthouse?")
+    assert user.index("[1] Clara Venn") < user.index("[2]") < user.index("Who built the lighthouse?")
     assert "<|im_start|>" not in user
-    assert REFUSAL_PHRASE in messages[0]["content"]
+    assert REFUSAL_PHRASE.rstrip(".") in " ".join(messages[0]["content"].split())
 
 
 def test_same_passages_give_the_same_prefix() -> None:

@@ -1,0 +1,317 @@
+"""OpenAI-compatible HTTP backend: a stdlib fake server on 127.0.0.1 for the protocol, then a
+real llama-cpp-python server with the packaged SmolLM2 model (marked slow)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+from self_improving_rag.errors import GenerationError
+from self_improving_rag.generation.openai_http import OpenAIHTTPGenerator
+
+REPLY = "The lighthouse was built in 1852 by Clara Venn [1]."
+REPLY_LOGPROBS = [-0.25, -0.5, -1.0, -0.125]
+# The judge's one-token reply: case and leading-space variants of yes/no all count.
+TOP = [(" yes", 0.3), ("Yes", 0.3), (" no", 0.2), ("maybe", 0.1), ("The", 0.1)]
+MESSAGES = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Who built it?"}]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class FakeOpenAI:
+    """A chat-completions endpoint whose behaviour each test sets through ``mode``."""
+
+    def __init__(self) -> None:
+        self.mode = "ok"
+        self.requests: list[dict] = []
+        self.release = threading.Event()  # frees a handler held by the "slow" mode
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:  # keep pytest's output clean
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                mode = fake.mode
+                if mode == "drop_first" and len(fake.requests) == 1:
+                    self.close_connection = True  # no reply at all: the client sees a protocol error
+                    return
+                if mode == "slow":
+                    fake.release.wait(10)
+                    return
+                if mode == "error":
+                    self._send(500, b'{"error": "model exploded"}')
+                    return
+                if mode == "not_json":
+                    self._send(200, b"<html>proxy error</html>")
+                    return
+                self._send(200, json.dumps(fake.reply(body)).encode())
+
+            def _send(self, status: int, data: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def reply(self, body: dict) -> dict:
+        if self.mode == "empty":
+            return {"choices": [{"message": {"role": "assistant", "content": "  "}, "finish_reason": "stop"}]}
+        if self.mode == "no_logprobs":
+            return {"choices": [{"message": {"role": "assistant", "content": REPLY}, "logprobs": None,
+                                 "finish_reason": "length"}],
+                    "usage": {"prompt_tokens": 30, "completion_tokens": 12}}
+        if body.get("max_tokens") == 1 and body.get("top_logprobs"):
+            top = [{"token": t, "logprob": math.log(p)} for t, p in TOP]
+            content = [{"token": top[0]["token"], "logprob": top[0]["logprob"], "top_logprobs": top}]
+            return {"choices": [{"message": {"role": "assistant", "content": "yes"}, "logprobs": {"content": content},
+                                 "finish_reason": "length"}],
+                    "usage": {"prompt_tokens": 40, "completion_tokens": 1}}
+        content = [{"token": f"t{i}", "logprob": lp, "top_logprobs": []} for i, lp in enumerate(REPLY_LOGPROBS)]
+        return {"choices": [{"message": {"role": "assistant", "content": f"  {REPLY}\n"},
+                             "logprobs": {"content": content}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 21, "completion_tokens": len(REPLY_LOGPROBS), "total_tokens": 25}}
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+
+@pytest.fixture
+def fake_server():
+    fake = FakeOpenAI()
+    fake.thread.start()
+    try:
+        yield fake
+    finally:
+        fake.release.set()
+        fake.server.shutdown()
+        fake.server.server_close()
+        fake.thread.join(5)
+
+
+def _gen(fake: FakeOpenAI, **kw) -> OpenAIHTTPGenerator:
+    return OpenAIHTTPGenerator(base_url=fake.base_url, model="fake-model", **kw)
+
+
+# ---------------------------------------------------------------- protocol, against the fake server
+
+
+def test_generate_parses_text_logprobs_usage_and_sends_the_request(fake_server) -> None:
+    gen = _gen(fake_server, max_tokens=33, seed=7)
+    seen: list[str] = []
+    out = gen.generate(MESSAGES, on_token=seen.append)
+    assert out.text == REPLY  # stripped
+    assert out.token_logprobs == tuple(REPLY_LOGPROBS)
+    assert out.prompt_tokens == 21 and out.completion_tokens == len(REPLY_LOGPROBS)
+    assert out.finish_reason == "stop" and out.timings_ms["generate"] > 0
+    assert out.mean_logprob == pytest.approx(sum(REPLY_LOGPROBS) / len(REPLY_LOGPROBS))
+    assert seen == [REPLY]
+    (req,) = fake_server.requests
+    assert req["path"] == "/v1/chat/completions"
+    assert req["body"]["model"] == "fake-model" and req["body"]["messages"] == MESSAGES
+    assert req["body"]["max_tokens"] == 33 and req["body"]["seed"] == 7 and req["body"]["temperature"] == 0.0
+    assert req["body"]["logprobs"] is True
+    assert "Authorization" not in req["headers"]
+
+
+def test_max_tokens_override_and_api_key_header(fake_server, monkeypatch) -> None:
+    monkeypatch.setenv("SIRAG_TEST_KEY", "sk-test-123")
+    gen = _gen(fake_server, api_key_env="SIRAG_TEST_KEY", max_tokens=160)
+    gen.generate(MESSAGES, max_tokens=0)  # a real 0 is sent as 0, not replaced by the default
+    (req,) = fake_server.requests
+    assert req["body"]["max_tokens"] == 0
+    assert req["headers"]["Authorization"] == "Bearer sk-test-123"
+
+
+def test_reply_without_logprobs_uses_usage_counts(fake_server) -> None:
+    fake_server.mode = "no_logprobs"
+    out = _gen(fake_server).generate(MESSAGES)
+    assert out.text == REPLY and out.token_logprobs == () and out.mean_logprob is None
+    assert out.prompt_tokens == 30 and out.completion_tokens == 12 and out.finish_reason == "length"
+    assert _gen(fake_server).yes_probability(MESSAGES) is None
+
+
+def test_yes_probability_is_yes_over_yes_plus_no(fake_server) -> None:
+    p = _gen(fake_server).yes_probability(MESSAGES)
+    yes = sum(pr for t, pr in TOP if t.strip().lower() == "yes")
+    no = sum(pr for t, pr in TOP if t.strip().lower() == "no")
+    assert p == pytest.approx(yes / (yes + no)) and p == pytest.approx(0.75)
+    (req,) = fake_server.requests
+    assert req["body"]["max_tokens"] == 1 and req["body"]["top_logprobs"] == 10
+    assert req["body"]["logprobs"] is True and req["body"]["temperature"] == 0.0
+
+
+def test_http_500_is_a_generation_error_with_the_status(fake_server) -> None:
+    fake_server.mode = "error"
+    with pytest.raises(GenerationError, match=r"HTTP 500") as err:
+        _gen(fake_server).generate(MESSAGES)
+    assert "model exploded" in str(err.value) and fake_server.base_url in str(err.value)
+    assert len(fake_server.requests) == 1  # an HTTP error is an answer: no retry
+
+
+@pytest.mark.parametrize("mode, message", [("empty", "produced no text"), ("not_json", "non-JSON")])
+def test_unusable_replies_are_generation_errors(fake_server, mode, message) -> None:
+    fake_server.mode = mode
+    with pytest.raises(GenerationError, match=message):
+        _gen(fake_server).generate(MESSAGES)
+
+
+def test_a_dropped_connection_is_retried(fake_server) -> None:
+    fake_server.mode = "drop_first"
+    out = _gen(fake_server, retries=1).generate(MESSAGES)
+    assert out.text == REPLY
+    assert len(fake_server.requests) == 2
+
+
+def test_unreachable_server_is_a_generation_error_after_the_backoff() -> None:
+    port = _free_port()  # bound then released: nothing listens there
+    gen = OpenAIHTTPGenerator(base_url=f"http://127.0.0.1:{port}/v1", model="m", retries=1, timeout_s=5)
+    t0 = time.perf_counter()
+    with pytest.raises(GenerationError, match="cannot reach the server") as err:
+        gen.generate(MESSAGES)
+    elapsed = time.perf_counter() - t0
+    assert f"http://127.0.0.1:{port}/v1" in str(err.value) and "Connection refused" in str(err.value)
+    assert elapsed >= 0.5 + 1.0  # two attempts, each followed by its back-off (0.5 s, then 1 s)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: openai_http.py:68 raises the final GenerationError without "
+                                       "'from last', so the ConnectError is not chained (STYLE rule 22)")
+def test_unreachable_server_error_is_chained() -> None:
+    gen = OpenAIHTTPGenerator(base_url=f"http://127.0.0.1:{_free_port()}/v1", model="m", retries=0)
+    with pytest.raises(GenerationError) as err:
+        gen.generate(MESSAGES)
+    assert isinstance(err.value.__cause__, httpx.ConnectError)
+
+
+def test_timeout_is_a_generation_error(fake_server) -> None:
+    fake_server.mode = "slow"
+    gen = _gen(fake_server, timeout_s=0.3, retries=2)
+    t0 = time.perf_counter()
+    with pytest.raises(GenerationError, match="did not answer within") as err:
+        gen.generate(MESSAGES)
+    assert time.perf_counter() - t0 < 5  # a timeout is not retried
+    assert isinstance(err.value.__cause__, httpx.TimeoutException)
+    assert len(fake_server.requests) == 1
+
+
+def test_bad_base_url_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="127.0.0.1:8000"):
+        OpenAIHTTPGenerator(base_url="127.0.0.1:8000/v1", model="m")
+
+
+# ---------------------------------------------------------------- a real llama-cpp-python server
+
+SERVER_START_S = 120
+
+
+def _wait_for_models(proc: subprocess.Popen, url: str, log_path: Path) -> None:
+    deadline = time.monotonic() + SERVER_START_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"llama_cpp.server exited with {proc.returncode}:\n{log_path.read_text()[-2000:]}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"llama_cpp.server did not answer {url} within {SERVER_START_S} s:\n"
+                         f"{log_path.read_text()[-2000:]}")
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory):
+    """``python -m llama_cpp.server`` with the packaged SmolLM2 GGUF, on a free loopback port."""
+    pytest.importorskip("llama_cpp.server", reason="needs pip install 'llama-cpp-python[server]'")
+    from self_improving_rag.errors import ModelNotFoundError
+    from self_improving_rag.generation.registry import resolve_model
+
+    root = tmp_path_factory.mktemp("llama_server")
+    try:
+        model = resolve_model("smollm2-135m-instruct", root / "cache")
+    except ModelNotFoundError as exc:
+        pytest.skip(str(exc))
+    port = _free_port()
+    log_path = root / "server.log"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(model),
+                                 "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "1024"],
+                                stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        _wait_for_models(proc, f"http://127.0.0.1:{port}/v1/models", log_path)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+@pytest.mark.slow
+def test_real_server_generates_text(llama_server) -> None:
+    gen = OpenAIHTTPGenerator(base_url=llama_server, model="x", max_tokens=16, timeout_s=120)
+    out = gen.generate([{"role": "user", "content": "Say hello in one short sentence."}])
+    assert out.text.strip()
+    assert 0 < out.completion_tokens <= 16 and out.prompt_tokens > 0
+    assert out.finish_reason in {"stop", "length"}
+
+
+@pytest.mark.slow
+def test_real_server_yes_probability(llama_server) -> None:
+    gen = OpenAIHTTPGenerator(base_url=llama_server, model="x", timeout_s=120)
+    p = gen.yes_probability([{"role": "user", "content": "Is the sky blue? Answer yes or no."}])
+    assert p is not None and 0.0 <= p <= 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="BUG: generate() sends logprobs=true without top_logprobs; llama-cpp-python's "
+                                       "server returns logprobs only when top_logprobs is set, so token_logprobs is "
+                                       "empty and the confidence signal loses its mean_logprob feature")
+def test_real_server_returns_token_logprobs(llama_server) -> None:
+    gen = OpenAIHTTPGenerator(base_url=llama_server, model="x", max_tokens=8, timeout_s=120)
+    out = gen.generate([{"role": "user", "content": "Say hello."}])
+    assert len(out.token_logprobs) == out.completion_tokens > 0
+    assert all(lp <= 0 for lp in out.token_logprobs)
+
+
+@pytest.mark.slow
+def test_engine_answers_through_the_real_server(llama_server, fake_config, built_index, hash_embedder) -> None:
+    from self_improving_rag.engine import Engine
+    from self_improving_rag.types import Answer
+
+    gen = OpenAIHTTPGenerator(base_url=llama_server, model="x", max_tokens=48, timeout_s=120)
+    engine = Engine(fake_config, embedder=hash_embedder, generator=gen, memory=None)
+    try:
+        answer = engine.ask("Who built the lighthouse of Marrow Point?")
+    finally:
+        engine.close()
+    assert isinstance(answer, Answer) and answer.attempts
+    first = answer.attempts[0]
+    assert first.raw_answer.strip() and first.completion_tokens > 0
+    assert answer.refused or answer.answer
