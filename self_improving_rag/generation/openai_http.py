@@ -53,11 +53,12 @@ class OpenAIHTTPGenerator:
                 r = self._client.post("/chat/completions", json=payload)
             except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as exc:
                 last = exc
-                time.sleep(min(4.0, 0.5 * 2 ** attempt))
+                if attempt < self.retries:
+                    time.sleep(min(4.0, 0.5 * 2 ** attempt))
                 continue
             except httpx.TimeoutException as exc:
                 raise GenerationError(f"generator.backend=openai: {self.base_url} did not answer within "
-                                      f"{self.timeout_s:.0f} s; raise generator.timeout_s or check the server") from exc
+                                      f"{self.timeout_s:g} s; raise generator.timeout_s or check the server") from exc
             if r.status_code >= 400:
                 raise GenerationError(f"generator.backend=openai: {self.base_url} answered HTTP {r.status_code}: "
                                       f"{r.text[:200]!r}; check generator.model and the server")
@@ -66,13 +67,13 @@ class OpenAIHTTPGenerator:
             except ValueError as exc:
                 raise GenerationError(f"generator.backend=openai: {self.base_url} returned a non-JSON reply") from exc
         raise GenerationError(f"generator.backend=openai: cannot reach the server at {self.base_url} ({last}); "
-                              "start it or set generator.base_url")
+                              "start it or set generator.base_url") from last
 
     def generate(self, messages, max_tokens=None, on_token: TokenCallback | None = None) -> Generation:
         t0 = time.perf_counter()
         data = self._post({"model": self.model, "messages": messages, "temperature": self.temperature,
                            "max_tokens": self.max_tokens if max_tokens is None else max_tokens, "seed": self.seed,
-                           "logprobs": True})
+                           "logprobs": True, "top_logprobs": 1})
         try:
             choice = data["choices"][0]
             text = (choice["message"]["content"] or "").strip()

@@ -65,7 +65,8 @@ class TransformersGenerator:
 
     def _inputs(self, messages):
         if getattr(self._tok, "chat_template", None):
-            ids = self._tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt")
+            ids = self._tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
+                                                return_dict=True)["input_ids"]
         else:
             text = "\n\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\n\nassistant:"
             ids = self._tok(text, return_tensors="pt")["input_ids"]

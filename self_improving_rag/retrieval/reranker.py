@@ -87,14 +87,16 @@ class CrossEncoderReranker:
             from sentence_transformers import CrossEncoder
 
             # No activation inside the model: we apply the sigmoid ourselves, explicitly.
+            import torch
+
             self._model = CrossEncoder(self.model_dir, device="cpu", local_files_only=True,
-                                       trust_remote_code=False)
+                                       trust_remote_code=False, activation_fn=torch.nn.Identity())
 
     def rerank(self, question: str, texts: list[str]) -> list[tuple[int, float]]:
         self.warm_up()
         if not texts:
             return []
         logits = self._model.predict([(question, t) for t in texts], batch_size=self.batch_size,
-                                     activation_fn=None, convert_to_numpy=True)
+                                     convert_to_numpy=True)
         logits = np.asarray(logits, dtype=np.float64).reshape(len(texts), -1)[:, -1]
         return sorted(((i, sigmoid(float(x))) for i, x in enumerate(logits)), key=lambda t: (-t[1], t[0]))
