@@ -194,7 +194,7 @@ def test_unreachable_server_is_a_generation_error_after_the_backoff() -> None:
         gen.generate(MESSAGES)
     elapsed = time.perf_counter() - t0
     assert f"http://127.0.0.1:{port}/v1" in str(err.value) and "Connection refused" in str(err.value)
-    assert elapsed >= 0.5  # one backoff between the two tries; none after the last  # two attempts, each followed by its back-off (0.5 s, then 1 s)
+    assert elapsed >= 0.5  # one back-off between the two tries; none after the last
 
 
 def test_unreachable_server_error_is_chained() -> None:
