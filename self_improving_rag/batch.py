@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import sys
-import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable

@@ -16,7 +16,7 @@ from .feedback.policy import StrategyPolicy, query_features
 from .generation.prompts import REFUSAL_PHRASE, build_messages, is_refusal, load_template, parse_citations
 from .retrieval.embedder import Embedder, make_embedder
 from .retrieval.searcher import Searcher
-from .types import Answer, AttemptRecord, Attribution, Generation, Passage, Signal, Signals, Strategy
+from .types import Answer, AttemptRecord, Generation, Strategy
 
 log = logging.getLogger(__name__)
 
@@ -219,10 +219,4 @@ def _sum_timings(attempts: list[AttemptRecord]) -> dict[str, float]:
     return out
 
 
-def empty_signals(reason: str) -> Signals:
-    none = lambda n: Signal(n, None, reason)  # noqa: E731
-    return Signals(none("coverage"), none("redundancy"), none("grounding"), none("faithfulness"),
-                   Signal("confidence", 0.0, reason), True)
-
-
-__all__ = ["Engine", "check_question", "Attribution", "Passage"]
+__all__ = ["Engine", "check_question", "restates_question"]

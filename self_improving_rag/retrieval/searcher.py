@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import time
-from dataclasses import replace
-
 import numpy as np
 
 from ..config import Config
@@ -172,6 +170,3 @@ class Searcher:
             self._cache.close()
             self._cache = None
 
-
-def with_scores(hit: Hit, **scores: float) -> Hit:
-    return replace(hit, scores={**hit.scores, **scores})
