@@ -159,7 +159,10 @@ def grade(row: dict) -> dict:
     if row.get("answerable") is None:
         return out
     if row["answerable"]:
-        pred = row.get("answer") or ""
+        from .generation.prompts import strip_citations
+
+        # Citations are the engine's bookkeeping, not part of the answer text being graded.
+        pred = strip_citations(row.get("answer") or "")
         golds = row.get("gold_answers") or []
         if golds:
             out["em"] = exact_match(pred, golds) if pred else 0.0
@@ -179,6 +182,8 @@ def summarise(rows: list[dict]) -> dict:
     s: dict[str, Any] = {"n": len(rows)}
     if not rows:
         return s
+    for r in rows:
+        r["grade"] = grade(r)  # always graded by the current rules, also for resumed rows
     graded = [r for r in rows if "correct" in r.get("grade", {})]
     ans = [r for r in graded if r["answerable"]]
     s["answered"] = sum(1 for r in rows if not r["refused"])

@@ -123,12 +123,16 @@ class ClaimCheck:
 
 def claim_support(lexical: float, similarity: float, judge: float | None) -> float:
     """Support of one claim: the judge's P(yes) when available, blended with lexical evidence;
-    otherwise the mean of lexical overlap and the activated best-sentence similarity."""
+    otherwise the mean of lexical overlap and the activated best-sentence similarity. A claim
+    with fewer than half of its content words in the passages gets at most its lexical share."""
     sim_act = 1.0 / (1.0 + np.exp(-10.0 * (similarity - 0.45)))
     lexical_part = 0.5 * lexical + 0.5 * float(sim_act)
-    if judge is None:
-        return lexical_part
-    return 0.7 * judge + 0.3 * lexical_part
+    support = lexical_part if judge is None else 0.7 * judge + 0.3 * lexical_part
+    # The judge can confirm words the passages contain; it cannot vouch for words they lack
+    # (a 1.5B judge says "yes" to fluent inventions): most content words absent caps support.
+    if lexical < 0.5:
+        support = min(support, lexical)
+    return support
 
 
 def faithfulness_score(checks: list[ClaimCheck], refused: bool, method: str) -> Signal:
