@@ -142,6 +142,21 @@ def read_done(path: Path) -> dict[str, dict]:
     return done
 
 
+def _lock_run(run_dir: Path):
+    """Hold an exclusive lock on a run folder: two processes resuming the same run would
+    both answer the questions left and write them twice."""
+    import fcntl
+
+    fh = (run_dir / ".lock").open("w")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as exc:
+        fh.close()
+        raise BatchError(f"another sirag process is running {run_dir}; wait for it (or use --workers "
+                         "to run one batch in parallel)") from exc
+    return fh
+
+
 def append_row(path: Path, row: dict) -> None:
     with path.open("a", encoding="utf-8") as fh:
         fh.write(json.dumps(row, ensure_ascii=False) + "\n")
@@ -322,6 +337,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(to_yaml(config), encoding="utf-8")
         results = run_dir / "results.jsonl"
+        lock = _lock_run(run_dir)
         done = read_done(results)
         todo = [it for it in items if it.id not in done]
         bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=run_name, unit="q",
@@ -356,6 +372,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
                         bar.update(1)
         finally:
             bar.close()
+            lock.close()  # closing the file releases the lock
         rows = list(read_done(results).values())
         summary = {"run": run_name, "grid_point": point, "loop": loop, **summarise(rows)}
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
