@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from common import REPO, SHARED, need_shared, report
+from common import REPO, ensure_sherlock_index, need_shared, report
 
 PASSAGE = ("The lighthouse of Marrow Point was built in 1852 by the engineer Clara Venn. Its lamp burned whale oil "
            "until 1901, when the town council paid for a paraffin burner. Keeper Tobias Lune kept the light for forty "
@@ -50,10 +50,8 @@ def bench_model(name: str) -> dict:
     }
 
 
-def ask_peak_rss_mb() -> float | None:
-    index = REPO / "index" / "sherlock"
-    if not (index / "CURRENT").exists():
-        return None
+def ask_peak_rss_mb() -> float:
+    index = ensure_sherlock_index()
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     subprocess.run([sys.executable, "-m", "self_improving_rag.cli", "ask", "Who is Sherlock Holmes's friend?",
                     "--index", str(index), "--no-memory", "--no-retry", "--json"], cwd=REPO, capture_output=True,

@@ -1,7 +1,7 @@
 """Retrieval latency on the four novels (question embedding included) and context refinement.
 
 Targets (issue 4): hybrid p50 <= 20 ms; refined context >= 50% fewer tokens than raw top-k.
-Needs the index built by `sirag ingest ../shared/data/corpora/sherlock --index index/sherlock`.
+Builds index/sherlock first when it is missing.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from common import REPO, SHARED, need_shared, report
+from common import SHARED, ensure_sherlock_index, need_shared, report
 
 
 def main() -> None:
@@ -21,7 +21,7 @@ def main() -> None:
     from self_improving_rag.retrieval.embedder import make_embedder
     from self_improving_rag.retrieval.searcher import Searcher
 
-    cfg = load_config(None, [f"paths.index_dir={REPO / 'index' / 'sherlock'}"])
+    cfg = load_config(None, [f"paths.index_dir={ensure_sherlock_index()}"])
     emb = make_embedder(cfg.embedder.name)
     searcher = Searcher(cfg, emb)
     questions = [q.question for q in load_qa(SHARED / "data" / "qa" / "sherlock_dev.jsonl")]

@@ -5,7 +5,7 @@ Target (issue 6): all scoring together <= 15% of the generator's time for the sa
 
 from __future__ import annotations
 
-from common import REPO, SHARED, need_shared, report
+from common import SHARED, ensure_sherlock_index, need_shared, report
 
 
 def main() -> None:
@@ -14,7 +14,7 @@ def main() -> None:
     from self_improving_rag.engine import Engine
     from self_improving_rag.evaluation.datasets import load_qa
 
-    cfg = load_config(None, [f"paths.index_dir={REPO / 'index' / 'sherlock'}"])
+    cfg = load_config(None, [f"paths.index_dir={ensure_sherlock_index()}"])
     engine = Engine(cfg, record=False)
     items = [q for q in load_qa(SHARED / "data" / "qa" / "sherlock_dev.jsonl") if q.answerable][:6]
     gen_ms = score_ms = 0.0
