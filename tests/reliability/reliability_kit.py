@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from tests.conftest import fake_overrides
+from tests.conftest import fake_overrides, write_corpus
 
 SIRAG = (sys.executable, "-m", "self_improving_rag.cli")
 # Files an index directory may gain or lose without the index changing: the embedding
@@ -127,3 +127,11 @@ def assert_one_line_error(proc: subprocess.CompletedProcess | tuple[int, str], *
     for kw in keywords:
         assert kw.lower() in line.lower(), f"the message does not name the problem ({kw!r}): {line!r}"
     return line
+
+
+def ingest_test_corpus(world: Path) -> Path:
+    """``world`` with the test corpus written to world/docs and ingested into world/index."""
+    write_corpus(world / "docs")
+    proc = run_cli(world, ["ingest", "docs"], cwd=world)
+    assert proc.returncode == 0, proc.stderr
+    return world

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import write_corpus
-from tests.reliability.reliability_kit import memory_count, replies, result_lines, run_cli, start_cli
+from tests.reliability.reliability_kit import ingest_test_corpus, memory_count, replies, result_lines, run_cli, start_cli
 
 QUESTIONS = (
     "Who built the lighthouse of Marrow Point?",
@@ -23,10 +22,8 @@ REPLY = replies("The passages answer it [1].")
 
 @pytest.fixture
 def indexed(tmp_path: Path) -> Path:
-    write_corpus(tmp_path / "docs")
-    proc = run_cli(tmp_path, ["ingest", "docs"], cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    return tmp_path
+    """tmp_path with the test corpus ingested into tmp_path/index."""
+    return ingest_test_corpus(tmp_path)
 
 
 def test_four_asks_at_once_share_memory_and_index(indexed: Path) -> None:

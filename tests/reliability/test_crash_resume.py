@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import write_corpus
-from tests.reliability.reliability_kit import (index_fingerprint, memory_count, replies, result_lines, run_cli,
+from tests.reliability.reliability_kit import (ingest_test_corpus, index_fingerprint, memory_count, replies, result_lines, run_cli,
                                                start_cli, wait_for)
 
 REPLY = replies("Clara Venn built the lighthouse [1].")
@@ -24,10 +23,7 @@ RUN = "crash"
 @pytest.fixture
 def indexed(tmp_path: Path) -> Path:
     """tmp_path with the test corpus ingested into tmp_path/index."""
-    write_corpus(tmp_path / "docs")
-    proc = run_cli(tmp_path, ["ingest", "docs"], cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    return tmp_path
+    return ingest_test_corpus(tmp_path)
 
 
 def write_batch(root: Path, n: int, name: str = RUN) -> Path:
@@ -39,6 +35,20 @@ def write_batch(root: Path, n: int, name: str = RUN) -> Path:
     path.write_text(yaml.safe_dump({"name": name, "index": "index", "output_dir": "runs",
                                     "questions": {"inline": items}}), encoding="utf-8")
     return path
+
+
+def start_batch_with_rows(root: Path, n: int, rows: int = 5):
+    """Start ``sirag batch`` on n questions and wait until ``rows`` results are written."""
+    batch = write_batch(root, n)
+    results = root / "runs" / RUN / "results.jsonl"
+    proc = start_cli(root, ["batch", batch.name], cwd=root, extra=[REPLY])
+    try:
+        wait_for(lambda: len(result_lines(results)) >= rows or proc.poll() is not None, 60, f"{rows} result lines")
+    except BaseException:
+        proc.kill()
+        proc.communicate(timeout=30)
+        raise
+    return batch, results, proc
 
 
 def check_complete(root: Path, n: int, run: str = RUN) -> None:
@@ -59,11 +69,8 @@ def check_complete(root: Path, n: int, run: str = RUN) -> None:
 
 def test_kill_9_then_resume_gives_each_question_once(indexed: Path) -> None:
     n = 60
-    batch = write_batch(indexed, n)
-    results = indexed / "runs" / RUN / "results.jsonl"
-    proc = start_cli(indexed, ["batch", batch.name], cwd=indexed, extra=[REPLY])
+    batch, results, proc = start_batch_with_rows(indexed, n)
     try:
-        wait_for(lambda: len(result_lines(results)) >= 5 or proc.poll() is not None, 60, "5 result lines")
         os.kill(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=30)
     finally:
@@ -98,11 +105,8 @@ def test_torn_last_line_is_repaired_on_resume(indexed: Path) -> None:
 
 def test_ctrl_c_during_batch_exits_130_and_keeps_results(indexed: Path) -> None:
     n = 60
-    batch = write_batch(indexed, n)
-    results = indexed / "runs" / RUN / "results.jsonl"
-    proc = start_cli(indexed, ["batch", batch.name], cwd=indexed, extra=[REPLY])
+    batch, results, proc = start_batch_with_rows(indexed, n)
     try:
-        wait_for(lambda: len(result_lines(results)) >= 5 or proc.poll() is not None, 60, "5 result lines")
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     finally:
