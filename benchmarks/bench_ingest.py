@@ -16,11 +16,11 @@ def main() -> None:
     need_shared()
     from self_improving_rag.config import load_config
     from self_improving_rag.ingestion.pipeline import ingest
-    from self_improving_rag.retrieval.embedder import make_embedder
+    from self_improving_rag.retrieval.embedder import embedder_from_config
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = load_config(None, [f"paths.index_dir={Path(tmp) / 'index'}"])
-        emb = make_embedder(cfg.embedder.name)
+        emb = embedder_from_config(cfg)
         t = time.perf_counter()
         emb.warm_up()
         load_s = time.perf_counter() - t
@@ -35,6 +35,7 @@ def main() -> None:
         "embedder_load_s": load_s,
         "cold_ingest_s": cold_s,
         "unchanged_reingest_s": warm_s,
+        "embedder": emb.name,
         "texts_embedded": first.embedded_texts,
         "embeddings_per_s": first.embedded_texts / (first.timings_ms.get("embed_and_index", 1) / 1000 + sum(
             v for k, v in first.timings_ms.items() if k.startswith("chunk_semantic")) / 1000),

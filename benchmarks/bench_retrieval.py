@@ -18,11 +18,11 @@ def main() -> None:
     need_shared()
     from self_improving_rag.config import load_config
     from self_improving_rag.evaluation.datasets import load_qa
-    from self_improving_rag.retrieval.embedder import make_embedder
+    from self_improving_rag.retrieval.embedder import embedder_from_config
     from self_improving_rag.retrieval.searcher import Searcher
 
     cfg = load_config(None, [f"paths.index_dir={ensure_sherlock_index()}"])
-    emb = make_embedder(cfg.embedder.name)
+    emb = embedder_from_config(cfg)
     searcher = Searcher(cfg, emb)
     questions = [q.question for q in load_qa(SHARED / "data" / "qa" / "sherlock_dev.jsonl")]
     base = cfg.strategy.to_strategy()

@@ -38,9 +38,9 @@ def ensure_sherlock_index() -> Path:
     index = REPO / "index" / "sherlock"
     from self_improving_rag.config import load_config
     from self_improving_rag.ingestion.pipeline import ingest
-    from self_improving_rag.retrieval.embedder import make_embedder
+    from self_improving_rag.retrieval.embedder import embedder_from_config
 
     cfg = load_config(None, [f"paths.index_dir={index}"])
     # Unchanged files cost well under a second; a missing index is built (a few minutes).
-    ingest([SHARED / "data" / "corpora" / "sherlock"], cfg, make_embedder(cfg.embedder.name), progress=False)
+    ingest([SHARED / "data" / "corpora" / "sherlock"], cfg, embedder_from_config(cfg), progress=False)
     return index

@@ -294,9 +294,9 @@ def _ask_row(engine, item: QAItem, run_id: str, loop: bool) -> dict:
 def ensure_index(config: Config, corpus: list[Path], index_dir: str, progress: bool) -> None:
     """Ingest the corpus when its index is missing or its files changed (cheap when unchanged)."""
     from .ingestion.pipeline import ingest
-    from .retrieval.embedder import make_embedder
+    from .retrieval.embedder import embedder_from_config
 
-    embedder = make_embedder(config.embedder.name, config.embedder.batch_size, config.embedder.max_tokens)
+    embedder = embedder_from_config(config)
     ingest([str(p) for p in corpus], config, embedder, index_dir=index_dir, progress=progress)
 
 

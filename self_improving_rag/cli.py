@@ -53,9 +53,9 @@ def cmd_ingest(args: argparse.Namespace, config: Config) -> int:
     Unchanged files reuse their chunks and embeddings; a removed file's chunks go away.
     """
     from .ingestion.pipeline import ingest
-    from .retrieval.embedder import make_embedder
+    from .retrieval.embedder import embedder_from_config
 
-    embedder = make_embedder(config.embedder.name, config.embedder.batch_size, config.embedder.max_tokens)
+    embedder = embedder_from_config(config)
     report = ingest(args.paths, config, embedder, index_dir=args.index, rebuild=args.rebuild,
                     progress=not args.json and sys.stderr.isatty())
     stats = None
@@ -87,13 +87,13 @@ def cmd_fetch_gutenberg(args: argparse.Namespace, config: Config) -> int:
     """
     from .ingestion.gutenberg import fetch_gutenberg, parse_ids
     from .ingestion.pipeline import ingest
-    from .retrieval.embedder import make_embedder
+    from .retrieval.embedder import embedder_from_config
 
     ids = parse_ids(args.ids)
     dest = Path(config.ingestion.gutenberg_dir)
     files = fetch_gutenberg(ids, dest, config.ingestion.gutenberg_mirror,
                             max_bytes=int(config.ingestion.max_file_mb * 2**20))
-    embedder = make_embedder(config.embedder.name, config.embedder.batch_size, config.embedder.max_tokens)
+    embedder = embedder_from_config(config)
     # The index keeps what it had and adds the downloaded books (every file in the download folder).
     from .retrieval.index import CorpusIndex
 
@@ -222,7 +222,7 @@ def cmd_search(args: argparse.Namespace, config: Config) -> int:
     from dataclasses import replace
 
     from .engine import check_question
-    from .retrieval.embedder import make_embedder
+    from .retrieval.embedder import embedder_from_config
     from .retrieval.searcher import Searcher
 
     question = check_question(_read_question(args))
@@ -231,7 +231,7 @@ def cmd_search(args: argparse.Namespace, config: Config) -> int:
     if args.no_rerank:
         over["rerank"] = False
     strategy = replace(strategy, **over)
-    embedder = make_embedder(config.embedder.name, config.embedder.batch_size, config.embedder.max_tokens)
+    embedder = embedder_from_config(config)
     searcher = Searcher(config, embedder, args.index)
     try:
         result = searcher.search(question, strategy)

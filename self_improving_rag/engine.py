@@ -14,7 +14,7 @@ from .evaluation.signals import SignalScorer
 from .feedback.attribution import attribute
 from .feedback.policy import StrategyPolicy, query_features
 from .generation.prompts import REFUSAL_PHRASE, build_messages, is_refusal, load_template, parse_citations
-from .retrieval.embedder import Embedder, make_embedder
+from .retrieval.embedder import Embedder, embedder_from_config
 from .retrieval.searcher import Searcher
 from .types import Answer, AttemptRecord, Generation, Strategy
 
@@ -50,8 +50,7 @@ class Engine:
     def __init__(self, config: Config, *, embedder: Embedder | None = None, generator=None, memory=None,
                  index_dir: str | None = None, record: bool = True) -> None:
         self.config = config
-        self.embedder = embedder if embedder is not None else make_embedder(
-            config.embedder.name, config.embedder.batch_size, config.embedder.max_tokens)
+        self.embedder = embedder if embedder is not None else embedder_from_config(config)
         self._generator = generator
         self.memory = memory
         self.record = record

@@ -29,7 +29,7 @@ def _hit(item: QAItem, doc_id: str, text: str) -> bool:
 def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, ks=(1, 3, 5, 10),
                    chunkers=None, retrievers=("dense", "bm25", "hybrid"), rerank=(False, True)) -> dict:
     from ..batch import _resolve, ensure_index, load_items, resolved_config, squad_corpus
-    from ..retrieval.embedder import make_embedder
+    from ..retrieval.embedder import embedder_from_config
     from ..retrieval.searcher import Searcher
 
     items = [it for it in load_items(spec, base) if it.answerable and (it.evidence or it.context)]
@@ -43,7 +43,7 @@ def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, k
     cfg = resolved_config(config, spec, {}, index_dir)
     if corpus:
         ensure_index(cfg, corpus, index_dir, progress=False)
-    embedder = make_embedder(cfg.embedder.name, cfg.embedder.batch_size, cfg.embedder.max_tokens)
+    embedder = embedder_from_config(cfg)
     searcher = Searcher(cfg, embedder, index_dir)
     rows = []
     kmax = max(ks)

@@ -22,6 +22,7 @@ from ..retrieval.index import FORMAT_VERSION, CorpusIndex, EmbeddingCache
 from ..types import Chunk
 from .chunkers import make_chunker
 from .loaders import load_document, iter_source_files
+from .sentences import split_sentences
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +45,59 @@ class IngestReport:
 
 
 def chunker_params(config: Config, embed_limit: int) -> dict[str, dict]:
-    """Parameters of each configured chunker, as recorded in the manifest."""
+    """Parameters of each configured chunker, as recorded in the manifest (with how its
+    chunk vectors are made: ``full`` embeds each chunk, ``pooled`` pools its sentences)."""
     out = {}
     for name in config.ingestion.chunkers:
         params = getattr(config.ingestion, name).model_dump()
         out[name] = make_chunker(name, params, embed_limit).params()
+        out[name]["vectors"] = "pooled" if name in config.ingestion.pooled_vectors else "full"
+    return out
+
+
+def chunk_sentences(chunks: list[Chunk]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The sentences of each chunk: (texts, owning chunk index, weight), weight = sqrt(characters)."""
+    texts: list[str] = []
+    owner: list[int] = []
+    weight: list[float] = []
+    for i, c in enumerate(chunks):
+        spans = split_sentences(c.text) or [(0, len(c.text))]
+        for s, e in spans:
+            texts.append(c.text[s:e])
+            owner.append(i)
+            weight.append(max(e - s, 1) ** 0.5)
+    return texts, np.asarray(owner, dtype=np.int64), np.asarray(weight, dtype=np.float32)
+
+
+POOLED_KEY = "pooled-v1\x00"  # cache key prefix of a pooled chunk vector (bump if the pooling changes)
+
+
+def pooled_vectors(chunks: list[Chunk], embed_texts, dim: int, cache: EmbeddingCache | None = None) -> np.ndarray:
+    """Chunk vectors pooled from sentence vectors: the unit-normalised, sqrt(length)-weighted sum.
+
+    One sentence pass serves every pooled chunker (the semantic chunker embeds the same
+    sentences to find its breakpoints, and overlapping fixed windows share theirs), and no part
+    of a chunk is cut off by the embedder's 256-word-piece window.
+    """
+    out = np.zeros((len(chunks), dim), dtype=np.float32)
+    if not chunks:
+        return out
+    known = cache.get_many([POOLED_KEY + c.text for c in chunks]) if cache is not None else {}
+    todo = [i for i, c in enumerate(chunks) if POOLED_KEY + c.text not in known]
+    for i, c in enumerate(chunks):
+        v = known.get(POOLED_KEY + c.text)
+        if v is not None:
+            out[i] = v
+    if todo:
+        sub = [chunks[i] for i in todo]
+        texts, owner, weight = chunk_sentences(sub)
+        vecs = embed_texts(texts)
+        pooled = np.zeros((len(sub), dim), dtype=np.float32)
+        np.add.at(pooled, owner, vecs * weight[:, None])
+        pooled /= np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+        out[todo] = pooled
+        if cache is not None:
+            cache.put_many({POOLED_KEY + c.text: pooled[j] for j, c in enumerate(sub)})
     return out
 
 
@@ -129,6 +178,7 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
                             by_doc.setdefault(c.doc_id, []).append(c)
                         prev_chunks[name] = by_doc
         cache = EmbeddingCache(root / "embeddings.sqlite", embedder.name)
+        hits0, miss0 = cache.hits, cache.misses
         try:
             all_chunks: dict[str, list[Chunk]] = {n: [] for n in chunkers}
             files_meta: dict[str, dict] = {}
@@ -180,12 +230,24 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
                 raise IngestionError("no document could be ingested: " + "; ".join(report.problems))
             t_embed = time.perf_counter()
             gen = index.new_generation()
-            total = sum(len(v) for v in all_chunks.values())
-            ebar = tqdm(total=total, desc="embedding", unit="chunk", disable=not progress or None, leave=False)
-            hits0, miss0 = cache.hits, cache.misses
+            ebar = tqdm(total=0, desc="embedding", unit="text", disable=not progress or None, leave=False)
+
+            def embed_cached(texts: list[str]) -> np.ndarray:
+                distinct, before = len(set(texts)), cache.misses
+                ebar.total += distinct
+                ebar.refresh()
+                got = cache.embed(texts, embedder.embed, progress=ebar.update)
+                ebar.update(distinct - (cache.misses - before))  # the cached ones
+                return got
+
             for n, cs in all_chunks.items():
                 t_e = time.perf_counter()
-                vecs = cache.embed([c.embed_text for c in cs], embedder.embed, progress=ebar.update) if cs else np.zeros((0, embedder.dim), np.float32)
+                if not cs:
+                    vecs = np.zeros((0, embedder.dim), np.float32)
+                elif params[n]["vectors"] == "pooled":
+                    vecs = pooled_vectors(cs, embed_cached, embedder.dim, cache)
+                else:
+                    vecs = embed_cached([c.embed_text for c in cs])
                 index.write_chunker(gen, n, cs, vecs, config.retrieval.ann_threshold)
                 report.timings_ms[f"embed_index_{n}"] = (time.perf_counter() - t_e) * 1000
                 report.chunks[n] = len(cs)

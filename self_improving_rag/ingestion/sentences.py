@@ -6,6 +6,7 @@ syntok keeps abbreviations such as Mr., Dr. and St. inside their sentence.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 import syntok.segmenter as segmenter
 
@@ -13,11 +14,23 @@ _PARA_BREAK = re.compile(r"\n[ \t]*\n+")
 
 
 def split_sentences(text: str, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
-    """Sentences of ``text[start:end]`` as absolute ``(start, end)`` offsets, in order."""
+    """Sentences of ``text[start:end]`` as absolute ``(start, end)`` offsets, in order.
+
+    The span is cut at blank lines first and each paragraph is segmented on its own; the
+    segmentation of a paragraph's text is memoised, because every chunker (and the pooling of
+    chunk vectors) segments the same paragraphs again.
+    """
     end = len(text) if end is None else end
     if start < 0 or end > len(text) or start > end:
         raise ValueError(f"bad span [{start}, {end}) for a text of length {len(text)}")
-    piece = text[start:end]
+    out: list[tuple[int, int]] = []
+    for ps, pe in split_paragraphs(text, start, end):
+        out.extend((ps + s, ps + e) for s, e in _segment(text[ps:pe]))
+    return out
+
+
+@lru_cache(maxsize=100_000)
+def _segment(piece: str) -> tuple[tuple[int, int], ...]:
     out: list[tuple[int, int]] = []
     for paragraph in segmenter.analyze(piece):
         for sentence in paragraph:
@@ -27,8 +40,8 @@ def split_sentences(text: str, start: int = 0, end: int | None = None) -> list[t
             s = tokens[0].offset
             e = tokens[-1].offset + len(tokens[-1].value)
             if e > s:
-                out.append((start + s, start + e))
-    return out
+                out.append((s, e))
+    return tuple(out)
 
 
 def split_paragraphs(text: str, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:

