@@ -49,6 +49,7 @@ class BatchSpec(BaseModel):
     output_dir: str = "runs"
     loop: bool = True
     limit: int | None = Field(None, ge=1)
+    offset: int = Field(0, ge=0)  # skip the first N questions (before --limit)
 
 
 def load_batch(path: str | Path) -> tuple[BatchSpec, Path]:
@@ -89,7 +90,7 @@ def load_items(spec: BatchSpec, base: Path) -> list[QAItem]:
             answers = tuple(row.get("answers", []))
             items.append(QAItem(id=str(row.get("id", f"q{i + 1:03d}")), question=row["question"], answers=answers,
                                 answerable=bool(row.get("answerable", bool(answers)))))
-    return items[: spec.limit] if spec.limit else items
+    return items
 
 
 def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
@@ -312,11 +313,15 @@ def squad_corpus(squad_file: Path, out_dir: Path) -> Path:
 
 def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | None = None, workers: int = 1,
               loop: bool | None = None, progress: bool = True, suffix: str = "",
-              on_row: Callable[[dict], None] | None = None) -> list[dict]:
+              on_row: Callable[[dict], None] | None = None, offset: int | None = None) -> list[dict]:
     """Run every grid point; returns one summary per run."""
     from tqdm import tqdm
 
     items = load_items(spec, base)
+    offset = spec.offset if offset is None else offset
+    if offset:
+        items = items[offset:]
+    limit = limit or spec.limit
     if limit:
         items = items[:limit]
     if not items:
@@ -381,6 +386,44 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     if len(summaries) > 1:
         write_comparison(summaries, out_root / f"{spec.name}{suffix}-comparison")
     return summaries
+
+
+def single_attempt_row(row: dict, threshold: float) -> dict:
+    """The row the loop-off engine gives for the same question: its first attempt, finished alone.
+
+    At temperature 0 with the same first strategy the engine is deterministic, so the first
+    attempt of a loop-on run is exactly what a loop-off run would have produced; the final
+    choice follows :func:`~self_improving_rag.engine.acceptable`, as in the engine.
+    """
+    from .engine import acceptable
+
+    if not row.get("attempts"):  # the engine refused the question itself (a user error row)
+        out = {**row, "derived_from_first_attempt": True}
+        out.pop("grade", None)
+        return out
+    a = row["attempts"][0]
+    conf = float(a["signals"]["confidence"]["value"] or 0.0)
+    ok = acceptable(a["answer"], conf, a["failure"], threshold)
+    out = {**row, "attempts": [a], "answer": a["answer"] if ok else None, "refused": not ok, "confidence": conf,
+           "chosen_attempt": 1 if ok else None, "timings_ms": dict(a["timings_ms"]), "derived_from_first_attempt": True,
+           # The outcome in memory is the loop-on one, and the row keeps only its final passages.
+           "outcome_id": None, "sources": row.get("sources", []) if row.get("chosen_attempt") == 1 else []}
+    out["refusal_reason"] = None if ok else f"single attempt: {a['failure']}: {a.get('failure_reason') or ''}".strip()
+    out.pop("grade", None)
+    return out
+
+
+def derive_single_attempt_run(run_dir: Path, threshold: float) -> dict:
+    """Write ``<run>-single`` (results.jsonl, summary.json) from a loop-on run's first attempts."""
+    rows = [single_attempt_row(r, threshold) for r in read_done(run_dir / "results.jsonl").values()]
+    out_dir = run_dir.with_name(run_dir.name + "-single")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with (out_dir / "results.jsonl").open("w", encoding="utf-8") as fh:
+        for r in rows:
+            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+    summary = {"run": out_dir.name, "grid_point": {}, "loop": False, "derived_from": run_dir.name, **summarise(rows)}
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    return summary
 
 
 def _record_gold(config: Config, run_name: str, rows: list[dict]) -> None:
@@ -458,7 +501,8 @@ def cmd_batch(args: argparse.Namespace, config: Config) -> int:
     """
     spec, base = load_batch(args.file)
     summaries = run_batch(spec, base, config, limit=args.limit, workers=args.workers,
-                          loop=False if args.no_retry else None, progress=sys.stderr.isatty() and not args.json)
+                          loop=False if args.no_retry else None, progress=sys.stderr.isatty() and not args.json,
+                          offset=args.offset)
     if args.json:
         print(json.dumps(summaries))
     else:
@@ -491,9 +535,16 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
         return 0
     progress = sys.stderr.isatty() and not args.json
     summaries = run_batch(spec, base, config, limit=args.limit, workers=args.workers,
-                          loop=False if args.no_retry else None, progress=progress)
+                          loop=False if args.no_retry else None, progress=progress, offset=args.offset)
     if args.compare_no_retry and not args.no_retry:
-        summaries += run_batch(spec, base, config, limit=args.limit, workers=args.workers, loop=False, progress=progress)
+        if args.separate_no_retry_run:
+            summaries += run_batch(spec, base, config, limit=args.limit, workers=args.workers, loop=False,
+                                   progress=progress, offset=args.offset)
+        else:
+            out_root = _resolve(base, spec.output_dir)
+            for s in list(summaries):
+                run_cfg = config_from_dict(yaml.safe_load((out_root / s["run"] / "config.yaml").read_text(encoding="utf-8")))
+                summaries.append(derive_single_attempt_run(out_root / s["run"], run_cfg.loop.answer_threshold))
         out = _resolve(base, spec.output_dir) / f"{spec.name}-loop-vs-noloop"
         write_comparison(summaries, out)
     if args.json:
@@ -506,6 +557,16 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def add_batch_commands(sub, common, registry: dict, command) -> None:
     """Register ``batch`` and ``eval`` on the CLI's subparsers."""
     import textwrap
@@ -515,7 +576,8 @@ def add_batch_commands(sub, common, registry: dict, command) -> None:
         sp = sub.add_parser(name, parents=[common], help=doc.splitlines()[0], description=doc,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
         sp.add_argument("file", nargs="?" if name == "eval" else None, help="batch YAML file")
-        sp.add_argument("--limit", type=int, help="only the first N questions")
+        sp.add_argument("--limit", type=int, help="only the first N questions (after --offset)")
+        sp.add_argument("--offset", type=_non_negative, help="skip the first N questions")
         sp.add_argument("--workers", type=int, default=1, help="worker processes sharing the memory store")
         sp.add_argument("--no-retry", action="store_true", help="run with the loop off")
         if name == "eval":
@@ -523,7 +585,12 @@ def add_batch_commands(sub, common, registry: dict, command) -> None:
             sp.add_argument("--corpus", action="append", help="documents to ingest (repeatable)")
             sp.add_argument("--name", help="run name (default: the dataset's file name)")
             sp.add_argument("--output-dir", default="runs", help="where run folders go (default runs/)")
-            sp.add_argument("--compare-no-retry", action="store_true", help="also run with the loop off and compare")
+            sp.add_argument("--compare-no-retry", action="store_true",
+                            help="compare with the loop off: by default the first attempt of each question, "
+                                 "finished alone (what the loop-off engine answers, at no extra cost), "
+                                 "written as <run>-single")
+            sp.add_argument("--separate-no-retry-run", action="store_true",
+                            help="with --compare-no-retry: run the questions again with the loop off instead")
             sp.add_argument("--retrieval-only", action="store_true",
                             help="evidence recall@k and MRR per chunker x retriever, no generation")
         registry[name] = fn

@@ -87,6 +87,10 @@ class RetrievalConfig(_Model):
     relevance_slope: float = Field(10.0, gt=0, le=100)
     refine: bool = True
     refine_context_sentences: int = Field(1, ge=0, le=5)
+    # Refinement favours sentences of higher-ranked passages by this much (0 = sentence cosine
+    # only) and first keeps every passage's best sentence; see retrieval/refine.py.
+    refine_rank_weight: float = Field(0.5, ge=0, le=5)
+    refine_every_passage: bool = True
 
 
 class GeneratorConfig(_Model):

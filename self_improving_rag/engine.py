@@ -181,8 +181,7 @@ class Engine:
     def _finish(self, question: str, attempts: list[AttemptRecord], query_class: str, t_start: float) -> Answer:
         threshold = self.config.loop.answer_threshold
         # An answer flagged as unsupported by its own passages is never returned, whatever its confidence.
-        answered = [a for a in attempts if a.answer is not None and (a.signals.confidence.value or 0) >= threshold
-                    and a.attribution.failure != "HALLUCINATION_RISK"]
+        answered = [a for a in attempts if acceptable(a.answer, a.signals.confidence.value, a.attribution.failure, threshold)]
         timings = _sum_timings(attempts)
         timings["total"] = (time.perf_counter() - t_start) * 1000
         if answered:
@@ -209,6 +208,12 @@ class Engine:
         self.searcher.close()
 
 
+def acceptable(answer: str | None, confidence: float | None, failure: str, threshold: float) -> bool:
+    """Whether an attempt may be returned as the answer: it answers, its confidence clears the
+    threshold, and it is not flagged as unsupported by its own passages (whatever its confidence)."""
+    return answer is not None and (confidence or 0.0) >= threshold and failure != "HALLUCINATION_RISK"
+
+
 def _sum_timings(attempts: list[AttemptRecord]) -> dict[str, float]:
     out: dict[str, float] = {}
     for a in attempts:
@@ -218,4 +223,4 @@ def _sum_timings(attempts: list[AttemptRecord]) -> dict[str, float]:
     return out
 
 
-__all__ = ["Engine", "check_question", "restates_question"]
+__all__ = ["Engine", "acceptable", "check_question", "restates_question"]

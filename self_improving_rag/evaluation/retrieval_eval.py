@@ -32,9 +32,9 @@ def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, k
     from ..retrieval.embedder import embedder_from_config
     from ..retrieval.searcher import Searcher
 
-    items = [it for it in load_items(spec, base) if it.answerable and (it.evidence or it.context)]
-    if limit:
-        items = items[:limit]
+    items = load_items(spec, base)[spec.offset:]
+    items = items[: limit or spec.limit] if (limit or spec.limit) else items
+    items = [it for it in items if it.answerable and (it.evidence or it.context)]
     out_root = _resolve(base, spec.output_dir)
     index_dir = str(_resolve(base, spec.index)) if spec.index else str(out_root / spec.name / "index")
     corpus = [_resolve(base, c) for c in spec.corpus]

@@ -12,6 +12,7 @@ of its words, so texts sharing words are similar and different texts differ.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from pathlib import Path
@@ -197,7 +198,7 @@ def export_int8_onnx(model_dir: Path, target: Path) -> Path:
     import warnings
 
     try:
-        import onnx  # noqa: F401  (the exporter and the quantiser need it)
+        import onnx  # the exporter and the quantiser need it
         import torch
         from onnxruntime.quantization import QuantType, quantize_dynamic
         from transformers import AutoModel, AutoTokenizer
@@ -222,6 +223,7 @@ def export_int8_onnx(model_dir: Path, target: Path) -> Path:
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    log_onnx = onnx.__version__  # recorded next to the file
     target.parent.mkdir(parents=True, exist_ok=True)
     model = AutoModel.from_pretrained(str(model_dir), local_files_only=True).eval()
     tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
@@ -246,6 +248,8 @@ def export_int8_onnx(model_dir: Path, target: Path) -> Path:
             root.setLevel(level)
         with open(q8, "rb") as fh:
             os.fsync(fh.fileno())
+        (target.parent / "export.json").write_text(json.dumps({"onnx": log_onnx, "recipe": ONNX_EXPORT_VERSION,
+                                                                "source": str(model_dir)}))
         os.replace(q8, target)
     return target
 

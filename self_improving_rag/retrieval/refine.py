@@ -13,30 +13,46 @@ def refine_passage_spans(
     budget_tokens: int,
     count_tokens,
     context_sentences: int = 1,
+    rank_weight: float = 0.5,
+    every_passage: bool = True,
 ) -> list[list[tuple[int, int]]]:
     """For each text, the sentence spans to keep (offsets within that text), in order.
 
-    Sentences are ranked over all texts by cosine similarity plus a bonus for the question's
-    content terms they contain; each chosen sentence brings ``context_sentences`` neighbours
-    on both sides; selection stops at ``budget_tokens``. The first text always keeps its best
-    sentence, so a refined context is never empty.
+    Each sentence scores ``cosine + 0.3 · (share of the question's content terms it holds) +
+    rank_weight · (1 − rank / n)``, where ``rank`` is its passage's place in the retrieval order
+    (the reranker's judgement of the whole passage, which one sentence's cosine does not see).
+    With ``every_passage`` each passage's best sentence is taken first, in rank order, so no
+    retrieved passage vanishes; then the other sentences, best first. Each sentence brings
+    ``context_sentences`` neighbours on both sides (or comes alone when they do not fit) until
+    ``budget_tokens`` is spent. The first
+    text always keeps its best sentence, so a refined context is never empty.
     """
     q_terms = set(content_terms(question))
+    n = max(1, len(texts))
     candidates = []
     for ti, (text, sc) in enumerate(zip(texts, scores)):
         for si, ((s, e), sim) in enumerate(zip(sc.spans, sc.sims)):
             terms = set(content_terms(text[s:e]))
             overlap = len(q_terms & terms) / len(q_terms) if q_terms else 0.0
-            candidates.append((sim + 0.3 * overlap, ti, si))
+            candidates.append((sim + 0.3 * overlap + rank_weight * (1 - ti / n), ti, si))
     candidates.sort(key=lambda t: (-t[0], t[1], t[2]))
+    if every_passage:
+        # Each passage's best sentence goes first, in passage rank order.
+        seen: set[int] = set()
+        seeds = []
+        for c in candidates:
+            if c[1] not in seen:
+                seen.add(c[1])
+                seeds.append(c)
+        seeds.sort(key=lambda c: c[1])
+    else:
+        # The top-ranked text keeps its best sentence first: it is the reranker's best hit.
+        seeds = [c for c in candidates if c[1] == 0][:1]
+    seed_set = set(seeds)
+    order = seeds + [c for c in candidates if c not in seed_set]
     chosen: list[set[int]] = [set() for _ in texts]
     used = 0
-    # The top-ranked text keeps its best sentence first: it is the reranker's best hit.
-    first = next((c for c in candidates if c[1] == 0), None)
-    if first is not None:
-        candidates.remove(first)
-        candidates.insert(0, first)
-    for _, ti, si in candidates:
+    for _, ti, si in order:
         if si in chosen[ti]:
             continue
         spans = scores[ti].spans

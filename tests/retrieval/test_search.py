@@ -212,9 +212,32 @@ def test_refine_respects_the_budget(budget: int, context: int) -> None:
 
 def test_refine_brings_context_sentences() -> None:
     sims = [[0.1, 0.9, 0.1], [0.0, 0.0]]
-    keep = refine_passage_spans("zeta", REFINE_TEXTS, _scores(sims), 18, COUNT, 1)
+    keep = refine_passage_spans("zeta", REFINE_TEXTS, _scores(sims), 18, COUNT, 1, every_passage=False)
     assert keep[0] == _sentence_spans(REFINE_TEXTS[0])
     assert keep[1] == []
+
+
+def test_refine_every_passage_keeps_its_best_sentence_first() -> None:
+    sims = [[0.5, 0.9, 0.5], [0.0, 0.2]]
+    spans0, spans1 = _sentence_spans(REFINE_TEXTS[0]), _sentence_spans(REFINE_TEXTS[1])
+    # 12 tokens = two sentences: the first passage's second-best sentence outscores anything in
+    # the second passage, but every passage keeps its best sentence first.
+    keep = refine_passage_spans("zeta", REFINE_TEXTS, _scores(sims), 12, COUNT, 0, rank_weight=0.0)
+    assert keep == [[spans0[1]], [spans1[1]]]
+    old = refine_passage_spans("zeta", REFINE_TEXTS, _scores(sims), 12, COUNT, 0, rank_weight=0.0,
+                               every_passage=False)
+    assert old[1] == [] and len(old[0]) == 2
+
+
+def test_refine_rank_weight_prefers_sentences_of_higher_ranked_passages() -> None:
+    # Equal cosines everywhere: without a rank weight the order falls to ties; with it the
+    # first passage's sentences win the budget after every passage's best sentence.
+    sims = [[0.5, 0.5, 0.5], [0.5, 0.5]]
+    keep = refine_passage_spans("nothing", REFINE_TEXTS, _scores(sims), 24, COUNT, 0, rank_weight=1.0)
+    assert len(keep[0]) == 3 and len(keep[1]) == 1
+    low = [[0.5, 0.5, 0.5], [0.9, 0.9]]
+    keep = refine_passage_spans("nothing", REFINE_TEXTS, _scores(low), 18, COUNT, 0, rank_weight=0.0)
+    assert len(keep[1]) == 2  # without the rank weight the second passage's higher cosines win
 
 
 def test_refine_budget_smaller_than_any_sentence_keeps_one_sentence() -> None:

@@ -84,3 +84,34 @@ def test_small_packaged_model_generates_with_logprobs_and_prefix_reuse():
     assert again.text == out.text, "temperature 0 is deterministic"
     p = gen.yes_probability(build_judge_messages("base", "Who built it?", passages, "Clara Venn built it."))
     assert 0.0 <= p <= 1.0
+
+
+def test_onnx_int8_embedder_agrees_with_the_float32_model(tmp_path):
+    """The int8 ONNX export (default backend) against sentence-transformers in float32."""
+    import numpy as np
+
+    from self_improving_rag.retrieval.embedder import OnnxEmbedder, SentenceTransformerEmbedder
+
+    texts = ["Who is the landlady of 221B Baker Street?", "The hound was a huge black beast with glowing eyes.",
+             "Holmes took up his violin and played a slow, melancholy air. " * 20,  # longer than 256 word pieces
+             "A short one.", "Watson served as an army surgeon in Afghanistan before he met Holmes."]
+    onnx = OnnxEmbedder(cache_dir=str(tmp_path / "cache"))
+    ref = SentenceTransformerEmbedder()
+    a, b = onnx.embed(texts), ref.embed(texts)
+    assert a.shape == b.shape == (5, 384) and onnx.name == "all-minilm-l6-v2+onnx-int8"
+    np.testing.assert_allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-5)
+    cos = (a * b).sum(axis=1)
+    assert cos.min() > 0.95, cos
+    # Same ranking of texts for a question as the float32 model.
+    q_a, q_b = onnx.embed([texts[0]]), ref.embed([texts[0]])
+    assert np.argsort(-(a[1:] @ q_a[0])).tolist() == np.argsort(-(b[1:] @ q_b[0])).tolist()
+    # The export is made once and reused; a corrupt file is rebuilt, not trusted.
+    path = onnx.onnx_path
+    assert path is not None and path.is_file() and (path.parent / "export.json").is_file()
+    mtime = path.stat().st_mtime_ns
+    again = OnnxEmbedder(cache_dir=str(tmp_path / "cache"))
+    np.testing.assert_allclose(again.embed(texts), a, atol=1e-6)
+    assert path.stat().st_mtime_ns == mtime
+    path.write_bytes(b"not an onnx model")
+    rebuilt = OnnxEmbedder(cache_dir=str(tmp_path / "cache"))
+    np.testing.assert_allclose(rebuilt.embed(texts), a, atol=1e-5)

@@ -1,0 +1,238 @@
+"""The single-attempt (loop-off) view of a loop-on run: engine.acceptable, batch.single_attempt_row,
+derive_single_attempt_run, and ``sirag eval --compare-no-retry`` / ``--separate-no-retry-run`` /
+``--offset`` through the real CLI entry point (in-process, with the hash embedder and scripted generator)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import yaml
+
+from self_improving_rag import batch
+from self_improving_rag.cli import main
+from self_improving_rag.engine import acceptable
+from self_improving_rag.evaluation.datasets import QAItem
+from tests.conftest import fake_overrides, write_corpus
+
+REFUSE = "I cannot answer this from the documents."
+GOOD = "Tobias Lune saved eleven sailors from the wreck of the Greyling [1]."
+MADE_UP = "Tobias Lune saved eleven sailors [1]. He was later crowned king of Portugal in Lisbon [1]."
+QUESTION = "Who saved the sailors of the Greyling in the storm?"
+
+
+# -- 1. acceptable and Engine._finish -------------------------------------------------------
+
+@pytest.mark.parametrize("answer, conf, failure, threshold, expected", [
+    ("Clara Venn", 0.5, "NONE", 0.5, True),  # the threshold itself clears it
+    ("Clara Venn", 0.49, "NONE", 0.5, False),
+    ("Clara Venn", 0.9, "LOW_CONFIDENCE", 0.5, True),  # only HALLUCINATION_RISK vetoes
+    ("Clara Venn", 0.99, "HALLUCINATION_RISK", 0.5, False),
+    (None, 0.99, "NONE", 0.5, False),
+    ("Clara Venn", None, "NONE", 0.5, False),  # None counts as 0
+    ("Clara Venn", None, "NONE", 0.0, True),
+])
+def test_acceptable(answer, conf, failure, threshold, expected):
+    assert acceptable(answer, conf, failure, threshold) is expected
+
+
+def test_finish_refuses_a_confident_hallucination(make_engine):
+    engine, _, _ = make_engine([MADE_UP])
+    ans = engine.ask(QUESTION, loop=False)
+    att = ans.attempts[0]
+    assert att.attribution.failure == "HALLUCINATION_RISK"
+    assert att.answer is not None and att.signals.confidence.value >= engine.config.loop.answer_threshold
+    assert ans.refused and ans.answer is None and ans.chosen_attempt is None
+
+
+def test_finish_chooses_through_acceptable(make_engine, monkeypatch):
+    engine, _, _ = make_engine([GOOD])
+    assert not engine.ask(QUESTION, loop=False).refused
+    seen = []
+    monkeypatch.setattr("self_improving_rag.engine.acceptable", lambda *a: seen.append(a) or False)
+    ans = engine.ask(QUESTION, loop=False)
+    assert ans.refused and ans.answer is None
+    assert seen and seen[0][0] == GOOD and seen[0][2] == "NONE" and seen[0][3] == engine.config.loop.answer_threshold
+
+
+# -- 2. single_attempt_row and derive_single_attempt_run ----------------------------------------
+
+def attempt(number: int, answer: str | None, conf: float | None, failure: str, tokens: int = 100) -> dict:
+    return {"number": number, "answer": answer, "failure": failure, "failure_reason": f"why {number}",
+            "signals": {"confidence": {"value": conf}, "faithfulness": {"value": 1.0}},
+            "timings_ms": {"retrieve": 1.0 * number, "total": 2.0 * number}, "prompt_tokens": tokens}
+
+
+def loop_row(rid: str, attempts: list[dict], gold=("Clara Venn",), chosen: int | None = None) -> dict:
+    pick = next((a for a in attempts if a["number"] == chosen), None)
+    return {"id": rid, "question": f"question {rid}?", "answer": pick and pick["answer"], "refused": pick is None,
+            "confidence": (pick or attempts[-1])["signals"]["confidence"]["value"] or 0.0, "chosen_attempt": chosen,
+            "attempts": attempts, "timings_ms": {"retrieve": 9.0, "total": 99.0}, "gold_answers": list(gold),
+            "answerable": bool(gold), "refusal_reason": None if pick else "loop refused", "evidence_hit": None}
+
+
+def test_confident_first_answer_is_kept():
+    row = loop_row("a", [attempt(1, "Clara Venn built it [1].", 0.8, "NONE", 77)], chosen=1)
+    before = copy.deepcopy(row)
+    out = batch.single_attempt_row(row, 0.5)
+    assert row == before, "the loop-on row must not be changed"
+    assert out["answer"] == "Clara Venn built it [1]." and out["refused"] is False and out["confidence"] == 0.8
+    assert out["chosen_attempt"] == 1 and out["refusal_reason"] is None and out["derived_from_first_attempt"] is True
+    assert out["timings_ms"] == {"retrieve": 1.0, "total": 2.0} and len(out["attempts"]) == 1
+    assert batch.grade(out)["correct"] is True
+
+
+@pytest.mark.parametrize("first", [
+    attempt(1, "Clara Venn built it [1].", 0.3, "LOW_CONFIDENCE"),  # below the threshold
+    attempt(1, "Clara Venn built it [1].", 0.95, "HALLUCINATION_RISK"),  # flagged, however confident
+    attempt(1, None, 0.9, "MISSED_ANSWER"),  # the model refused
+    attempt(1, "Clara Venn built it [1].", None, "NONE"),  # no confidence at all
+])
+def test_unacceptable_first_attempt_becomes_a_refusal(first):
+    row = loop_row("b", [first, attempt(2, "Clara Venn built it [1].", 0.9, "NONE")], chosen=2)
+    out = batch.single_attempt_row(row, 0.5)
+    assert out["refused"] is True and out["answer"] is None and out["chosen_attempt"] is None
+    assert [a["number"] for a in out["attempts"]] == [1]
+    assert out["confidence"] == (first["signals"]["confidence"]["value"] or 0.0)
+    assert out["refusal_reason"] == f"single attempt: {first['failure']}: why 1"
+    assert batch.grade(out)["correct"] is False and batch.grade(row)["correct"] is True
+
+
+def test_row_rescued_on_attempt_two_by_the_real_loop_is_wrong_alone(make_engine):
+    engine, _, _ = make_engine([REFUSE, GOOD])
+    item = QAItem(id="g1", question=QUESTION, answers=("Tobias Lune",), answerable=True)
+    row = json.loads(json.dumps(batch._ask_row(engine, item, "r", True)))  # as stored in results.jsonl
+    assert row["chosen_attempt"] == 2 and row["grade"]["correct"] is True and len(row["attempts"]) == 2
+    out = batch.single_attempt_row(row, engine.config.loop.answer_threshold)
+    assert out["refused"] is True and out["answer"] is None and len(out["attempts"]) == 1
+    assert out["attempts"][0]["number"] == 1 and out["attempts"][0]["answer"] is None
+    assert "grade" not in out and batch.grade(out)["correct"] is False
+
+
+def test_derive_single_attempt_run_writes_rows_and_summary(tmp_path):
+    rows = [
+        loop_row("a", [attempt(1, "Clara Venn built it [1].", 0.9, "NONE", 100)], chosen=1),
+        loop_row("b", [attempt(1, None, 0.2, "MISSED_ANSWER", 120), attempt(2, "Tobias Lune [1].", 0.95, "NONE", 500)],
+                 gold=("Tobias Lune",), chosen=2),
+        loop_row("c", [attempt(1, "Dr. Pim [1].", 0.8, "HALLUCINATION_RISK", 140), attempt(2, None, 0.1, "MISSED_ANSWER")],
+                 gold=(), chosen=None),
+    ]
+    run = tmp_path / "runs" / "demo"
+    run.mkdir(parents=True)
+    for r in rows:
+        batch.append_row(run / "results.jsonl", r)
+    original = (run / "results.jsonl").read_bytes()
+    assert batch.summarise(copy.deepcopy(rows))["correct_or_rightly_refused"] == 1.0  # the loop got all three
+    s = batch.derive_single_attempt_run(run, 0.5)
+    assert (run / "results.jsonl").read_bytes() == original
+    out_dir = tmp_path / "runs" / "demo-single"
+    derived = [json.loads(x) for x in (out_dir / "results.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["refused"], len(r["attempts"])) for r in derived] == [("a", False, 1), ("b", True, 1), ("c", True, 1)]
+    assert json.loads((out_dir / "summary.json").read_text()) == s
+    assert s["run"] == "demo-single" and s["derived_from"] == "demo" and s["loop"] is False
+    assert (s["n"], s["answered"], s["refused"]) == (3, 1, 2)
+    assert s["correct_or_rightly_refused"] == pytest.approx(2 / 3)
+    assert s["attempts_per_question"] == 1.0 and s["prompt_tokens_per_question"] == 120.0
+    assert s["first_attempt_success"] == pytest.approx(1 / 3)
+
+
+def test_error_row_without_attempts_is_derived_as_a_refusal():
+    row = {"id": "e", "question": "?!?", "answer": None, "refused": True, "refusal_reason": "error: bad question",
+           "confidence": 0.0, "sources": [], "attempts": [], "timings_ms": {}, "error": "bad question",
+           "gold_answers": ["x"], "answerable": True, "evidence_hit": None}
+    out = batch.single_attempt_row(row, 0.5)
+    assert out["refused"] is True and out["answer"] is None and out["attempts"] == []
+
+
+# -- 3. sirag eval --compare-no-retry / --separate-no-retry-run / --offset ------------------------
+
+QUESTIONS = ["Who saved the sailors of the Greyling?", "Who rowed out alone in the storm of 1887?",
+             "Who saved eleven sailors from the wreck?", "Who kept the silver medal in a tin box?",
+             "Who rescued the crew of the schooner Greyling?"]
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Path:
+    docs = write_corpus(tmp_path / "docs")
+    items = [{"id": f"q{i}", "question": q, "answers": ["Tobias Lune"]} for i, q in enumerate(QUESTIONS, 1)]
+    spec = {"name": "five", "corpus": [str(docs)], "index": str(tmp_path / "index"),
+            "output_dir": str(tmp_path / "runs"), "questions": {"inline": items}}
+    (tmp_path / "five.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
+    return tmp_path
+
+
+def sirag(world: Path, *argv: str) -> int:
+    """``sirag ARGV`` in-process with the fakes; the first question of each run gets REFUSE, then GOOD."""
+    root = logging.getLogger()
+    saved = list(root.handlers), root.level
+    sets = [*fake_overrides(world), "generator.replies=" + json.dumps([REFUSE, GOOD])]
+    try:
+        return main([*argv, *[x for s in sets for x in ("--set", s)]])
+    finally:
+        for h in root.handlers:
+            if h not in saved[0]:
+                h.close()
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+
+
+def rows_of(run_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in (run_dir / "results.jsonl").read_text().splitlines()]
+
+
+def test_eval_offset_limit_and_derived_comparison(world, capsys):
+    assert sirag(world, "eval", str(world / "five.yaml"), "--offset", "2", "--limit", "2", "--compare-no-retry",
+                 "--json") == 0
+    summaries = json.loads(capsys.readouterr().out)
+    runs = world / "runs"
+    loop_rows = rows_of(runs / "five")
+    assert [r["id"] for r in loop_rows] == ["q3", "q4"]
+    assert [r["question"] for r in loop_rows] == QUESTIONS[2:4]
+    assert [(r["chosen_attempt"], r["refused"]) for r in loop_rows] == [(2, False), (1, False)]  # q3 rescued
+    assert not (runs / "five-noloop").exists(), "the loop-off figures are derived, not run again"
+    single = rows_of(runs / "five-single")
+    assert [(r["id"], r["refused"], len(r["attempts"])) for r in single] == [("q3", True, 1), ("q4", False, 1)]
+    assert [s["run"] for s in summaries] == ["five", "five-single"]
+    assert summaries[1]["derived_from"] == "five" and summaries[1]["loop"] is False
+    assert summaries[0]["correct_or_rightly_refused"] == 1.0 and summaries[1]["correct_or_rightly_refused"] == 0.5
+    assert summaries[0]["attempts_per_question"] == 1.5 and summaries[1]["attempts_per_question"] == 1.0
+    table = json.loads((runs / "five-loop-vs-noloop.json").read_text())
+    assert [(r["run"], r["n"]) for r in table] == [("five", 2), ("five-single", 2)]
+    md = (runs / "five-loop-vs-noloop.md").read_text()
+    assert "| five |" in md and "| five-single |" in md
+
+
+def test_eval_separate_no_retry_run_runs_the_loop_off(world, capsys):
+    assert sirag(world, "eval", str(world / "five.yaml"), "--offset", "2", "--limit", "2", "--compare-no-retry",
+                 "--separate-no-retry-run", "--json") == 0
+    summaries = json.loads(capsys.readouterr().out)
+    runs = world / "runs"
+    assert [s["run"] for s in summaries] == ["five", "five-noloop"] and summaries[1]["loop"] is False
+    assert not (runs / "five-single").exists()
+    noloop = rows_of(runs / "five-noloop")
+    assert len(noloop) == len(rows_of(runs / "five")) == 2
+    assert [(r["id"], r["refused"], len(r["attempts"])) for r in noloop] == [("q3", True, 1), ("q4", False, 1)]
+    table = json.loads((runs / "five-loop-vs-noloop.json").read_text())
+    assert [r["run"] for r in table] == ["five", "five-noloop"]
+
+
+def test_batch_yaml_offset_key_and_cli_override(world, capsys):
+    spec = yaml.safe_load((world / "five.yaml").read_text())
+    (world / "five.yaml").write_text(yaml.safe_dump({**spec, "offset": 3, "limit": 1}))
+    assert sirag(world, "batch", str(world / "five.yaml"), "--json") == 0
+    assert [r["id"] for r in rows_of(world / "runs" / "five")] == ["q4"]
+    assert sirag(world, "batch", str(world / "five.yaml"), "--offset", "0", "--limit", "2", "--json") == 0
+    assert sorted(r["id"] for r in rows_of(world / "runs" / "five")) == ["q1", "q2", "q4"]
+    capsys.readouterr()
+
+
+def test_negative_cli_offset_is_a_user_error(world, capsys):
+    with pytest.raises(SystemExit) as exc:  # argparse rejects it: usage line + one error line, exit 2
+        sirag(world, "batch", str(world / "five.yaml"), "--offset", "-1")
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--offset: must be 0 or more, got -1" in err and "Traceback" not in err
+    assert not (world / "runs" / "five").exists()
