@@ -233,6 +233,11 @@ def cmd_search(args: argparse.Namespace, config: Config) -> int:
     strategy = replace(strategy, **over)
     embedder = embedder_from_config(config)
     searcher = Searcher(config, embedder, args.index)
+    if config.retrieval.llm_judge_top > 0 and strategy.rerank:
+        from .generation.factory import make_generator
+
+        generator = make_generator(config)
+        searcher.judge = generator.yes_probability
     try:
         result = searcher.search(question, strategy)
     finally:

@@ -81,6 +81,11 @@ class RetrievalConfig(_Model):
     # With rerank on, final score = (1 - w) * fused score (min-max over the pool) + w * relevance:
     # the embedding judge refines the lexical/dense order instead of replacing it.
     rerank_weight: float = Field(0.3, ge=0, le=1)
+    # The generator as a relevance judge (yes/no log-probs) of the top N hits after reranking:
+    # score = (1 - w) * reranked score (min-max over those N) + w * P(yes). Off by default: each
+    # judgement reads one passage (~200 prompt tokens, ~3 s on a 2-core CPU).
+    llm_judge_top: int = Field(0, ge=0, le=20)
+    llm_judge_weight: float = Field(0.5, ge=0, le=1)
     # Relevance = sigmoid(slope * (cosine - midpoint)); the midpoint is where a question and a
     # sentence turn from unrelated to related for this embedder (0.35 for all-MiniLM-L6-v2).
     relevance_midpoint: float = Field(0.35, ge=-1, le=1)

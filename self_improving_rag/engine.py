@@ -55,6 +55,8 @@ class Engine:
         self.memory = memory
         self.record = record
         self.searcher = Searcher(config, self.embedder, index_dir)
+        if config.retrieval.llm_judge_top > 0:
+            self.searcher.judge = lambda messages: self.generator.yes_probability(messages)
         self._policy: StrategyPolicy | None = None
         self._scorer: SignalScorer | None = None
 

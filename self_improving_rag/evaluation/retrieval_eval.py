@@ -76,7 +76,12 @@ def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, k
 def refinement_eval(searcher, items: list[QAItem], strategy) -> dict:
     """Prompt tokens and evidence presence: raw top-k chunks vs the refined context."""
     count = searcher.embedder.tokenizer.count
-    raw_tokens, ref_tokens, raw_ev, ref_ev = [], [], [], []
+    raw_tokens, ref_tokens, raw_ev, ref_ev, raw_ans, ref_ans = [], [], [], [], [], []
+
+    def has_answer(texts: list[str]) -> bool:
+        hay = " ".join(" ".join(t.split()).lower() for t in texts)
+        return any(" ".join(a.split()).lower() in hay for a in it.answers if a.strip())
+
     for it in items:
         res = searcher.search(it.question, strategy)
         raw_text = [h.chunk.text for h in res.hits]
@@ -85,7 +90,13 @@ def refinement_eval(searcher, items: list[QAItem], strategy) -> dict:
         ref_tokens.append(sum(count(t) for t in ref_text))
         raw_ev.append(any(_hit(it, h.chunk.doc_id, h.chunk.text) for h in res.hits))
         ref_ev.append(any(_hit(it, p.doc_id, p.text) for p in res.passages) if it.evidence else raw_ev[-1])
+        if it.answers:
+            raw_ans.append(has_answer(raw_text))
+            ref_ans.append(has_answer(ref_text))
     n = max(1, len(items))
     return {"strategy": strategy.key, "raw_tokens_mean": sum(raw_tokens) / n, "refined_tokens_mean": sum(ref_tokens) / n,
             "token_reduction": 1 - (sum(ref_tokens) / max(1, sum(raw_tokens))),
-            "evidence_in_raw": sum(raw_ev) / n, "evidence_in_refined": sum(ref_ev) / n}
+            "evidence_in_raw": sum(raw_ev) / n, "evidence_in_refined": sum(ref_ev) / n,
+            # A gold answer string (whitespace- and case-normalised) in the raw / refined context.
+            "answer_in_raw": sum(raw_ans) / len(raw_ans) if raw_ans else None,
+            "answer_in_refined": sum(ref_ans) / len(ref_ans) if ref_ans else None}

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from typing import Callable
+
 import numpy as np
 
 from ..config import Config
@@ -28,6 +30,9 @@ class Searcher:
         self._cache: EmbeddingCache | None = None
         self._manifest: dict | None = None
         self.reranker: EmbeddingReranker | None = None
+        # Optional yes/no judge (messages -> P(yes) or None), e.g. the generator's
+        # ``yes_probability``; used on the top ``retrieval.llm_judge_top`` hits when set.
+        self.judge: Callable[[list[dict[str, str]]], float | None] | None = None
 
     def warm_up(self) -> None:
         if self._manifest is not None:
@@ -107,6 +112,9 @@ class Searcher:
             final_by_idx = {o[0]: f for f, o in zip(sorted(final, reverse=True), order)}
         else:
             final_by_idx = {}
+        judged: dict[int, float] = {}
+        if strategy.rerank and self.judge is not None and self.config.retrieval.llm_judge_top > 0 and order:
+            order, judged, final_by_idx = self._llm_judge(question, ci, order, final_by_idx)
         order = order[: strategy.top_k]
         timings["rerank"] = (time.perf_counter() - t) * 1000
 
@@ -118,6 +126,8 @@ class Searcher:
             scores["relevance"] = rel
             if idx in final_by_idx:
                 scores["reranked"] = final_by_idx[idx]
+            if idx in judged:
+                scores["llm_relevance"] = judged[idx]
             hits.append(Hit(chunk=ci.chunks[idx], score=final_by_idx.get(idx, fused_score), scores=scores, rank=rank))
         texts = [self._with_neighbours(ci, h.chunk, strategy.neighbors) for h in hits]
         notes: list[str] = []
@@ -143,6 +153,33 @@ class Searcher:
         timings["refine"] = (time.perf_counter() - t) * 1000
         return RetrievalResult(query=query, hits=tuple(hits), passages=tuple(passages), timings_ms=timings,
                                notes=tuple(notes))
+
+    def _llm_judge(self, question: str, ci: ChunkerIndex, order: list, final_by_idx: dict[int, float]):
+        """Re-order the top N hits by blending their score with the generator's P(yes)."""
+        from ..generation.prompts import build_relevance_messages
+
+        assert self.judge is not None
+        n = min(self.config.retrieval.llm_judge_top, len(order))
+        w = self.config.retrieval.llm_judge_weight
+        head, tail = order[:n], order[n:]
+        base = [final_by_idx.get(o[0], o[1]) for o in head]
+        lo, hi = min(base), max(base)
+        judged: dict[int, float] = {}
+        combined = []
+        for o, b in zip(head, base):
+            p = self.judge(build_relevance_messages(question, ci.chunks[o[0]].text))
+            norm = (b - lo) / (hi - lo) if hi > lo else 1.0
+            if p is None:  # the backend gives no log-probs: keep the order it had
+                combined.append(norm)
+                continue
+            judged[o[0]] = float(p)
+            combined.append((1 - w) * norm + w * float(p))
+        ranked = sorted(zip(combined, range(n), head), key=lambda t: (-t[0], t[1]))
+        # Judged hits stay above the unjudged tail, whose scores are on another scale.
+        new_final = dict(final_by_idx)
+        for c, _, o in ranked:
+            new_final[o[0]] = c
+        return [o for _, _, o in ranked] + tail, judged, new_final
 
     def _with_neighbours(self, ci: ChunkerIndex, chunk: Chunk, n: int) -> tuple[str, tuple[str, ...], int, int]:
         """The chunk's text extended with up to ``n`` adjacent chunks of the same section."""
