@@ -18,9 +18,13 @@ def attribute(signals: Signals, thr: ThresholdsConfig) -> Attribution:
 
     1. refusal with coverage and grounding at or above their thresholds -> MISSED_ANSWER
     2. coverage or grounding below threshold                          -> WEAK_RETRIEVAL
-    3. faithfulness below threshold                                   -> HALLUCINATION_RISK
-    4. redundancy above threshold                                     -> REDUNDANT_CONTEXT
-    5. confidence below threshold                                     -> LOW_CONFIDENCE
+    3. no claim supported and every claim's words mostly absent from
+       the passages (the answer came from elsewhere: the evidence was
+       not retrieved, whatever the question's words suggest)          -> WEAK_RETRIEVAL
+    4. faithfulness below threshold (some claims supported, others
+       not: the model added to its evidence)                          -> HALLUCINATION_RISK
+    5. redundancy above threshold                                     -> REDUNDANT_CONTEXT
+    6. confidence below threshold                                     -> LOW_CONFIDENCE
     otherwise NONE. A refusal with weak evidence is WEAK_RETRIEVAL: another strategy may find it.
     """
     cov, grd = signals.coverage.value, signals.grounding.value
@@ -38,6 +42,11 @@ def attribute(signals: Signals, thr: ThresholdsConfig) -> Attribution:
     if weak_cov or weak_grd:
         return make("WEAK_RETRIEVAL", _weak_reason(signals, thr))
     fth = signals.faithfulness.value
+    if fth is not None and fth < thr.faithfulness and _evidence_absent(signals):
+        bad = signals.faithfulness.detail.get("unsupported", [])
+        return make("WEAK_RETRIEVAL", f"no claim of the answer is supported and most of its words are not in the "
+                                      f"passages (e.g. {bad[0][:60]!r}): the evidence was probably not retrieved"
+                    if bad else "no claim of the answer is supported: the evidence was probably not retrieved")
     if fth is not None and fth < thr.faithfulness:
         bad = signals.faithfulness.detail.get("unsupported", [])
         named = f": unsupported claim {bad[0]!r}" if bad else ""
@@ -49,6 +58,14 @@ def attribute(signals: Signals, thr: ThresholdsConfig) -> Attribution:
     if conf is not None and conf < thr.confidence:
         return make("LOW_CONFIDENCE", f"confidence {conf:.2f} < {thr.confidence:.2f}")
     return make("NONE", f"all signals clear their thresholds (confidence {_fmt(conf)})")
+
+
+def _evidence_absent(signals: Signals) -> bool:
+    """Whether no claim is supported and each has under half of its content words in the passages."""
+    if signals.faithfulness.value != 0.0:
+        return False
+    claims = signals.faithfulness.detail.get("claims") or []
+    return bool(claims) and all(c.get("lexical", 1.0) < 0.5 for c in claims)
 
 
 def _weak_reason(signals: Signals, thr: ThresholdsConfig) -> str:

@@ -107,3 +107,24 @@ def test_attribution_rules(values, expected):
     assert got.failure == expected
     assert got.reason
     assert (got.repairs == ()) == (expected == "NONE")
+
+
+def _with_claims(faith: float, lexicals: list[float]):
+    sig = _signals(coverage=0.9, grounding=0.9, redundancy=0.0, confidence=0.9)
+    claims = [{"claim": f"claim {i}", "lexical": lx, "supported": False} for i, lx in enumerate(lexicals)]
+    fs = Signal("faithfulness", faith, "test", {"claims": claims, "unsupported": [c["claim"] for c in claims]})
+    return replace(sig, faithfulness=fs)
+
+
+@pytest.mark.parametrize("faith,lexicals,expected", [
+    (0.0, [0.0], "WEAK_RETRIEVAL"),            # the answer's words are nowhere: evidence missing
+    (0.0, [0.2, 0.4], "WEAK_RETRIEVAL"),
+    (0.0, [0.2, 0.8], "HALLUCINATION_RISK"),   # one claim's words are there but unsupported
+    (0.0, [1.0], "HALLUCINATION_RISK"),        # words present, meaning not: the model twisted them
+    (0.5, [0.0], "HALLUCINATION_RISK"),        # some claims supported: the model added to its evidence
+])
+def test_unsupported_answer_with_absent_words_is_weak_retrieval(faith, lexicals, expected):
+    got = attribute(_with_claims(faith, lexicals), ThresholdsConfig())
+    assert got.failure == expected, got.reason
+    if expected == "WEAK_RETRIEVAL":
+        assert "not retrieved" in got.reason and "claim 0" in got.reason

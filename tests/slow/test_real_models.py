@@ -115,3 +115,76 @@ def test_onnx_int8_embedder_agrees_with_the_float32_model(tmp_path):
     path.write_bytes(b"not an onnx model")
     rebuilt = OnnxEmbedder(cache_dir=str(tmp_path / "cache"))
     np.testing.assert_allclose(rebuilt.embed(texts), a, atol=1e-5)
+
+
+MADE_UP = [
+    "He had previously served as Governor of Bengal for ten years",
+    "The whole affair was later set to music by a Viennese composer",
+    "The police paid him a reward of ten thousand guineas in gold",
+    "Afterwards he emigrated to New Zealand and farmed sheep there",
+    "The house was demolished the following spring to build a railway station",
+    "A Russian prince had secretly financed the entire scheme",
+    "He learned this from a carrier pigeon sent from Edinburgh",
+    "The letter was written in fluent Portuguese on green paper",
+    "Three lions escaped from the zoo on the same night",
+    "The Queen herself attended the trial wearing a disguise",
+]
+
+
+def test_real_model_attributes_injected_failures(scarlet_index, shared_dir):
+    """Gold passage removed -> WEAK_RETRIEVAL; made-up claim added -> HALLUCINATION_RISK naming it.
+
+    Real embedder, real 1.5B judge, the Study in Scarlet questions of sherlock_dev (>= 40 cases).
+    """
+    from dataclasses import replace
+
+    from self_improving_rag.engine import Engine
+    from self_improving_rag.evaluation.metrics import evidence_hit
+    from self_improving_rag.feedback.attribution import attribute
+    from self_improving_rag.generation.prompts import parse_citations
+
+    cfg, embedder = scarlet_index
+    rows = [json.loads(line) for line in
+            (shared_dir / "data" / "qa" / "sherlock_dev.jsonl").read_text(encoding="utf-8").splitlines()]
+    rows = [r for r in rows if r.get("answerable") and r.get("book") == "pg244" and r.get("evidence")]
+    engine = Engine(cfg, embedder=embedder, record=False)
+    engine.warm_up()
+    right = total = 0
+    misses = []
+    try:
+        for i, row in enumerate(rows):
+            for top_k in (3, 5, 8):
+                res = engine.searcher.search(row["question"], replace(engine.policy.default, top_k=top_k))
+                gold = [p for p in res.passages if any(evidence_hit(p.text, q) for q in row["evidence"])
+                        or any(a.lower() in p.text.lower() for a in row["answers"])]
+                if not gold:
+                    continue
+                answer = f"{row['answers'][0]} [{gold[0].number}]."
+                # Gold passage(s) removed: the answer has no evidence left.
+                kept = [p for p in res.passages if p not in gold]
+                dropped = replace(res, passages=tuple(replace(p, number=j + 1) for j, p in enumerate(kept)),
+                                  hits=tuple(h for h in res.hits if not any(
+                                      evidence_hit(h.chunk.text, q) for q in row["evidence"])))
+                ans_dropped = f"{row['answers'][0]} [1]."
+                sig = engine._scorer.score(row["question"], dropped, None, ans_dropped, False, parse_citations(ans_dropped))
+                got = attribute(sig, cfg.thresholds)
+                total += 1
+                right += got.failure == "WEAK_RETRIEVAL"
+                if got.failure != "WEAK_RETRIEVAL":
+                    misses.append((row["id"], top_k, "drop", got.failure, got.reason))
+                # A made-up claim added to the correct answer.
+                claim = MADE_UP[(i + top_k) % len(MADE_UP)]
+                text = f"{answer} {claim} [{gold[0].number}]."
+                sig = engine._scorer.score(row["question"], res, None, text, False, parse_citations(text))
+                got = attribute(sig, cfg.thresholds)
+                named = any(claim[:25] in u for u in sig.faithfulness.detail.get("unsupported", []))
+                total += 1
+                ok = got.failure == "HALLUCINATION_RISK" and named
+                right += ok
+                if not ok:
+                    misses.append((row["id"], top_k, "made-up", got.failure, got.reason))
+    finally:
+        engine.close()
+    print(f"injected failures attributed right: {right}/{total}")
+    assert total >= 40, total
+    assert right / total >= 0.9, misses
