@@ -186,5 +186,7 @@ def test_real_model_attributes_injected_failures(scarlet_index, shared_dir):
     finally:
         engine.close()
     print(f"injected failures attributed right: {right}/{total}")
+    for m in misses:
+        print("  miss:", m)
     assert total >= 40, total
     assert right / total >= 0.9, misses
