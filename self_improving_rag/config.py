@@ -150,6 +150,10 @@ class PolicyConfig(_Model):
     method: Literal["thompson", "ucb", "fixed"] = "thompson"
     seed: int = 0
     min_history: int = Field(3, ge=0)  # outcomes needed before memory overrides the default
+    # What the first-strategy choice learns from: every attempt (a strategy that succeeded as a
+    # repair becomes a candidate first choice for its query class) or first attempts only (then
+    # only strategies that were once chosen first can ever be chosen first again).
+    learn_from: Literal["all_attempts", "first_attempts"] = "all_attempts"
 
 
 class StrategyConfig(_Model):

@@ -105,7 +105,7 @@ def test_policy_orders_repairs_by_history(make_engine):
     assert base[0] == "switch_chunker"
 
     class Counts:
-        def strategy_counts(self, qc=None):
+        def strategy_counts(self, qc=None, first_only=True):
             return {}
 
         def repair_counts(self, failure, qc=None):
@@ -115,3 +115,37 @@ def test_policy_orders_repairs_by_history(make_engine):
     order = engine.policy.repair_order("Who saved the sailors?", "WEAK_RETRIEVAL", feats)
     assert order[0] == "query_rewrite"
     assert order.index("switch_chunker") > order.index("query_rewrite")
+
+
+def test_policy_learns_a_first_strategy_from_successful_repairs(make_engine):
+    """A strategy that only ever succeeded as a repair becomes the first choice for its class."""
+    from dataclasses import replace
+
+    from self_improving_rag.feedback.policy import query_features
+
+    engine, gen, store = make_engine([GOOD])
+    default = engine.policy.default
+    good = replace(default, chunker="semantic", top_k=8)
+    feats = query_features("Who kept the light?")
+
+    class History:
+        def __init__(self, first_only_seen):
+            self.seen = first_only_seen
+
+        def strategy_counts(self, qc=None, first_only=True):
+            self.seen.append(first_only)
+            if first_only:  # the default was always chosen first, and failed half the time
+                return {default.key: (10, 10)}
+            return {default.key: (10, 10), good.key: (18, 1)}  # `good` ran as a repair and worked
+
+        def repair_counts(self, failure, qc=None):
+            return {}
+
+    seen: list[bool] = []
+    engine.policy.memory = History(seen)
+    picks = [engine.policy.first(f"Who kept the light {i}?", feats) for i in range(20)]
+    assert sum(p.key == good.key for p in picks) >= 16 and seen[-1] is False
+    # With learn_from=first_attempts the repair's record is invisible: always the default.
+    engine.policy.config = engine.policy.config.model_copy(update={"learn_from": "first_attempts"})
+    picks = [engine.policy.first(f"Who kept the light {i}?", feats) for i in range(20)]
+    assert all(p.key == default.key for p in picks) and seen[-1] is True

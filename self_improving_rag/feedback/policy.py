@@ -76,7 +76,8 @@ class StrategyPolicy:
         """The first strategy for a question of this class."""
         if self.memory is None or self.config.method == "fixed":
             return self.default
-        counts = self.memory.strategy_counts(features.query_class)
+        counts = self.memory.strategy_counts(features.query_class,
+                                             first_only=self.config.learn_from == "first_attempts")
         total = sum(s + f for s, f in counts.values())
         if total < self.config.min_history:
             return self.default

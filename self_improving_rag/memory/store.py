@@ -498,18 +498,23 @@ class MemoryStore:
 
     # ------------------------------------------------------- policy and calibration
 
-    def strategy_counts(self, query_class: str | None = None) -> dict[str, tuple[int, int]]:
-        """First attempts per strategy key: (successes, failures); success is failure == 'NONE'."""
+    def strategy_counts(self, query_class: str | None = None, first_only: bool = True) -> dict[str, tuple[int, int]]:
+        """Attempts per strategy key: (successes, failures); success is failure == 'NONE'.
+
+        ``first_only`` counts only each outcome's first attempt; otherwise every attempt counts,
+        so a strategy that only ever ran as a repair is known too.
+        """
         rows = self._rows(
             """
             SELECT a.strategy_key AS key,
                    SUM(a.failure = 'NONE') AS ok, SUM(a.failure != 'NONE') AS bad
             FROM attempts a JOIN outcomes o ON o.id = a.outcome_id
-            WHERE a.number = (SELECT MIN(f.number) FROM attempts f WHERE f.outcome_id = a.outcome_id)
+            WHERE (NOT :first_only
+                   OR a.number = (SELECT MIN(f.number) FROM attempts f WHERE f.outcome_id = a.outcome_id))
               AND (:qc IS NULL OR o.query_class = :qc)
             GROUP BY a.strategy_key
             """,
-            {"qc": query_class},
+            {"qc": query_class, "first_only": 1 if first_only else 0},
         )
         return {r["key"]: (int(r["ok"]), int(r["bad"])) for r in rows}
 

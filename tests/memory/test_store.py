@@ -505,3 +505,15 @@ def test_write_refused_by_sqlite_becomes_memory_store_error(tmp_path: Path) -> N
     assert str(path) in str(info.value)
     assert not ro.in_transaction
     store.close()
+
+
+def test_strategy_counts_of_all_attempts_include_repairs(store: MemoryStore) -> None:
+    store.record(repaired_answer("w1", query_class="who"))  # A fails first, then a repair
+    store.record(make_answer("w2", query_class="who"))  # A succeeds first
+    first = store.strategy_counts("who")
+    every = store.strategy_counts("who", first_only=False)
+    assert first == {STRATEGY_A.key: (1, 1)}
+    assert every[STRATEGY_A.key] == (1, 1)
+    assert every[STRATEGY_B.key] == (1, 0)  # B only ever ran as a repair, and it worked
+    assert STRATEGY_B.key not in first
+    assert store.strategy_counts("where", first_only=False) == {}

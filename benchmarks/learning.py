@@ -1,0 +1,102 @@
+"""Does memory make the next choices better? Cold memory against memory warmed on other questions.
+
+The question stream is the second part of a dataset (from --split). It is answered twice:
+
+- warm: in one run over the whole dataset with a memory store that starts empty, so by the
+  time the stream starts, memory holds every outcome of the first part (disjoint questions);
+- cold: the stream alone, with a memory store that starts empty.
+
+Both use the same code and configuration; the engine is deterministic at temperature 0, so
+the differences come from what memory told the policy (the first strategy per query class,
+the order of repairs per failure type).
+
+    python benchmarks/learning.py --run              # runs both (resumable; ~1 h on 2 cores)
+    python benchmarks/learning.py --warm runs/squad-normans --cold runs/squad-normans-cold-second-half
+
+Figures on the stream, per condition: first-attempt success (the first attempt passes every
+check), first attempt correct (graded against gold, as the loop-off engine would answer),
+attempts per question, final share answered correctly or rightly refused, and which first
+strategies were used. Written to benchmarks/results/learning.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+from common import REPO, need_shared, report
+
+
+def _rows(run_dir: Path) -> dict[str, dict]:
+    from self_improving_rag.batch import read_done
+
+    path = run_dir / "results.jsonl"
+    if not path.is_file():
+        sys.exit(f"error: {path} not found; run with --run, or pass the run folders with --warm/--cold")
+    return read_done(path)
+
+
+def condition(rows: list[dict], threshold: float) -> dict:
+    from self_improving_rag.batch import grade, single_attempt_row
+
+    n = len(rows)
+    first_ok = sum(1 for r in rows if r["attempts"] and r["attempts"][0]["failure"] == "NONE")
+    first_correct = sum(1 for r in rows if grade(single_attempt_row(r, threshold)).get("correct"))
+    final_correct = sum(1 for r in rows if grade(r).get("correct"))
+    strategies = Counter(r["attempts"][0]["strategy_key"] for r in rows if r["attempts"])
+    return {
+        "n": n,
+        "first_attempt_success": first_ok / n,
+        "first_attempt_correct": first_correct / n,
+        "attempts_per_question": sum(len(r["attempts"]) for r in rows) / n,
+        "prompt_tokens_per_question": sum(sum(a["prompt_tokens"] for a in r["attempts"]) for r in rows) / n,
+        "correct_or_rightly_refused": final_correct / n,
+        "first_strategies": dict(strategies.most_common()),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--batch", default=str(REPO / "configs" / "batch-squad-normans.yaml"))
+    ap.add_argument("--split", type=int, default=104, help="questions before the stream (the warm-up part)")
+    ap.add_argument("--warm", help="run folder of a whole-dataset run that started with empty memory")
+    ap.add_argument("--cold", help="run folder of the stream run with empty memory")
+    ap.add_argument("--run", action="store_true", help="run both conditions first (resumable)")
+    ap.add_argument("--threshold", type=float, default=0.5, help="loop.answer_threshold of the runs")
+    args = ap.parse_args()
+    need_shared()
+    from self_improving_rag.batch import load_batch, load_items
+
+    spec, base = load_batch(args.batch)
+    items = load_items(spec, base)
+    stream = [it.id for it in items[args.split:]]
+    out = REPO / "runs"
+    warm_dir = Path(args.warm) if args.warm else out / f"{spec.name}-learn-warm"
+    cold_dir = Path(args.cold) if args.cold else out / f"{spec.name}-learn-cold"
+    if args.run:
+        from self_improving_rag.batch import run_batch
+        from self_improving_rag.config import load_config
+
+        for name, offset, db in ((warm_dir.name, 0, "mem-learn-warm.db"), (cold_dir.name, args.split, "mem-learn-cold.db")):
+            cfg = load_config(None, [f"paths.memory_db={out / db}"])
+            run_batch(spec.model_copy(update={"name": name, "output_dir": str(out)}), base, cfg, offset=offset,
+                      progress=sys.stderr.isatty())
+    warm, cold = _rows(warm_dir), _rows(cold_dir)
+    ids = [i for i in stream if i in warm and i in cold]
+    if not ids:
+        sys.exit("error: the two runs share no question of the stream; check --split and the run folders")
+    figures = {
+        "dataset": spec.questions.file, "split": args.split, "stream_questions": len(ids),
+        "warm_run": str(warm_dir), "cold_run": str(cold_dir),
+        "cold": condition([cold[i] for i in ids], args.threshold),
+        "warm": condition([warm[i] for i in ids], args.threshold),
+    }
+    for k in ("first_attempt_success", "first_attempt_correct", "attempts_per_question", "correct_or_rightly_refused"):
+        figures[f"delta_{k}"] = figures["warm"][k] - figures["cold"][k]
+    report("learning", figures)
+
+
+if __name__ == "__main__":
+    main()
