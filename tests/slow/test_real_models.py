@@ -149,11 +149,11 @@ def test_real_model_attributes_injected_failures(scarlet_index, shared_dir):
     rows = [r for r in rows if r.get("answerable") and r.get("book") == "pg244" and r.get("evidence")]
     engine = Engine(cfg, embedder=embedder, record=False)
     engine.warm_up()
-    right = total = 0
+    right = total = no_baseline = 0
     misses = []
     try:
         for i, row in enumerate(rows):
-            for top_k in (3, 5, 8):
+            for top_k in (3, 5, 8, 10):
                 res = engine.searcher.search(row["question"], replace(engine.policy.default, top_k=top_k))
                 gold = [p for p in res.passages if any(evidence_hit(p.text, q) for q in row["evidence"])
                         or any(a.lower() in p.text.lower() for a in row["answers"])]
@@ -177,6 +177,12 @@ def test_real_model_attributes_injected_failures(scarlet_index, shared_dir):
                 text = f"{answer} {claim} [{gold[0].number}]."
                 sig = engine._scorer.score(row["question"], res, None, text, False, parse_citations(text))
                 got = attribute(sig, cfg.thresholds)
+                claims = sig.faithfulness.detail.get("claims") or []
+                if not claims or not claims[0]["supported"]:
+                    # The gold answer itself is not supported by these (refined) passages: no
+                    # sound baseline to add a made-up claim to.
+                    no_baseline += 1
+                    continue
                 named = any(claim[:25] in u for u in sig.faithfulness.detail.get("unsupported", []))
                 total += 1
                 ok = got.failure == "HALLUCINATION_RISK" and named
@@ -185,8 +191,9 @@ def test_real_model_attributes_injected_failures(scarlet_index, shared_dir):
                     misses.append((row["id"], top_k, "made-up", got.failure, got.reason))
     finally:
         engine.close()
-    print(f"injected failures attributed right: {right}/{total}")
+    print(f"injected failures attributed right: {right}/{total} ({no_baseline} made-up cases without a supported baseline)")
     for m in misses:
         print("  miss:", m)
     assert total >= 40, total
+    assert no_baseline <= 0.25 * total, no_baseline
     assert right / total >= 0.9, misses
