@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import signal
 import subprocess
 import sys
 import time
@@ -57,7 +58,13 @@ def run_cli(world: Path, argv: Sequence[str], *, cwd: Path, extra: Sequence[str]
 def start_cli(world: Path, argv: Sequence[str], *, cwd: Path, extra: Sequence[str] = ()) -> subprocess.Popen:
     """Start ``sirag ARGV`` in the background (stdout and stderr piped)."""
     return subprocess.Popen(cli_argv(world, argv, extra), cwd=cwd, env=env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
+
+
+def _default_sigint() -> None:
+    # A shell starts background jobs with SIGINT ignored, and the child inherits that; the
+    # tests send SIGINT as a user's Ctrl-C would, so the CLI must start with the default.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def replies(*texts: str) -> str:
