@@ -113,7 +113,28 @@ class HashEmbedder:
         return out
 
 
-class SentenceTransformerEmbedder:
+class _PackagedModelEmbedder:
+    """What the two MiniLM runners share: offline loading and the word-piece tokenizer."""
+
+    _tokenizer: HFTokenizer | None
+
+    def warm_up(self) -> None:  # pragma: no cover - implemented by subclasses
+        raise NotImplementedError
+
+    @staticmethod
+    def _offline() -> None:
+        # Never reach for a hub: the model directory is complete.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+    @property
+    def tokenizer(self) -> HFTokenizer:
+        self.warm_up()
+        assert self._tokenizer is not None  # set by warm_up
+        return self._tokenizer
+
+
+class SentenceTransformerEmbedder(_PackagedModelEmbedder):
     """all-MiniLM-L6-v2 from its packaged directory, on the CPU."""
 
     def __init__(self, model_dir: str | None = None, batch_size: int = 64, max_tokens: int = 256) -> None:
@@ -131,9 +152,7 @@ class SentenceTransformerEmbedder:
         from ..generation.registry import embedder_model_dir
 
         path = self.model_dir or str(embedder_model_dir())
-        # Never reach for a hub: the model directory is complete.
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        self._offline()
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError as exc:
@@ -154,12 +173,6 @@ class SentenceTransformerEmbedder:
         self.dim = int(get_dim())
         self._tokenizer = HFTokenizer(model.tokenizer)
         self._model = model
-
-    @property
-    def tokenizer(self) -> HFTokenizer:
-        self.warm_up()
-        assert self._tokenizer is not None  # set by warm_up
-        return self._tokenizer
 
     def embed(self, texts: list[str]) -> np.ndarray:
         self.warm_up()
@@ -254,7 +267,7 @@ def export_int8_onnx(model_dir: Path, target: Path) -> Path:
     return target
 
 
-class OnnxEmbedder:
+class OnnxEmbedder(_PackagedModelEmbedder):
     """all-MiniLM-L6-v2 as an int8 ONNX model run by ONNX Runtime: mean pooling, unit vectors.
 
     Texts are tokenised with the model's own fast tokenizer, truncated at ``max_tokens`` word
@@ -280,8 +293,7 @@ class OnnxEmbedder:
             return
         from ..generation.registry import embedder_model_dir
 
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        self._offline()
         try:
             import onnxruntime as ort
         except ImportError as exc:
@@ -315,12 +327,6 @@ class OnnxEmbedder:
         self._tokenizer = HFTokenizer(self._hf)
         self._inputs = {i.name for i in session.get_inputs()}
         self._session = session
-
-    @property
-    def tokenizer(self) -> HFTokenizer:
-        self.warm_up()
-        assert self._tokenizer is not None  # set by warm_up
-        return self._tokenizer
 
     def embed(self, texts: list[str]) -> np.ndarray:
         self.warm_up()
