@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import heapq
+
 from ..text import content_terms
 from .reranker import SentenceScores
+
+REFINE_MODES = ("windows", "sentences")
 
 
 def refine_passage_spans(
@@ -15,8 +19,15 @@ def refine_passage_spans(
     context_sentences: int = 1,
     rank_weight: float = 0.5,
     every_passage: bool = True,
+    mode: str = "windows",
 ) -> list[list[tuple[int, int]]]:
     """For each text, the sentence spans to keep (offsets within that text), in order.
+
+    Two modes share the sentence score below. ``windows`` (the default) grows one contiguous
+    window per passage around its best sentence, always taking the best-scoring sentence that
+    borders a window (or starts a new one) next, so what the model reads is unbroken text and a
+    multi-sentence piece of evidence is cut only at the budget. ``sentences`` takes the best
+    sentences wherever they are, each with ``context_sentences`` neighbours (scattered pieces).
 
     Each sentence scores ``cosine + 0.3 · (share of the question's content terms it holds) +
     rank_weight · (1 − rank / n)``, where ``rank`` is its passage's place in the retrieval order
@@ -27,6 +38,10 @@ def refine_passage_spans(
     ``budget_tokens`` is spent. The first
     text always keeps its best sentence, so a refined context is never empty.
     """
+    if mode not in REFINE_MODES:
+        raise ValueError(f"unknown refinement mode {mode!r}; use one of {', '.join(REFINE_MODES)}")
+    if mode == "windows":
+        return _refine_windows(question, texts, scores, budget_tokens, count_tokens, rank_weight, every_passage)
     q_terms = set(content_terms(question))
     n = max(1, len(texts))
     candidates = []
@@ -70,6 +85,71 @@ def refine_passage_spans(
             new, cost = [si], alone
         chosen[ti].update(new)
         used += cost
+    return [[scores[ti].spans[j] for j in sorted(chosen[ti])] for ti in range(len(texts))]
+
+
+def _sentence_scores(question: str, texts: list[str], scores: list[SentenceScores],
+                     rank_weight: float) -> list[list[float]]:
+    """cosine + 0.3 · question-term share + rank_weight · (1 − rank / n) for every sentence."""
+    q_terms = set(content_terms(question))
+    n = max(1, len(texts))
+    out = []
+    for ti, (text, sc) in enumerate(zip(texts, scores)):
+        row = []
+        for (s, e), sim in zip(sc.spans, sc.sims):
+            overlap = len(q_terms & set(content_terms(text[s:e]))) / len(q_terms) if q_terms else 0.0
+            row.append(sim + 0.3 * overlap + rank_weight * (1 - ti / n))
+        out.append(row)
+    return out
+
+
+def _refine_windows(question: str, texts: list[str], scores: list[SentenceScores], budget_tokens: int,
+                    count_tokens, rank_weight: float, every_passage: bool) -> list[list[tuple[int, int]]]:
+    """Contiguous windows grown around each passage's best sentence (see refine_passage_spans)."""
+    value = _sentence_scores(question, texts, scores, rank_weight)
+    chosen: list[set[int]] = [set() for _ in texts]
+    used = 0
+
+    def cost(ti: int, j: int) -> int:
+        s, e = scores[ti].spans[j]
+        return count_tokens(texts[ti][s:e])
+
+    best = {ti: max(range(len(row)), key=lambda j: (row[j], -j)) for ti, row in enumerate(value) if row}
+    if every_passage:
+        # Each passage's best sentence first, in rank order, so no retrieved passage vanishes.
+        seeds = sorted(best.items())
+    else:
+        seeds = [(0, best[0])] if 0 in best else []
+    for ti, j in seeds:
+        c = cost(ti, j)
+        if used + c > budget_tokens and not (ti == 0 and used == 0):
+            continue  # the first text always keeps its best sentence, so the context is never empty
+        chosen[ti].add(j)
+        used += c
+    heap: list[tuple[float, int, int]] = []
+
+    def offer(ti: int, j: int) -> None:
+        if 0 <= j < len(value[ti]) and j not in chosen[ti]:
+            heapq.heappush(heap, (-value[ti][j], ti, j))
+
+    for ti in range(len(texts)):
+        if chosen[ti]:
+            for j in chosen[ti]:
+                offer(ti, j - 1)
+                offer(ti, j + 1)
+        elif ti in best:
+            offer(ti, best[ti])  # a passage without a window yet may still start one
+    while heap:
+        _, ti, j = heapq.heappop(heap)
+        if j in chosen[ti]:
+            continue
+        c = cost(ti, j)
+        if used + c > budget_tokens:
+            continue
+        chosen[ti].add(j)
+        used += c
+        offer(ti, j - 1)
+        offer(ti, j + 1)
     return [[scores[ti].spans[j] for j in sorted(chosen[ti])] for ti in range(len(texts))]
 
 

@@ -200,7 +200,7 @@ def _kept_tokens(keep: list[list[tuple[int, int]]]) -> int:
 @pytest.mark.parametrize("context", [0, 1])
 def test_refine_respects_the_budget(budget: int, context: int) -> None:
     sims = [[0.9, 0.2, 0.1], [0.5, 0.3]]
-    keep = refine_passage_spans("alpha", REFINE_TEXTS, _scores(sims), budget, COUNT, context)
+    keep = refine_passage_spans("alpha", REFINE_TEXTS, _scores(sims), budget, COUNT, context, mode="sentences")
     assert _kept_tokens(keep) <= budget  # every sentence here is 6 tokens
     assert keep[0], "the first text keeps a sentence"
     assert keep[0][0] == _sentence_spans(REFINE_TEXTS[0])[0]
@@ -212,7 +212,7 @@ def test_refine_respects_the_budget(budget: int, context: int) -> None:
 
 def test_refine_brings_context_sentences() -> None:
     sims = [[0.1, 0.9, 0.1], [0.0, 0.0]]
-    keep = refine_passage_spans("zeta", REFINE_TEXTS, _scores(sims), 18, COUNT, 1, every_passage=False)
+    keep = refine_passage_spans("zeta", REFINE_TEXTS, _scores(sims), 18, COUNT, 1, every_passage=False, mode="sentences")
     assert keep[0] == _sentence_spans(REFINE_TEXTS[0])
     assert keep[1] == []
 
@@ -222,10 +222,10 @@ def test_refine_every_passage_keeps_its_best_sentence_first() -> None:
     spans0, spans1 = _sentence_spans(REFINE_TEXTS[0]), _sentence_spans(REFINE_TEXTS[1])
     # 12 tokens = two sentences: the first passage's second-best sentence outscores anything in
     # the second passage, but every passage keeps its best sentence first.
-    keep = refine_passage_spans("zeta", REFINE_TEXTS, _scores(sims), 12, COUNT, 0, rank_weight=0.0)
+    keep = refine_passage_spans("zeta", REFINE_TEXTS, _scores(sims), 12, COUNT, 0, rank_weight=0.0, mode="sentences")
     assert keep == [[spans0[1]], [spans1[1]]]
     old = refine_passage_spans("zeta", REFINE_TEXTS, _scores(sims), 12, COUNT, 0, rank_weight=0.0,
-                               every_passage=False)
+                               every_passage=False, mode="sentences")
     assert old[1] == [] and len(old[0]) == 2
 
 
@@ -233,23 +233,73 @@ def test_refine_rank_weight_prefers_sentences_of_higher_ranked_passages() -> Non
     # Equal cosines everywhere: without a rank weight the order falls to ties; with it the
     # first passage's sentences win the budget after every passage's best sentence.
     sims = [[0.5, 0.5, 0.5], [0.5, 0.5]]
-    keep = refine_passage_spans("nothing", REFINE_TEXTS, _scores(sims), 24, COUNT, 0, rank_weight=1.0)
+    keep = refine_passage_spans("nothing", REFINE_TEXTS, _scores(sims), 24, COUNT, 0, rank_weight=1.0, mode="sentences")
     assert len(keep[0]) == 3 and len(keep[1]) == 1
     low = [[0.5, 0.5, 0.5], [0.9, 0.9]]
-    keep = refine_passage_spans("nothing", REFINE_TEXTS, _scores(low), 18, COUNT, 0, rank_weight=0.0)
+    keep = refine_passage_spans("nothing", REFINE_TEXTS, _scores(low), 18, COUNT, 0, rank_weight=0.0, mode="sentences")
     assert len(keep[1]) == 2  # without the rank weight the second passage's higher cosines win
 
 
 def test_refine_budget_smaller_than_any_sentence_keeps_one_sentence() -> None:
     sims = [[0.9, 0.2, 0.1], [0.5, 0.3]]
-    keep = refine_passage_spans("alpha", REFINE_TEXTS, _scores(sims), 3, COUNT, 0)
+    keep = refine_passage_spans("alpha", REFINE_TEXTS, _scores(sims), 3, COUNT, 0, mode="sentences")
     assert keep == [[_sentence_spans(REFINE_TEXTS[0])[0]], []]
 
 
 def test_refine_first_text_keeps_its_best_sentence_even_when_outranked() -> None:
     sims = [[0.2, 0.1, 0.1], [0.9, 0.3]]
-    keep = refine_passage_spans("question", REFINE_TEXTS, _scores(sims), 6, COUNT, 0)
+    keep = refine_passage_spans("question", REFINE_TEXTS, _scores(sims), 6, COUNT, 0, mode="sentences")
     assert keep[0] == [_sentence_spans(REFINE_TEXTS[0])[0]]
+
+
+def _contiguous(spans: list[tuple[int, int]], all_spans: list[tuple[int, int]]) -> bool:
+    idx = [all_spans.index(sp) for sp in spans]
+    return idx == list(range(idx[0], idx[0] + len(idx))) if idx else True
+
+
+@pytest.mark.parametrize("budget", [3, 6, 12, 18, 24, 100])
+@pytest.mark.parametrize("every", [True, False])
+def test_refine_windows_respect_the_budget_and_stay_contiguous(budget: int, every: bool) -> None:
+    sims = [[0.9, 0.1, 0.8], [0.2, 0.6]]
+    keep = refine_passage_spans("nothing", REFINE_TEXTS, _scores(sims), budget, COUNT, every_passage=every)
+    assert keep[0][0] == _sentence_spans(REFINE_TEXTS[0])[0], "the first text keeps its best sentence"
+    assert _kept_tokens(keep) <= max(budget, 6)  # one 6-token sentence even when the budget is smaller
+    for text, spans in zip(REFINE_TEXTS, keep):
+        assert spans == sorted(spans)
+        assert _contiguous(spans, _sentence_spans(text)), "a window is unbroken text"
+    if budget >= 30:
+        assert keep == [_sentence_spans(t) for t in REFINE_TEXTS]
+
+
+def test_refine_windows_grow_next_to_the_evidence_where_sentences_scatter() -> None:
+    # The first passage's two best sentences are apart: the sentences mode keeps both with a
+    # gap; the windows mode keeps the best one and the sentence beside it.
+    sims = [[0.9, 0.1, 0.8], [0.0, 0.0]]
+    spans0 = _sentence_spans(REFINE_TEXTS[0])
+    scattered = refine_passage_spans("nothing", REFINE_TEXTS, _scores(sims), 12, COUNT, 0, rank_weight=0.0,
+                                     every_passage=False, mode="sentences")
+    assert scattered == [[spans0[0], spans0[2]], []]
+    window = refine_passage_spans("nothing", REFINE_TEXTS, _scores(sims), 12, COUNT, rank_weight=0.0,
+                                  every_passage=False)
+    assert window == [[spans0[0], spans0[1]], []]
+
+
+def test_refine_windows_seed_every_passage_then_grow_the_best_frontier() -> None:
+    sims = [[0.1, 0.9, 0.2], [0.7, 0.3]]
+    spans0, spans1 = _sentence_spans(REFINE_TEXTS[0]), _sentence_spans(REFINE_TEXTS[1])
+    keep = refine_passage_spans("nothing", REFINE_TEXTS, _scores(sims), 12, COUNT, rank_weight=0.0)
+    assert keep == [[spans0[1]], [spans1[0]]]  # both seeds, nothing more fits
+    keep = refine_passage_spans("nothing", REFINE_TEXTS, _scores(sims), 18, COUNT, rank_weight=0.0)
+    assert keep == [[spans0[1]], spans1]  # 0.3 beside the second seed beats 0.2 and 0.1
+    # Without every_passage a passage that has no window can still start one from its best sentence.
+    keep = refine_passage_spans("nothing", REFINE_TEXTS, _scores(sims), 12, COUNT, rank_weight=0.0,
+                                every_passage=False)
+    assert keep == [[spans0[1]], [spans1[0]]]
+
+
+def test_refine_rejects_an_unknown_mode() -> None:
+    with pytest.raises(ValueError, match="refinement mode"):
+        refine_passage_spans("alpha", REFINE_TEXTS, _scores([[0.9, 0.2, 0.1], [0.5, 0.3]]), 12, COUNT, mode="best")
 
 
 def test_join_spans_marks_gaps_with_an_ellipsis() -> None:
