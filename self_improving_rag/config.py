@@ -157,6 +157,13 @@ class PolicyConfig(_Model):
     # repair becomes a candidate first choice for its query class) or first attempts only (then
     # only strategies that were once chosen first can ever be chosen first again).
     learn_from: Literal["all_attempts", "first_attempts"] = "all_attempts"
+    # Labelled outcomes (gold from `sirag eval`, `sirag feedback`) count by their label instead
+    # of the attempt's own checks: the policy learns what was right, not what passed.
+    use_labels: bool = True
+    # Thompson sampling prior: every strategy of a query class starts at Beta(κ·m, κ·(1 − m)),
+    # m = the class's pooled success rate, κ = prior_strength pseudo-attempts, so one lucky
+    # success of a rarely tried strategy does not outweigh a long record.
+    prior_strength: float = Field(4.0, ge=0, le=1000)
 
 
 class StrategyConfig(_Model):

@@ -105,10 +105,10 @@ def test_policy_orders_repairs_by_history(make_engine):
     assert base[0] == "switch_chunker"
 
     class Counts:
-        def strategy_counts(self, qc=None, first_only=True):
+        def strategy_counts(self, qc=None, first_only=True, use_labels=False):
             return {}
 
-        def repair_counts(self, failure, qc=None):
+        def repair_counts(self, failure, qc=None, use_labels=False):
             return {"query_rewrite": (30, 1), "switch_chunker": (1, 30)}
 
     engine.policy.memory = Counts()
@@ -132,13 +132,13 @@ def test_policy_learns_a_first_strategy_from_successful_repairs(make_engine):
         def __init__(self, first_only_seen):
             self.seen = first_only_seen
 
-        def strategy_counts(self, qc=None, first_only=True):
+        def strategy_counts(self, qc=None, first_only=True, use_labels=False):
             self.seen.append(first_only)
             if first_only:  # the default was always chosen first, and failed half the time
                 return {default.key: (10, 10)}
             return {default.key: (10, 10), good.key: (18, 1)}  # `good` ran as a repair and worked
 
-        def repair_counts(self, failure, qc=None):
+        def repair_counts(self, failure, qc=None, use_labels=False):
             return {}
 
     seen: list[bool] = []

@@ -1,7 +1,13 @@
 """Memory-biased choice of the first strategy and of the order of repairs.
 
-Thompson sampling on Beta(1 + successes, 1 + failures) counts from the memory store, with
-the configured default (and the catalogue order) as a prior that wins while memory is thin.
+Thompson sampling on success/failure counts from the memory store. Each candidate first
+strategy of a query class is drawn from Beta(κ·m + successes, κ·(1 − m) + failures), where
+κ = ``policy.prior_strength`` and m is the pooled success rate of the class's other non-default
+strategies, capped at the default's own rate: an unproven alternative starts where
+alternatives have tended to land, not at a coin flip, so one lucky success among many failed
+alternatives cannot displace the default's long record, while an alternative with a record of
+its own can. The default carries one extra pseudo-success, so it wins ties on thin evidence.
+The catalogue order is the repairs' prior.
 Sampling uses a generator seeded from the config seed and the question, so runs repeat.
 """
 
@@ -64,20 +70,40 @@ class StrategyPolicy:
         h = hashlib.sha256(f"{self.config.seed}\x00{salt}\x00{question}".encode()).digest()
         return np.random.default_rng(int.from_bytes(h[:8], "little"))
 
-    def _score(self, rng: np.random.Generator, s: int, f: int, n_total: int) -> float:
+    def _score(self, rng: np.random.Generator, s: float, f: float, n_total: int,
+               prior: tuple[float, float] = (1.0, 1.0)) -> float:
         if self.config.method == "ucb":
             n = s + f
             if n == 0:
                 return 0.5 + math.sqrt(2 * math.log(max(2, n_total)))
             return s / n + math.sqrt(2 * math.log(max(2, n_total)) / n)
-        return float(rng.beta(1 + s, 1 + f))
+        return float(rng.beta(prior[0] + s, prior[1] + f))
+
+    def _prior(self, counts: dict[str, tuple[int, int]], key: str) -> tuple[float, float]:
+        """Beta(κ·m, κ·(1 − m)) for ``key``: m = pooled success rate of the other non-default
+        strategies (leaving ``key`` out, so its record is not counted twice; smoothed by one
+        success and one failure), at most the default's smoothed rate. Beta(1, 1) when
+        ``prior_strength`` is 0."""
+        kappa = self.config.prior_strength
+        if kappa <= 0:
+            return (1.0, 1.0)
+        alt = [c for k, c in counts.items() if k not in (self.default.key, key)]
+        s = sum(c[0] for c in alt)
+        n = sum(c[0] + c[1] for c in alt)
+        m = (s + 1) / (n + 2)
+        # The prior never rates an unproven alternative above the default's own record: to be
+        # preferred, an alternative has to show it with its own successes.
+        ds, df = counts.get(self.default.key, (0, 0))
+        m = min(m, (ds + 1) / (ds + df + 2))
+        return (kappa * m, kappa * (1 - m))
 
     def first(self, question: str, features: QueryFeatures) -> Strategy:
         """The first strategy for a question of this class."""
         if self.memory is None or self.config.method == "fixed":
             return self.default
         counts = self.memory.strategy_counts(features.query_class,
-                                             first_only=self.config.learn_from == "first_attempts")
+                                             first_only=self.config.learn_from == "first_attempts",
+                                             use_labels=self.config.use_labels)
         total = sum(s + f for s, f in counts.values())
         if total < self.config.min_history:
             return self.default
@@ -92,7 +118,7 @@ class StrategyPolicy:
             s, f = counts.get(key, (0, 0))
             # The configured default carries one pseudo-success: it wins ties on thin evidence.
             bonus = 1 if key == self.default.key else 0
-            v = self._score(rng, s + bonus, f, total)
+            v = self._score(rng, s + bonus, f, total, self._prior(counts, key))
             if v > best:
                 best_key, best = key, v
         return known[best_key]
@@ -104,7 +130,7 @@ class StrategyPolicy:
             return []
         if self.memory is None or self.config.method == "fixed":
             return catalogue
-        counts = self.memory.repair_counts(failure, features.query_class)
+        counts = self.memory.repair_counts(failure, features.query_class, use_labels=self.config.use_labels)
         total = sum(s + f for s, f in counts.values())
         if total < self.config.min_history:
             return catalogue

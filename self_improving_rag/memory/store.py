@@ -498,43 +498,67 @@ class MemoryStore:
 
     # ------------------------------------------------------- policy and calibration
 
-    def strategy_counts(self, query_class: str | None = None, first_only: bool = True) -> dict[str, tuple[int, int]]:
+    # The latest label per outcome (feedback rows only grow; the newest one wins).
+    _LATEST_LABEL = """
+        latest AS (
+            SELECT outcome_id, label,
+                   ROW_NUMBER() OVER (PARTITION BY outcome_id ORDER BY id DESC) AS rn
+            FROM feedback
+        )"""
+    # An attempt's success: the outcome's label when this attempt is the answer that was
+    # labelled (and labels are used), else whether its attribution was NONE.
+    _SUCCESS = """CASE WHEN :use_labels AND l.label IS NOT NULL AND a.number = o.chosen_attempt
+                      THEN l.label ELSE a.failure = 'NONE' END"""
+
+    def strategy_counts(self, query_class: str | None = None, first_only: bool = True,
+                        use_labels: bool = False) -> dict[str, tuple[int, int]]:
         """Attempts per strategy key: (successes, failures); success is failure == 'NONE'.
 
         ``first_only`` counts only each outcome's first attempt; otherwise every attempt counts,
-        so a strategy that only ever ran as a repair is known too.
+        so a strategy that only ever ran as a repair is known too. With ``use_labels`` the
+        attempt an outcome answered with counts by the outcome's latest label (gold from an
+        evaluation or ``sirag feedback``) instead of its attribution: an answer that passed its
+        checks but was labelled wrong is a failure.
         """
         rows = self._rows(
-            """
+            f"""
+            WITH {self._LATEST_LABEL}
             SELECT a.strategy_key AS key,
-                   SUM(a.failure = 'NONE') AS ok, SUM(a.failure != 'NONE') AS bad
+                   SUM({self._SUCCESS}) AS ok, SUM(NOT ({self._SUCCESS})) AS bad
             FROM attempts a JOIN outcomes o ON o.id = a.outcome_id
+            LEFT JOIN latest l ON l.outcome_id = o.id AND l.rn = 1
             WHERE (NOT :first_only
                    OR a.number = (SELECT MIN(f.number) FROM attempts f WHERE f.outcome_id = a.outcome_id))
               AND (:qc IS NULL OR o.query_class = :qc)
             GROUP BY a.strategy_key
             """,
-            {"qc": query_class, "first_only": 1 if first_only else 0},
+            {"qc": query_class, "first_only": 1 if first_only else 0, "use_labels": 1 if use_labels else 0},
         )
         return {r["key"]: (int(r["ok"]), int(r["bad"])) for r in rows}
 
-    def repair_counts(self, failure: str, query_class: str | None = None) -> dict[str, tuple[int, int]]:
-        """Per repair: (successes, failures) of the attempts that followed a ``failure`` attempt."""
+    def repair_counts(self, failure: str, query_class: str | None = None,
+                      use_labels: bool = False) -> dict[str, tuple[int, int]]:
+        """Per repair: (successes, failures) of the attempts that followed a ``failure`` attempt.
+
+        ``use_labels`` as in :meth:`strategy_counts`.
+        """
         if not isinstance(failure, str) or not failure:
             raise ValueError(f"failure must be a non-empty str, got {failure!r}")
         rows = self._rows(
-            """
-            WITH seq AS (
-                SELECT a.repair, a.failure,
+            f"""
+            WITH {self._LATEST_LABEL},
+            seq AS (
+                SELECT a.repair, {self._SUCCESS} AS ok,
                        LAG(a.failure) OVER (PARTITION BY a.outcome_id ORDER BY a.number) AS prev_failure
                 FROM attempts a JOIN outcomes o ON o.id = a.outcome_id
+                LEFT JOIN latest l ON l.outcome_id = o.id AND l.rn = 1
                 WHERE (:qc IS NULL OR o.query_class = :qc)
             )
-            SELECT repair, SUM(failure = 'NONE') AS ok, SUM(failure != 'NONE') AS bad
+            SELECT repair, SUM(ok) AS ok, SUM(NOT ok) AS bad
             FROM seq WHERE prev_failure = :failure AND repair IS NOT NULL
             GROUP BY repair
             """,
-            {"qc": query_class, "failure": failure},
+            {"qc": query_class, "failure": failure, "use_labels": 1 if use_labels else 0},
         )
         return {r["repair"]: (int(r["ok"]), int(r["bad"])) for r in rows}
 

@@ -190,6 +190,31 @@ def test_strategy_counts_count_first_attempts_per_query_class(store: MemoryStore
     assert STRATEGY_B.key not in store.strategy_counts()
 
 
+def test_strategy_counts_with_labels_count_the_answer_by_its_latest_label(store: MemoryStore) -> None:
+    passed_but_wrong = store.record(make_answer("l1", query_class="who"))  # A passes its checks
+    passed_and_right = store.record(make_answer("l2", query_class="who"))
+    store.record(make_answer("l3", query_class="who"))  # unlabelled: its attribution counts
+    store.add_feedback(passed_but_wrong, correct=True, source="gold")
+    store.add_feedback(passed_but_wrong, correct=False, source="user")  # the latest label wins
+    store.add_feedback(passed_and_right, correct=True, source="gold")
+    assert store.strategy_counts("who") == {STRATEGY_A.key: (3, 0)}
+    assert store.strategy_counts("who", use_labels=True) == {STRATEGY_A.key: (2, 1)}
+    # Only the attempt the outcome answered with takes the label; a failed first attempt stays failed.
+    repaired = store.record(repaired_answer("l4", query_class="where"))
+    store.add_feedback(repaired, correct=False, source="gold")
+    assert store.strategy_counts("where", first_only=False, use_labels=True) == {
+        STRATEGY_A.key: (0, 1), STRATEGY_B.key: (0, 1)}
+    assert store.strategy_counts("where", first_only=False) == {STRATEGY_A.key: (0, 1), STRATEGY_B.key: (1, 0)}
+
+
+def test_repair_counts_with_labels(store: MemoryStore) -> None:
+    wrong = store.record(repaired_answer("rl1", repair="switch_retriever"))
+    store.record(repaired_answer("rl2", repair="switch_retriever"))
+    store.add_feedback(wrong, correct=False, source="user")
+    assert store.repair_counts("WEAK_RETRIEVAL") == {"switch_retriever": (2, 0)}
+    assert store.repair_counts("WEAK_RETRIEVAL", use_labels=True) == {"switch_retriever": (1, 1)}
+
+
 def test_repair_counts_follow_the_previous_failure(store: MemoryStore) -> None:
     store.record(repaired_answer("r1", repair="switch_retriever"))
     store.record(repaired_answer("r2", repair="switch_retriever", query_class="where"))
