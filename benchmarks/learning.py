@@ -1,17 +1,18 @@
 """Does memory make the next choices better? Cold memory against memory warmed on other questions.
 
-The question stream is the second part of a dataset (from --split). It is answered twice:
+The question stream is the second part of a dataset (from --split). With --run:
 
-- warm: in one run over the whole dataset with a memory store that starts empty, so by the
-  time the stream starts, memory holds every outcome of the first part (disjoint questions);
-- cold: the stream alone, with a memory store that starts empty.
+1. warm-up: the first part (disjoint questions) runs with a memory store that starts empty;
+   at the end, as after any `sirag eval`, its gold labels are written to that memory;
+2. warm: the stream runs with a copy of that memory (outcomes, attempts and labels);
+3. cold: the stream runs with a memory store that starts empty.
 
-Both use the same code and configuration; the engine is deterministic at temperature 0, so
-the differences come from what memory told the policy (the first strategy per query class,
-the order of repairs per failure type).
+Warm and cold use the same code and configuration; the engine is deterministic at temperature
+0, so the differences come from what memory told the policy (the first strategy per query
+class, the order of repairs per failure type). Both keep learning as the stream goes on.
 
-    python benchmarks/learning.py --run              # runs both (resumable; ~1 h on 2 cores)
-    python benchmarks/learning.py --warm runs/squad-normans --cold runs/squad-normans-cold-second-half
+    python benchmarks/learning.py --run --batch configs/batch-literaryqa-dev.yaml --split 43
+    python benchmarks/learning.py --warm RUN_DIR --cold RUN_DIR     # figures of existing runs
 
 Figures on the stream, per condition: first-attempt success (the first attempt passes every
 check), first attempt correct (graded against gold, as the loop-off engine would answer),
@@ -79,10 +80,23 @@ def main() -> None:
         from self_improving_rag.batch import run_batch
         from self_improving_rag.config import load_config
 
-        for name, offset, db in ((warm_dir.name, 0, "mem-learn-warm.db"), (cold_dir.name, args.split, "mem-learn-cold.db")):
-            cfg = load_config(None, [f"paths.memory_db={out / db}"])
-            run_batch(spec.model_copy(update={"name": name, "output_dir": str(out)}), base, cfg, offset=offset,
-                      progress=sys.stderr.isatty())
+        def run(name: str, db: Path, offset: int, limit: int | None) -> None:
+            cfg = load_config(None, [f"paths.memory_db={db}"])
+            run_batch(spec.model_copy(update={"name": name, "output_dir": str(out), "limit": limit}), base, cfg,
+                      offset=offset, progress=sys.stderr.isatty())
+
+        warmup_db, warm_db = out / f"mem-{spec.name}-learn-warmup.db", out / f"mem-{spec.name}-learn-warm.db"
+        run(f"{spec.name}-learn-warmup", warmup_db, 0, args.split)
+        if not warm_db.exists():  # a resumed run keeps the warm memory it has
+            import sqlite3
+
+            src, dst = sqlite3.connect(warmup_db), sqlite3.connect(warm_db)
+            with dst:
+                src.backup(dst)  # a consistent copy, WAL included
+            src.close()
+            dst.close()
+        run(warm_dir.name, warm_db, args.split, None)
+        run(cold_dir.name, out / f"mem-{spec.name}-learn-cold.db", args.split, None)
     warm, cold = _rows(warm_dir), _rows(cold_dir)
     ids = [i for i in stream if i in warm and i in cold]
     if not ids:
