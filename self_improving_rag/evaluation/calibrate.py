@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from ..errors import InputError
-from .calibration import DEFAULT_WEIGHTS, cross_fit, evaluate_fit, fit_weights
+from .calibration import DEFAULT_WEIGHTS, answer_words, cross_fit, evaluate_fit, fit_weights
 
 
 def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool = True) -> dict:
     """Cross-fit for honest before/after figures, then fit on all labels and store the weights."""
-    rows = store.labelled_attempts()
+    rows = [{**r, "answer_words": answer_words(r.get("answer"), bool(r.get("refusal")))}
+            for r in store.labelled_attempts()]
     if len(rows) < min_labels:
         raise InputError(
             f"only {len(rows)} labelled outcome(s) in memory, {min_labels} needed; label answers with "

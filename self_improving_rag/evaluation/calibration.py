@@ -11,7 +11,9 @@ model instead of overturning it.
 Feature scales: ``coverage``, ``grounding``, ``faithfulness`` and ``redundancy`` are
 in [0, 1]; ``mean_logprob`` is the mean token log-probability of the answer (≤ 0;
 about −0.1 for a fluent, certain answer and −1.5 for a guess), clipped below at
-:data:`LOGPROB_FLOOR`; ``refusal`` is 1.0 for a refusal, else 0.0.
+:data:`LOGPROB_FLOOR`; ``refusal`` is 1.0 for a refusal, else 0.0; ``answer_words`` is
+log(1 + words in the answer without its citations), None for a refusal (the prompts ask for
+an answer in a few words: a long answer is usually a sentence copied in place of an answer).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from self_improving_rag.evaluation.metrics import auroc, expected_calibration_er
 
 __all__ = [
     "FEATURES",
+    "ADDED_FEATURES",
     "DEFAULT_WEIGHTS",
     "NEUTRAL_VALUES",
     "LOGPROB_FLOOR",
@@ -33,9 +36,15 @@ __all__ = [
     "fit_weights",
     "evaluate_fit",
     "cross_fit",
+    "answer_words",
 ]
 
-FEATURES: tuple[str, ...] = ("coverage", "grounding", "faithfulness", "redundancy", "mean_logprob", "refusal")
+FEATURES: tuple[str, ...] = ("coverage", "grounding", "faithfulness", "redundancy", "mean_logprob", "refusal",
+                             "answer_words")
+
+#: Features added after weights could already be stored: a stored fit without one of them
+#: gives it this weight (0: that fit did not use it), so old fits keep their meaning.
+ADDED_FEATURES: dict[str, float] = {"answer_words": 0.0}
 
 #: Value used for a feature that is missing (``None``): a middling value that neither
 #: argues for nor against the answer. ``refusal`` is imputed as "not a refusal", since
@@ -47,6 +56,7 @@ NEUTRAL_VALUES: dict[str, float] = {
     "redundancy": 0.3,
     "mean_logprob": -0.6,
     "refusal": 0.0,
+    "answer_words": math.log1p(4),  # a four-word answer
 }
 
 #: Log-probabilities below this are clipped: past it the answer is noise either way, and
@@ -60,6 +70,7 @@ _PRIOR_SLOPES: dict[str, float] = {
     "redundancy": -0.5,  # repetitive context crowds out evidence: a slight penalty
     "mean_logprob": 1.5,  # from −1.5 to −0.1 adds 2.1 to the logit
     "refusal": -3.0,  # a refusal is rarely a correct answer to score with confidence
+    "answer_words": -0.5,  # 25 words instead of 4 take 0.8 off the logit
 }
 
 #: Hand-set priors. The bias is chosen so that an attempt whose every feature is at its
@@ -103,7 +114,17 @@ def _feature_vector(features: Mapping[str, Any]) -> np.ndarray:
     return np.asarray(row, dtype=float)
 
 
+def answer_words(answer: str | None, refused: bool = False) -> float | None:
+    """The ``answer_words`` feature: log(1 + words without citations); None for a refusal."""
+    if refused or answer is None:
+        return None
+    from self_improving_rag.generation.prompts import strip_citations
+
+    return math.log1p(len(strip_citations(answer).split()))
+
+
 def _weight_vector(weights: Mapping[str, float]) -> np.ndarray:
+    weights = {**ADDED_FEATURES, **weights}
     missing = [k for k in ("bias", *FEATURES) if k not in weights]
     if missing:
         raise ValueError(f"weights lack {', '.join(missing)}; start from DEFAULT_WEIGHTS")

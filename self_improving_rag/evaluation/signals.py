@@ -17,6 +17,7 @@ from ..generation.prompts import build_judge_messages, parse_citations, strip_ci
 from ..ingestion.sentences import split_sentences
 from ..text import capitalised_terms, content_terms
 from ..types import Generation, Passage, RetrievalResult, Signal, Signals
+from .calibration import answer_words
 from .calibration import confidence as calibrated_confidence
 
 
@@ -186,9 +187,10 @@ class SignalScorer:
             "coverage": coverage.value, "grounding": grounding.value, "faithfulness": faithfulness.value,
             "redundancy": redundancy.value, "refusal": 1.0 if refused else 0.0,
             "mean_logprob": generation.mean_logprob if generation is not None else None,
+            "answer_words": answer_words(answer, refused),
         }
         conf = calibrated_confidence(features, self.weights)
-        confidence = Signal("confidence", conf, "logistic model over the signals and the mean token log-prob"
+        confidence = Signal("confidence", conf, "logistic model over the signals, the mean token log-prob and the answer's length"
                             + (" (fitted weights)" if self.weights else " (default weights)"),
                             {"features": features, "mean_logprob": features["mean_logprob"]})
         return Signals(coverage, redundancy, grounding, faithfulness, confidence, refused)

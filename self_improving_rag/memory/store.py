@@ -566,8 +566,9 @@ class MemoryStore:
         """The chosen attempt of every labelled outcome, for confidence calibration.
 
         Each dict: outcome_id, query_class, attempt, coverage, redundancy, grounding,
-        faithfulness, confidence, refusal, mean_logprob, failure, label (1 correct,
-        0 wrong; the latest feedback wins) and source. Signal values may be None.
+        faithfulness, confidence, refusal, mean_logprob, answer (the attempt's answer text, for
+        the answer_words feature), failure, label (1 correct, 0 wrong; the latest feedback
+        wins) and source. Signal values may be None.
         """
         return self._rows(
             """
@@ -578,7 +579,7 @@ class MemoryStore:
             )
             SELECT o.id AS outcome_id, o.query_class, a.number AS attempt,
                    a.coverage, a.redundancy, a.grounding, a.faithfulness, a.confidence,
-                   a.refusal, a.mean_logprob, a.failure, l.label, l.source
+                   a.refusal, a.mean_logprob, a.answer, a.failure, l.label, l.source
             FROM latest l
             JOIN outcomes o ON o.id = l.outcome_id
             JOIN attempts a ON a.outcome_id = o.id AND a.number = COALESCE(

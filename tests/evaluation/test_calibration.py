@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from self_improving_rag.evaluation.calibration import (
+    ADDED_FEATURES,
     DEFAULT_WEIGHTS,
     FEATURES,
     LOGPROB_FLOOR,
@@ -17,6 +18,7 @@ from self_improving_rag.evaluation.calibration import (
     confidence,
     cross_fit,
     evaluate_fit,
+    answer_words,
     fit_weights,
 )
 
@@ -35,6 +37,7 @@ def _synthetic_rows(n: int, seed: int) -> list[dict[str, float]]:
             "redundancy": float(rng.uniform()),
             "mean_logprob": float(rng.uniform(-2.0, 0.0)),
             "refusal": float(rng.uniform() < 0.1),
+            "answer_words": math.log1p(int(rng.integers(1, 30))),
         }
         for _ in range(n)
     ]
@@ -124,7 +127,7 @@ def test_stronger_l2_shrinks_harder() -> None:
     def dist(w: dict[str, float]) -> float:
         return math.sqrt(sum((w[k] - DEFAULT_WEIGHTS[k]) ** 2 for k in DEFAULT_WEIGHTS))
 
-    d = [dist(fit_weights(rows, labels, l2=l2)) for l2 in (0.1, 1.0, 10.0, 1000.0)]
+    d = [dist(fit_weights(rows, labels, l2=l2)) for l2 in (0.1, 1.0, 10.0, 1000.0, 10000.0)]
     assert d == sorted(d, reverse=True)
     assert d[-1] < 0.1
 
@@ -224,3 +227,34 @@ def test_cross_fit_is_seeded_and_stratified() -> None:
     assert a["n_test"] == 20 and a["before"]["auroc"] is not None
     with pytest.raises(ValueError, match="at least 2"):
         cross_fit(rows[:1], labels[:1])
+
+
+# ------------------------------------------------------------------ answer length
+
+
+def test_answer_words_counts_words_without_citations() -> None:
+    assert answer_words("Sherlock Holmes [1]") == pytest.approx(math.log1p(2))
+    assert answer_words("In 1881 [2, 3], at Baker Street [4].") == pytest.approx(math.log1p(5))
+    assert answer_words("anything", refused=True) is None
+    assert answer_words(None) is None
+
+
+def test_longer_answers_lower_confidence() -> None:
+    base = {f: NEUTRAL_VALUES[f] for f in FEATURES}
+    short = confidence({**base, "answer_words": answer_words("Lestrade [1]")})
+    long = confidence({**base, "answer_words": answer_words(
+        "Holmes said that the man who came to the door was the one who had written the letter [2]")})
+    assert short > confidence(base) > long
+    # 25 words instead of 4 take 0.5 · (log 26 − log 5) ≈ 0.82 off the logit
+    assert _logit(confidence({**base, "answer_words": math.log1p(25)})) == pytest.approx(-0.5 * (math.log(26) - math.log(5)))
+
+
+def test_a_fit_stored_before_answer_words_keeps_its_meaning() -> None:
+    old = {k: v for k, v in DEFAULT_WEIGHTS.items() if k != "answer_words"}
+    rows = _synthetic_rows(30, seed=11)
+    for r in rows:
+        without = {k: v for k, v in r.items() if k != "answer_words"}
+        z = old["bias"] + sum(old[f] * min(max(without[f], LOGPROB_FLOOR), 0.0) if f == "mean_logprob" else old[f] * without[f]
+                              for f in FEATURES if f != "answer_words")
+        assert _logit(confidence(r, old)) == pytest.approx(z)
+    assert ADDED_FEATURES == {"answer_words": 0.0}

@@ -1,0 +1,69 @@
+"""`sirag calibrate`'s core: fitting confidence weights on labelled outcomes in memory."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+_HERE = Path(__file__).resolve().parent
+for _p in (str(_HERE), str(_HERE.parents[1])):
+    if _p not in sys.path:
+        sys.path.append(_p)
+
+from memory_testkit import make_answer, make_attempt  # noqa: E402
+
+from self_improving_rag.errors import InputError  # noqa: E402
+from self_improving_rag.evaluation.calibrate import calibrate_from_memory  # noqa: E402
+from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS  # noqa: E402
+from self_improving_rag.memory import MemoryStore  # noqa: E402
+
+SHORT = "Tobias Lune [1]"
+LONG = "The keeper who rowed out in the great storm and saved the sailors from the wreck was a man of the town [2]"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> MemoryStore:
+    s = MemoryStore(tmp_path / "memory.db")
+    yield s
+    s.close()
+
+
+def _record(store: MemoryStore, n: int, answer: str, correct_every: int) -> None:
+    """``n`` answers with identical signals; every ``correct_every``-th is labelled correct."""
+    for i in range(n):
+        ans = make_answer(f"{answer[:10]} question {i}?", (make_attempt(1, answer=answer),), answer=answer)
+        oid = store.record(ans)
+        store.add_feedback(oid, correct=(i % correct_every == 0), source="gold")
+
+
+def test_calibration_learns_that_long_answers_are_wrong_from_the_stored_answer_text(store: MemoryStore) -> None:
+    # Same signals everywhere; only the answers' length tells right from wrong.
+    _record(store, 30, SHORT, correct_every=1)  # all correct
+    _record(store, 30, LONG, correct_every=6)  # one in six correct
+    result = calibrate_from_memory(store, min_labels=20, seed=0, save=True)
+    assert result["n"] == 60
+    w = result["weights"]
+    assert w["answer_words"] < DEFAULT_WEIGHTS["answer_words"] - 0.3
+    assert result["in_sample_after"]["auroc"] > 0.8
+    assert result["held_out"]["after"]["auroc"] > 0.8
+    stored = store.latest_calibration()
+    assert stored is not None and stored["id"] == result["fit_id"]
+    assert stored["weights"]["answer_words"] == pytest.approx(w["answer_words"])
+
+
+def test_labelled_rows_carry_the_answer_text(store: MemoryStore) -> None:
+    _record(store, 2, SHORT, correct_every=1)
+    rows = store.labelled_attempts()
+    assert [r["answer"] for r in rows] == [SHORT, SHORT]
+    assert math.isfinite(float(rows[0]["mean_logprob"] or 0.0))
+
+
+def test_calibration_needs_enough_labels_of_both_kinds(store: MemoryStore) -> None:
+    _record(store, 5, SHORT, correct_every=1)
+    with pytest.raises(InputError, match="5 labelled outcome"):
+        calibrate_from_memory(store, min_labels=20)
+    with pytest.raises(InputError, match="both correct and wrong"):
+        calibrate_from_memory(store, min_labels=2)
