@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from self_improving_rag.generation.prompts import (

@@ -7,7 +7,6 @@ import json
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import pytest
 
