@@ -520,6 +520,8 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
     """
     if args.file:
         spec, base = load_batch(args.file)
+        if args.name:  # a second run of the same batch under another name (its own folder)
+            spec = spec.model_copy(update={"name": args.name})
     elif args.dataset:
         spec = BatchSpec(name=args.name or Path(args.dataset).stem, corpus=args.corpus or [],
                          index=args.index, questions=QuestionsSpec(file=str(Path(args.dataset).resolve())),
@@ -583,7 +585,8 @@ def add_batch_commands(sub, common, registry: dict, command) -> None:
         if name == "eval":
             sp.add_argument("--dataset", help="JSONL or SQuAD 2.0 JSON with gold answers")
             sp.add_argument("--corpus", action="append", help="documents to ingest (repeatable)")
-            sp.add_argument("--name", help="run name (default: the dataset's file name)")
+            sp.add_argument("--name", help="run name (default: the batch file's name: field, or the dataset's file "
+                                           "name)")
             sp.add_argument("--output-dir", default="runs", help="where run folders go (default runs/)")
             sp.add_argument("--compare-no-retry", action="store_true",
                             help="compare with the loop off: by default the first attempt of each question, "

@@ -219,6 +219,16 @@ def test_eval_separate_no_retry_run_runs_the_loop_off(world, capsys):
     assert [r["run"] for r in table] == ["five", "five-noloop"]
 
 
+def test_eval_name_overrides_the_batch_files_name(world, capsys):
+    # A second run of the same batch must not resume (and silently skip) the first one's folder.
+    assert sirag(world, "eval", str(world / "five.yaml"), "--limit", "1", "--json") == 0
+    assert sirag(world, "eval", str(world / "five.yaml"), "--limit", "2", "--name", "five-again", "--json") == 0
+    summaries = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert [s["run"] for s in summaries] == ["five-again"]
+    assert [r["id"] for r in rows_of(world / "runs" / "five")] == ["q1"]
+    assert [r["id"] for r in rows_of(world / "runs" / "five-again")] == ["q1", "q2"]
+
+
 def test_batch_yaml_offset_key_and_cli_override(world, capsys):
     spec = yaml.safe_load((world / "five.yaml").read_text())
     (world / "five.yaml").write_text(yaml.safe_dump({**spec, "offset": 3, "limit": 1}))
