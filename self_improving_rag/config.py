@@ -164,6 +164,11 @@ class PolicyConfig(_Model):
     # m = the class's pooled success rate, κ = prior_strength pseudo-attempts, so one lucky
     # success of a rarely tried strategy does not outweigh a long record.
     prior_strength: float = Field(4.0, ge=0, le=1000)
+    # Stop retrying a failure type once memory shows its repairs rarely work: after at least
+    # stop_min_evidence repairs of that failure (all query classes), if their smoothed success
+    # rate (s + 1) / (n + 2) is below stop_below, the loop ends there (0 turns this off).
+    stop_below: float = Field(0.1, ge=0, le=1)
+    stop_min_evidence: int = Field(20, ge=1)
 
 
 class StrategyConfig(_Model):

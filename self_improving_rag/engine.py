@@ -104,6 +104,7 @@ class Engine:
         attempts: list[AttemptRecord] = []
         tried = {strategy.key}
         repair: str | None = None
+        stop_note = ""
         while True:
             attempt = self._attempt(question, strategy, repair, len(attempts) + 1,
                                     on_token if not attempts else None)
@@ -117,6 +118,12 @@ class Engine:
             if elapsed >= self.config.loop.max_seconds:
                 log.info("time budget of %.0f s spent after %d attempts", self.config.loop.max_seconds, len(attempts))
                 break
+            futile = self.policy.futile(failure)
+            if futile is not None:
+                stop_note = (f"no retry: memory shows repairs after {failure} worked {futile[0]} time(s) "
+                             f"in {futile[1]}")
+                log.info("%s", stop_note)
+                break
             nxt = self.policy.repair(question, failure, strategy, tried, features)
             if nxt is None:
                 break
@@ -124,6 +131,8 @@ class Engine:
             tried.add(strategy.key)
             log.info("attempt %d failed (%s): retrying with %s", len(attempts), failure, repair)
         answer = self._finish(question, attempts, features.query_class, t_start)
+        if stop_note and answer.refused:
+            answer = replace(answer, refusal_reason=f"{answer.refusal_reason}; {stop_note}")
         if self.record and self.memory is not None:
             t = time.perf_counter()
             outcome_id = self.memory.record(answer, features=features.__dict__, run_id=run_id, item_id=item_id,

@@ -149,3 +149,51 @@ def test_policy_learns_a_first_strategy_from_successful_repairs(make_engine):
     engine.policy.config = engine.policy.config.model_copy(update={"learn_from": "first_attempts"})
     picks = [engine.policy.first(f"Who kept the light {i}?", feats) for i in range(20)]
     assert all(p.key == default.key for p in picks) and seen[-1] is True
+
+
+def test_memory_stops_retrying_a_failure_whose_repairs_keep_failing(make_engine):
+    """After enough failed repairs of one failure type, the loop stops at the first attempt."""
+    engine, gen, store = make_engine([REFUSE])
+    question = "What colour was the harbour master's umbrella?"
+    attempts = []
+    for _ in range(15):
+        ans = engine.ask(question)
+        attempts.append(len(ans.attempts))
+        assert ans.refused
+    assert attempts[0] == engine.config.loop.max_attempts
+    assert attempts[-1] == 1, attempts
+    first_stop = attempts.index(1)
+    # Up to the first stop, every question ran its repairs: at least stop_min_evidence of them.
+    assert sum(a - 1 for a in attempts[:first_stop]) >= engine.config.policy.stop_min_evidence
+    assert all(a == 1 for a in attempts[first_stop:])
+    assert "no retry: memory shows repairs after" in ans.refusal_reason
+
+
+def test_stop_below_zero_keeps_retrying(tmp_path, make_engine):
+    cfg = load_config(None, fake_overrides(tmp_path) + ["policy.stop_below=0"])
+    engine, gen, store = make_engine([REFUSE], config=cfg)
+    lengths = [len(engine.ask("What colour was the harbour master's umbrella?").attempts) for _ in range(12)]
+    assert lengths == [engine.config.loop.max_attempts] * 12
+
+
+def test_futile_needs_evidence_and_a_low_rate(make_engine):
+    engine, gen, store = make_engine([GOOD])
+
+    class Counts:
+        def __init__(self, table):
+            self.table = table
+
+        def strategy_counts(self, qc=None, first_only=True, use_labels=False):
+            return {}
+
+        def repair_counts(self, failure, qc=None, use_labels=False):
+            assert qc is None  # pooled over query classes
+            return self.table
+
+    policy = engine.policy
+    policy.memory = Counts({"rerank": (0, 10), "more_context": (0, 9)})  # 19 repairs: too few to judge
+    assert policy.futile("LOW_CONFIDENCE") is None
+    policy.memory = Counts({"rerank": (0, 10), "more_context": (1, 19)})  # (1 + 1) / (30 + 2) < 0.1
+    assert policy.futile("LOW_CONFIDENCE") == (1, 30)
+    policy.memory = Counts({"rerank": (2, 10), "more_context": (1, 17)})  # (3 + 1) / (30 + 2) >= 0.1
+    assert policy.futile("LOW_CONFIDENCE") is None

@@ -123,6 +123,19 @@ class StrategyPolicy:
                 best_key, best = key, v
         return known[best_key]
 
+    def futile(self, failure: str) -> tuple[int, int] | None:
+        """(successes, repairs) when memory shows that repairs after ``failure`` rarely work
+        (at least ``stop_min_evidence`` of them, smoothed success rate below ``stop_below``),
+        so another attempt is not worth its time; None otherwise."""
+        if self.memory is None or self.config.method == "fixed" or self.config.stop_below <= 0:
+            return None
+        counts = self.memory.repair_counts(failure, None, use_labels=self.config.use_labels)
+        s = sum(c[0] for c in counts.values())
+        n = sum(c[0] + c[1] for c in counts.values())
+        if n >= self.config.stop_min_evidence and (s + 1) / (n + 2) < self.config.stop_below:
+            return s, n
+        return None
+
     def repair_order(self, question: str, failure: str, features: QueryFeatures) -> list[str]:
         """Candidate repairs for a failure, best first."""
         catalogue = list(CATALOGUE.get(failure, ()))
