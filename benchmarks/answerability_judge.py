@@ -12,7 +12,6 @@ own tail). Prints the AUROC of each wording's P(yes) for "the question is answer
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from common import report
@@ -34,7 +33,7 @@ def main() -> None:
     ap.add_argument("--index", required=True, help="the run's index directory")
     ap.add_argument("--limit", type=int, default=100)
     args = ap.parse_args()
-    from self_improving_rag.batch import grade
+    from self_improving_rag.batch import grade, read_done
     from self_improving_rag.config import load_config
     from self_improving_rag.evaluation.metrics import auroc
     from self_improving_rag.generation.factory import make_generator
@@ -43,8 +42,7 @@ def main() -> None:
     from self_improving_rag.retrieval.searcher import Searcher
     from self_improving_rag.types import Strategy
 
-    lines = (Path(args.run) / "results.jsonl").read_text(encoding="utf-8").splitlines()
-    rows = [json.loads(line) for line in lines if line.strip()][: args.limit]
+    rows = list(read_done(Path(args.run) / "results.jsonl").values())[: args.limit]
     cfg = load_config(None, [f"paths.index_dir={args.index}"])
     searcher = Searcher(cfg, embedder_from_config(cfg), args.index)
     generator = make_generator(cfg)

@@ -42,14 +42,8 @@ def refine_passage_spans(
         raise ValueError(f"unknown refinement mode {mode!r}; use one of {', '.join(REFINE_MODES)}")
     if mode == "windows":
         return _refine_windows(question, texts, scores, budget_tokens, count_tokens, rank_weight, every_passage)
-    q_terms = set(content_terms(question))
-    n = max(1, len(texts))
-    candidates = []
-    for ti, (text, sc) in enumerate(zip(texts, scores)):
-        for si, ((s, e), sim) in enumerate(zip(sc.spans, sc.sims)):
-            terms = set(content_terms(text[s:e]))
-            overlap = len(q_terms & terms) / len(q_terms) if q_terms else 0.0
-            candidates.append((sim + 0.3 * overlap + rank_weight * (1 - ti / n), ti, si))
+    value = _sentence_scores(question, texts, scores, rank_weight)
+    candidates = [(v, ti, si) for ti, row in enumerate(value) for si, v in enumerate(row)]
     candidates.sort(key=lambda t: (-t[0], t[1], t[2]))
     if every_passage:
         # Each passage's best sentence goes first, in passage rank order.
