@@ -25,6 +25,8 @@ from ..types import Strategy
 from .repairs import CATALOGUE, apply_repair
 
 QUERY_CLASSES = ("who", "what", "where", "when", "why", "how", "yes-no", "other")
+_WH = {"who": "who", "whom": "who", "whose": "who", "what": "what", "which": "what", "where": "where",
+       "when": "when", "why": "why", "how": "how"}
 _YES_NO = re.compile(r"^(is|are|was|were|do|does|did|can|could|will|would|has|have|had|should|shall|may|might)\b", re.I)
 
 
@@ -39,19 +41,25 @@ class QueryFeatures:
 
 
 def query_features(question: str) -> QueryFeatures:
+    """The question's class and shape.
+
+    A question that opens with an auxiliary verb ("Did Holmes know who ...?") is ``yes-no``
+    whatever wh-word follows; otherwise the first wh-word among the first words names the
+    class ("In what year ...?" is ``what``), matched as a whole word ("However ..." is not
+    ``how``); ``which`` counts as ``what``, ``whom`` and ``whose`` as ``who``.
+    """
     q = question.strip()
     words = re.findall(r"[\w'’-]+", q)
     low = q.lower()
+    lead = [w.lower() for w in words[:8]]
     cls = "other"
-    first = low.split()[0] if low.split() else ""
-    for c in ("who", "what", "where", "when", "why", "how"):
-        if first.startswith(c) or re.search(rf"\b{c}\b", low[:40]):
-            cls = c
-            break
-    if first in ("which", "whom", "whose"):
-        cls = "who" if first in ("whom", "whose") else "what"
-    if cls == "other" and _YES_NO.match(low):
+    if _YES_NO.match(low):
         cls = "yes-no"
+    else:
+        for w in lead:
+            if w in _WH:
+                cls = _WH[w]
+                break
     names = sum(1 for i, w in enumerate(words) if i > 0 and w[:1].isupper())
     return QueryFeatures(cls, len(words), names, " and " in low and "?" in q[:-1] or q.count("?") > 1)
 

@@ -87,3 +87,37 @@ def test_first_strategy_choice_is_seeded() -> None:
 def test_thin_memory_falls_back_to_the_default() -> None:
     policy = StrategyPolicy(PolicyConfig(min_history=10), DEFAULT, Counts({OTHER.key: (5, 0)}))
     assert share_other(policy) == 0.0
+
+
+@pytest.mark.parametrize(("question", "cls"), [
+    ("Who wrote the letter?", "who"),
+    ("Whose boot was stolen?", "who"),
+    ("To whom was the telegram sent?", "who"),
+    ("What did Holmes find on the moor?", "what"),
+    ("Which ship carried the treasure?", "what"),
+    ("In what country is Normandy located?", "what"),
+    ("Where did the cab stop?", "where"),
+    ("When was the will signed?", "when"),
+    ("Why did the dog not bark?", "why"),
+    ("How many pips were in the envelope?", "how"),
+    ("Did Holmes know who killed Drebber?", "yes-no"),
+    ("Is that what Watson saw?", "yes-no"),
+    ("Was the stone found where the goose fell?", "yes-no"),
+    ("However late it was, the lamp burned. Name the lamp.", "other"),
+    ("Whatever happened to the Agra treasure?", "other"),
+    ("Name the ship that carried the treasure.", "other"),
+])
+def test_query_classes(question: str, cls: str) -> None:
+    assert query_features(question).query_class == cls
+
+
+def test_ucb_tries_an_untried_strategy_then_prefers_the_better_record() -> None:
+    # Arms with no record get the exploration bonus; among tried arms the better mean wins
+    # once the counts are large enough for the bonus to shrink.
+    policy = StrategyPolicy(PolicyConfig(method="ucb"), DEFAULT, Counts({}))
+    rng = policy._rng("q", "first")
+    untried = policy._score(rng, 0, 0, 100)
+    assert untried > policy._score(rng, 60, 40, 100)
+    ucb = StrategyPolicy(PolicyConfig(method="ucb"), DEFAULT, Counts({DEFAULT.key: (20, 80), OTHER.key: (80, 20)}))
+    picks = {ucb.first(q, query_features(q)) for q in QUESTIONS[:20]}
+    assert picks == {OTHER}  # deterministic: UCB does not sample
