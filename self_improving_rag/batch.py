@@ -83,13 +83,18 @@ def load_items(spec: BatchSpec, base: Path) -> list[QAItem]:
     if spec.questions.file:
         items = load_qa(_resolve(base, spec.questions.file))
     else:
+        # Inline questions are read like QA JSONL items (evidence, book and extra fields kept,
+        # the same checks), except that the id and the answers may be left out.
+        from .evaluation.datasets import _check_unique_ids, _jsonl_item
+
         items = []
+        where = Path(f"{spec.name} (inline questions)")
         for i, row in enumerate(spec.questions.inline or []):
-            if "question" not in row:
+            if not isinstance(row, dict) or "question" not in row:
                 raise BatchError(f"inline question {i + 1} has no 'question' field")
-            answers = tuple(row.get("answers", []))
-            items.append(QAItem(id=str(row.get("id", f"q{i + 1:03d}")), question=row["question"], answers=answers,
-                                answerable=bool(row.get("answerable", bool(answers)))))
+            obj = {"id": f"q{i + 1:03d}", "answers": [], **row}
+            items.append(_jsonl_item(where, f"question {i + 1}", obj))
+        _check_unique_ids(where, items)
     return items
 
 

@@ -71,7 +71,7 @@ class IngestionConfig(_Model):
 
 class RetrievalConfig(_Model):
     # Weighted fusion leaning on BM25: on sherlock_dev it gave evidence recall@5 0.865 against 0.73
-    # for RRF (dense MiniLM alone: 0.57), see docs/retrieval.md.
+    # for RRF (dense MiniLM alone: 0.57), see docs/results.md.
     fusion: Literal["rrf", "weighted"] = "weighted"
     rrf_k: int = Field(60, ge=1)
     dense_weight: float = Field(0.25, ge=0, le=1)
@@ -85,6 +85,10 @@ class RetrievalConfig(_Model):
     # score = (1 - w) * reranked score (min-max over those N) + w * P(yes). Off by default: each
     # judgement reads one passage (~200 prompt tokens, ~3 s on a 2-core CPU).
     llm_judge_top: int = Field(0, ge=0, le=20)
+    # A local sentence-transformers CrossEncoder directory: when set, it scores the relevance of
+    # every reranked candidate (logit -> sigmoid) in place of the embedding judge; sentence
+    # scores for context refinement still come from the embedder. Nothing is downloaded.
+    cross_encoder_dir: str | None = None
     llm_judge_weight: float = Field(0.5, ge=0, le=1)
     # Relevance = sigmoid(slope * (cosine - midpoint)); the midpoint is where a question and a
     # sentence turn from unrelated to related for this embedder (0.35 for all-MiniLM-L6-v2).

@@ -246,3 +246,24 @@ def test_negative_cli_offset_is_a_user_error(world, capsys):
     err = capsys.readouterr().err
     assert "--offset: must be 0 or more, got -1" in err and "Traceback" not in err
     assert not (world / "runs" / "five").exists()
+
+
+def test_inline_questions_keep_evidence_book_and_are_checked() -> None:
+    from self_improving_rag.batch import BatchSpec, QuestionsSpec, load_items
+    from self_improving_rag.errors import InputError
+
+    spec = BatchSpec(name="inline", questions=QuestionsSpec(inline=[
+        {"question": "Who built the lighthouse?", "answers": ["Clara Venn"], "evidence": ["built by Clara Venn"],
+         "book": "harbour", "difficulty": "easy"},
+        {"question": "What is the keeper's dog called?"},
+    ]))
+    first, second = load_items(spec, Path("."))
+    assert (first.id, first.evidence, first.book, first.meta["difficulty"]) == (
+        "q001", ("built by Clara Venn",), "harbour", "easy")
+    assert (second.id, second.answers, second.answerable) == ("q002", (), False)
+    bad = BatchSpec(name="inline", questions=QuestionsSpec(inline=[{"question": "Q?", "answers": "Clara"}]))
+    with pytest.raises(InputError, match="'answers' must be a list"):
+        load_items(bad, Path("."))
+    dup = BatchSpec(name="inline", questions=QuestionsSpec(inline=[{"id": "a", "question": "Q?"}, {"id": "a", "question": "R?"}]))
+    with pytest.raises(InputError, match="duplicate id"):
+        load_items(dup, Path("."))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import sqlite3
@@ -30,6 +31,8 @@ import numpy as np
 
 from ..errors import IndexMismatchError, IndexNotFoundError
 from ..types import Chunk
+
+log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 
@@ -217,7 +220,7 @@ class CorpusIndex:
                 f"the '{name}' index in {d} is damaged ({type(exc).__name__}); rebuild it with: "
                 f"sirag ingest --rebuild --index {self.root} PATH..."
             ) from exc
-        return ChunkerIndex(name=name, chunks=chunks, dense=dense, bm25=bm25)
+        return ChunkerIndex(name=name, chunks=chunks, dense=on_gpu_if_available(dense), bm25=bm25)
 
     def load_chunks(self, name: str) -> list[Chunk]:
         d = self.current_dir()
@@ -248,7 +251,12 @@ class CorpusIndex:
                                                              allow_pickle=False)
 
     def commit(self, gen: Path, manifest: dict[str, Any]) -> Path:
-        """Seal a generation and make it current; older generations are removed."""
+        """Seal a generation and make it current; older generations are removed.
+
+        Every file of the generation (chunks, FAISS index, BM25 arrays) and its folders are
+        fsynced before the manifest is written and the folder renamed, so a power cut can leave
+        an unfinished ``.building-`` folder behind but never a live generation with torn files."""
+        _fsync_tree(gen)
         atomic_write_text(gen / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False))
         final = self.root / gen.name.replace(".building-", "gen-")
         os.replace(gen, final)
@@ -261,6 +269,37 @@ class CorpusIndex:
                     continue  # perhaps another ingest in flight; removed by a later one
                 shutil.rmtree(old, ignore_errors=True)
         return final
+
+
+def on_gpu_if_available(index):
+    """The FAISS index copied to the GPUs when the installed faiss has any (the ``gpu`` extra,
+    ``faiss-gpu-cu12`` in place of ``faiss-cpu``); the same index otherwise. Search results are
+    the same either way: exact inner product on the GPU, the same HNSW graph searched on the CPU
+    (GPU FAISS has no HNSW, so those stay on the CPU)."""
+    import faiss
+
+    get_num_gpus = getattr(faiss, "get_num_gpus", None)
+    if get_num_gpus is None or get_num_gpus() < 1 or isinstance(index, faiss.IndexHNSW):
+        return index
+    try:
+        return faiss.index_cpu_to_all_gpus(index)
+    except (RuntimeError, AttributeError) as exc:  # a GPU build that cannot use its GPU: stay on the CPU
+        log.warning("FAISS index stays on the CPU: %s", exc)
+        return index
+
+
+def _fsync_tree(root: Path) -> None:
+    """fsync every file under ``root``, then each folder (deepest first), then ``root``."""
+    dirs = []
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            with p.open("rb") as fh:
+                os.fsync(fh.fileno())
+        elif p.is_dir():
+            dirs.append(p)
+    for d in sorted(dirs, key=lambda x: len(x.parts), reverse=True):
+        _fsync_dir(d)
+    _fsync_dir(root)
 
 
 def _fsync_dir(path: Path) -> None:

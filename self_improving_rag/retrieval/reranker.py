@@ -1,14 +1,19 @@
-"""Rerankers behind one interface: ``rerank(question, texts) -> [(index, relevance)]``.
+"""Rerankers behind one interface: ``relevance(question, question_vec, texts) -> [float]``.
 
-Relevance passes an explicit activation (a logistic sigmoid) so that it lies in (0, 1)
-before it is compared with a threshold:
+Each returns one relevance per text, in the texts' order, after an explicit activation (a
+logistic sigmoid) so that it lies in (0, 1) before it is compared with a threshold:
 
 * ``EmbeddingReranker`` (offline default): mean of the ``top_sentences`` best cosine
   similarities between the question and a passage's sentences, then
   ``sigmoid(slope * (cos - midpoint))``; for all-MiniLM-L6-v2 a cosine of 0.35 (midpoint)
-  is where question/sentence pairs turn from unrelated to related.
-* ``CrossEncoderReranker``: a sentence-transformers CrossEncoder from a local directory;
-  its logits pass the same sigmoid (slope 1, midpoint 0).
+  is where question/sentence pairs turn from unrelated to related. Its ``rerank`` also
+  returns the per-sentence scores that context refinement uses.
+* ``CrossEncoderReranker``: a sentence-transformers CrossEncoder from a local directory
+  (``retrieval.cross_encoder_dir``); its logits pass the same sigmoid (slope 1, midpoint 0).
+
+The third judge, the generator's yes/no relevance on the top few hits
+(``retrieval.llm_judge_top``), is applied by the searcher after these, because it needs the
+generator and a token budget rather than a model of its own.
 """
 
 from __future__ import annotations
@@ -66,6 +71,9 @@ class EmbeddingReranker:
         best = sorted(s.sims, reverse=True)[: self.top_sentences]
         return self.activate(sum(best) / len(best)) if best else 0.0
 
+    def relevance(self, question: str, question_vec: np.ndarray, texts: list[str]) -> list[float]:
+        return [self.score(s) for s in self.sentence_scores(question_vec, texts)]
+
     def rerank(self, question_vec: np.ndarray, texts: list[str]) -> tuple[list[tuple[int, float]], list[SentenceScores]]:
         scores = self.sentence_scores(question_vec, texts)
         ranked = sorted(((i, self.score(s)) for i, s in enumerate(scores)), key=lambda t: (-t[1], t[0]))
@@ -92,11 +100,15 @@ class CrossEncoderReranker:
             self._model = CrossEncoder(self.model_dir, device="cpu", local_files_only=True,
                                        trust_remote_code=False, activation_fn=torch.nn.Identity())
 
-    def rerank(self, question: str, texts: list[str]) -> list[tuple[int, float]]:
+    def relevance(self, question: str, question_vec: np.ndarray | None, texts: list[str]) -> list[float]:
         self.warm_up()
         if not texts:
             return []
         logits = self._model.predict([(question, t) for t in texts], batch_size=self.batch_size,
                                      convert_to_numpy=True)
         logits = np.asarray(logits, dtype=np.float64).reshape(len(texts), -1)[:, -1]
-        return sorted(((i, sigmoid(float(x))) for i, x in enumerate(logits)), key=lambda t: (-t[1], t[0]))
+        return [sigmoid(float(x)) for x in logits]
+
+    def rerank(self, question: str, texts: list[str]) -> list[tuple[int, float]]:
+        rel = self.relevance(question, None, texts)
+        return sorted(enumerate(rel), key=lambda t: (-t[1], t[0]))

@@ -16,7 +16,7 @@ from .embedder import Embedder
 from .hybrid import dedupe_overlapping, rrf_fuse, weighted_fuse
 from .index import ChunkerIndex, CorpusIndex, EmbeddingCache
 from .refine import join_spans, refine_passage_spans
-from .reranker import EmbeddingReranker
+from .reranker import CrossEncoderReranker, EmbeddingReranker
 
 
 class Searcher:
@@ -30,6 +30,8 @@ class Searcher:
         self._cache: EmbeddingCache | None = None
         self._manifest: dict | None = None
         self.reranker: EmbeddingReranker | None = None
+        # Relevance judge of reranked candidates when retrieval.cross_encoder_dir is set.
+        self.cross_encoder: CrossEncoderReranker | None = None
         # Optional yes/no judge (messages -> P(yes) or None), e.g. the generator's
         # ``yes_probability``; used on the top ``retrieval.llm_judge_top`` hits when set.
         self.judge: Callable[[list[dict[str, str]]], float | None] | None = None
@@ -47,6 +49,15 @@ class Searcher:
         r = self.config.retrieval
         self.reranker = EmbeddingReranker(self.embed_cached, top_sentences=r.rerank_sentences,
                                           slope=r.relevance_slope, midpoint=r.relevance_midpoint)
+        if r.cross_encoder_dir:
+            from pathlib import Path
+
+            path = Path(r.cross_encoder_dir).expanduser()
+            if not (path / "config.json").is_file():
+                raise InputError(f"retrieval.cross_encoder_dir={r.cross_encoder_dir} is not a model directory "
+                                 "(no config.json there); point it at a local sentence-transformers CrossEncoder "
+                                 "or unset it to use the embedding reranker")
+            self.cross_encoder = CrossEncoderReranker(str(path))
 
     @property
     def manifest(self) -> dict:
@@ -102,6 +113,8 @@ class Searcher:
         texts = [ci.chunks[i].text for i, _ in pool]
         ranked, sent_scores = self.reranker.rerank(qvec, texts)
         rel = dict(ranked)
+        if self.cross_encoder is not None and strategy.rerank and texts:
+            rel = dict(enumerate(self.cross_encoder.relevance(question, qvec, texts)))
         order = [(pool[j][0], pool[j][1], rel[j], sent_scores[j]) for j in range(len(pool))]
         if strategy.rerank and order:
             w = self.config.retrieval.rerank_weight

@@ -110,3 +110,37 @@ def test_scores_are_one_sigmoid_of_the_logits(reranker, raw_logits) -> None:
         assert scores[i] == pytest.approx(sigmoid(logit), abs=1e-5)
     assert all(s < 0.5 for s in scores.values())
 
+
+
+def test_searcher_uses_the_configured_cross_encoder_for_relevance(model_dir, reranker, tmp_path, corpus_dir,
+                                                                   hash_embedder) -> None:
+    from self_improving_rag.config import load_config
+    from self_improving_rag.ingestion.pipeline import ingest
+    from self_improving_rag.retrieval.searcher import Searcher
+    from self_improving_rag.types import Strategy
+
+    from tests.conftest import fake_overrides
+
+    config = load_config(None, [*fake_overrides(tmp_path), f"retrieval.cross_encoder_dir={model_dir}"])
+    ingest([corpus_dir], config, hash_embedder, progress=False)
+    searcher = Searcher(config, hash_embedder)
+    res = searcher.search(QUESTION, Strategy(rerank=True, top_k=4))
+    assert searcher.cross_encoder is not None and res.hits
+    for h in res.hits:
+        # The relevance the searcher reports is the cross-encoder's, not the embedding judge's.
+        assert h.scores["relevance"] == pytest.approx(reranker.relevance(QUESTION, None, [h.chunk.text])[0], abs=1e-5)
+        assert h.scores["relevance"] < 0.5  # this model's biased logits; the embedding judge differs
+    plain = Searcher(load_config(None, fake_overrides(tmp_path)), hash_embedder).search(QUESTION, Strategy(rerank=True, top_k=4))
+    assert [h.scores["relevance"] for h in plain.hits] != [h.scores["relevance"] for h in res.hits]
+
+
+def test_a_cross_encoder_dir_without_a_model_is_a_clear_error(tmp_path, hash_embedder, built_index) -> None:
+    from self_improving_rag.config import load_config
+    from self_improving_rag.errors import InputError
+    from self_improving_rag.retrieval.searcher import Searcher
+
+    from tests.conftest import fake_overrides
+
+    config = load_config(None, [*fake_overrides(tmp_path), f"retrieval.cross_encoder_dir={tmp_path / 'nothing'}"])
+    with pytest.raises(InputError, match="cross_encoder_dir"):
+        Searcher(config, hash_embedder).warm_up()

@@ -199,3 +199,40 @@ def test_write_chunker_accepts_a_chunker_without_chunks(tmp_path: Path) -> None:
     gen = index.new_generation()
     index.write_chunker(gen, "fixed", [], np.zeros((0, 64), np.float32), 10)
     assert (gen / "chunks-fixed.jsonl").read_text(encoding="utf-8") == ""
+
+
+def test_commit_fsyncs_every_file_of_the_generation(tmp_path: Path, corpus_dir: Path, hash_embedder, monkeypatch) -> None:
+    import os
+
+    synced: list[str] = []
+    real = os.fsync
+
+    def record(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", record)
+    config = load_config(None, fake_overrides(tmp_path))
+    ingest([corpus_dir], config, hash_embedder, progress=False)
+    live = CorpusIndex(config.paths.index_dir).current_dir()
+    files = [p for p in live.rglob("*") if p.is_file() and p.name != "manifest.json"]
+    assert any(p.suffix == ".faiss" for p in files) and any("bm25-" in str(p) for p in files)
+    # Synced under the building name, before the rename to gen-...
+    synced_names = {Path(s).name for s in synced}
+    for p in files:
+        assert p.name in synced_names, f"{p.name} was never fsynced"
+
+
+def test_dense_index_moves_to_the_gpu_only_when_faiss_has_one(monkeypatch) -> None:
+    import faiss
+
+    from self_improving_rag.retrieval.index import on_gpu_if_available
+
+    flat = build_dense(np.eye(4, dtype=np.float32), 100)
+    hnsw = build_dense(np.eye(4, dtype=np.float32), 1)
+    assert on_gpu_if_available(flat) is flat  # faiss-cpu: no GPU
+    moved = []
+    monkeypatch.setattr(faiss, "get_num_gpus", lambda: 1)
+    monkeypatch.setattr(faiss, "index_cpu_to_all_gpus", lambda index: moved.append(index) or "gpu-index")
+    assert on_gpu_if_available(flat) == "gpu-index" and moved == [flat]
+    assert on_gpu_if_available(hnsw) is hnsw  # GPU FAISS has no HNSW: it stays on the CPU

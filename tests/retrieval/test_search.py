@@ -373,6 +373,25 @@ def test_searcher_with_weighted_fusion(index_tmp: Path) -> None:
         s.close()
 
 
+def test_searcher_with_rrf_fusion(index_tmp: Path) -> None:
+    s = _searcher(index_tmp, "retrieval.fusion=rrf", "retrieval.rrf_k=10")
+    try:
+        result = s.search(LIGHTHOUSE_Q, Strategy(chunker="section", retriever="hybrid", rerank=False))
+        # Reciprocal ranks, not raw scores: first in both lists gives 2 / (k + 1).
+        assert "Clara Venn" in result.hits[0].chunk.text
+        assert result.hits[0].scores["fused"] == pytest.approx(2 / 11)
+        assert all(h.scores["fused"] <= 2 / 11 + 1e-12 for h in result.hits)
+        assert {"dense", "bm25"} <= set(result.hits[0].scores)
+    finally:
+        s.close()
+
+
+def test_bm25_stems_query_and_documents() -> None:
+    retrieve = _bm25(["The keepers were rowing to the wrecks.", "Apples ripen in autumn."])
+    assert [i for i, _ in retrieve("keeper rowed wreck", 2)] == [0]
+    assert [i for i, _ in retrieve("apple ripening", 2)] == [1]
+
+
 def test_searcher_rejects_an_empty_question(searcher: Searcher) -> None:
     with pytest.raises(InputError):
         searcher.search("   ", Strategy())

@@ -1,0 +1,60 @@
+"""`sirag eval --retrieval-only`: recall@k and MRR per chunker × retriever × rerank, and refinement."""
+
+from __future__ import annotations
+
+
+import pytest
+
+from self_improving_rag.batch import BatchSpec, QuestionsSpec
+from self_improving_rag.config import load_config
+from self_improving_rag.evaluation.retrieval_eval import retrieval_eval
+from tests.conftest import fake_overrides
+
+QUESTIONS = [
+    {"id": "q1", "question": "Who built the lighthouse of Marrow Point?", "answers": ["Clara Venn"],
+     "answerable": True, "evidence": ["built in 1852 by the engineer Clara Venn"]},
+    {"id": "q2", "question": "How many sailors did Tobias Lune save from the wreck?", "answers": ["eleven"],
+     "answerable": True, "evidence": ["saved eleven sailors from the wreck"]},
+    # Evidence that no document holds: it can never be found, so recall stays below 1.
+    {"id": "q3", "question": "What colour was the harbour master's boat?", "answers": ["green"],
+     "answerable": True, "evidence": ["the harbour master's boat was painted green"]},
+    # Unanswerable items are left out of retrieval scoring.
+    {"id": "q4", "question": "Who painted the mill?", "answers": [], "answerable": False},
+]
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory) -> dict:
+    from tests.conftest import write_corpus
+
+    tmp = tmp_path_factory.mktemp("reval")
+    corpus = write_corpus(tmp / "docs")
+    spec = BatchSpec(name="reval", corpus=[str(corpus)], index=str(tmp / "index"),
+                     questions=QuestionsSpec(inline=QUESTIONS), output_dir=str(tmp / "runs"))
+    return retrieval_eval(spec, tmp, load_config(None, fake_overrides(tmp)), ks=(1, 3, 5, 10))
+
+
+def test_one_row_per_chunker_retriever_and_rerank(table: dict) -> None:
+    combos = {(r["chunker"], r["retriever"], r["rerank"]) for r in table["rows"]}
+    assert combos == {(c, r, rr) for c in ("fixed", "section", "semantic") for r in ("dense", "bm25", "hybrid")
+                      for rr in (False, True)}
+    assert all(r["n"] == 3 for r in table["rows"])  # the unanswerable question is left out
+
+
+def test_recall_is_monotone_in_k_and_bounded_by_the_findable_share(table: dict) -> None:
+    for r in table["rows"]:
+        recalls = [r[f"recall@{k}"] for k in (1, 3, 5, 10)]
+        assert recalls == sorted(recalls)
+        assert all(0.0 <= x <= 2 / 3 + 1e-9 for x in recalls)
+        assert 0.0 <= r["mrr"] <= r["recall@10"] + 1e-9
+        assert r["p50_ms"] is not None and r["p50_ms"] >= 0
+    best = max(r["recall@5"] for r in table["rows"] if r["retriever"] == "bm25")
+    assert best == pytest.approx(2 / 3)  # both findable quotes are found by exact words
+
+
+def test_refinement_row_and_markdown(table: dict) -> None:
+    ref = table["refinement"]
+    assert 0 < ref["refined_tokens_mean"] <= ref["raw_tokens_mean"]
+    assert ref["token_reduction"] == pytest.approx(1 - ref["refined_tokens_mean"] / ref["raw_tokens_mean"])
+    assert 0.0 <= ref["evidence_in_refined"] <= ref["evidence_in_raw"] <= 2 / 3 + 1e-9
+    assert "recall@5" in table["markdown"] and "token_reduction" in table["markdown"]
