@@ -294,11 +294,12 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
                 raise InputError("sirag memory search needs some text to look for")
             data = store.search(args.arg, limit=args.limit)
         elif action == "export":
-            fmt, path = ("csv", args.csv) if args.csv else ("json", args.json_file)
-            if not path:
-                raise InputError("sirag memory export needs --csv FILE or --json-file FILE")
-            n = store.export(fmt, path)
-            data = {"exported": n, "path": str(path), "format": fmt}
+            targets = [(fmt, path) for fmt, path in (("csv", args.csv), ("json", args.json_file)) if path]
+            if not targets:
+                raise InputError("sirag memory export needs --csv FILE and/or --json-file FILE")
+            for fmt, path in targets:
+                n = store.export(fmt, path)
+            data = {"exported": n, "files": [{"path": str(path), "format": fmt} for fmt, path in targets]}
         elif action == "report":
             if not args.html:
                 raise InputError("sirag memory report needs --html FILE")
@@ -361,9 +362,28 @@ def cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
     if args.json:
         _print_json(result)
     else:
-        for k, v in result.items():
-            print(f"{k}: {_short(v) if not isinstance(v, dict) else json.dumps(v)}")
+        _print_calibration(result)
     return 0
+
+
+def _print_calibration(result: dict) -> None:
+    def fmt(x) -> str:
+        return "  n/a" if x is None else f"{x:5.3f}"
+
+    held = result["held_out"]
+    print(f"labelled outcomes: {result['n']}")
+    print(f"{'':46s} AUROC   ECE    Brier")
+    rows = [(f"held-out half ({held['n_test']}), default weights", held["before"]),
+            (f"held-out half ({held['n_test']}), fitted on the other {held['n_train']}", held["after"]),
+            ("all labels, default weights", result["in_sample_before"]),
+            ("all labels, fitted on all (in-sample)", result["in_sample_after"])]
+    for name, m in rows:
+        print(f"{name:46s} {fmt(m['auroc'])}  {fmt(m['ece'])}  {fmt(m['brier'])}")
+    print("weights: " + ", ".join(f"{k} {v:+.2f}" for k, v in result["weights"].items()))
+    if "fit_id" in result:
+        print(f"stored as fit {result['fit_id']}: used by every later answer (the latest fit wins)")
+    else:
+        print("dry run: nothing stored")
 
 
 # -- parser -------------------------------------------------------------------------------

@@ -82,7 +82,9 @@ class Engine:
         if self.memory is not None:
             fit = self.memory.latest_calibration()
             weights = fit.get("weights") if fit else None
-        self._scorer = SignalScorer(self.config.scoring, self.searcher.embed_cached, self.generator, weights)
+        r = self.config.retrieval
+        self._scorer = SignalScorer(self.config.scoring, self.searcher.embed_cached, self.generator, weights,
+                                    relevance_slope=r.relevance_slope, relevance_midpoint=r.relevance_midpoint)
 
     @property
     def policy(self) -> StrategyPolicy:

@@ -108,3 +108,37 @@ def test_batch_and_eval_resume(tmp_path):
     assert lines[0]["grade"]["correct"] is True
     assert summary["n"] == 3 and "refusal" in summary and "ece" in summary
     assert (tmp_path / "runs" / "tiny" / "config.yaml").exists()
+
+
+def test_feedback_calibrate_and_memory_analysis_commands(tmp_path):
+    docs = write_corpus(tmp_path / "docs")
+    ov = fake_overrides(tmp_path) + ['generator.replies=["Clara Venn built the lighthouse in 1852 [1]."]']
+    assert run(["ingest", str(docs)], tmp_path, ov).returncode == 0
+    questions = ["Who built the lighthouse of Marrow Point?", "Who kept the light?", "What did the council give Tobias?",
+                 "Who sells herring?", "Where is the bell?", "When was the lighthouse built?"]
+    ids = []
+    for q in questions:
+        r = run(["ask", q, "--json"], tmp_path, ov)
+        assert r.returncode == 0, r.stderr
+        ids.append(json.loads(r.stdout)["outcome_id"])
+    for i, oid in enumerate(ids):
+        assert run(["feedback", oid[:10], "--correct" if i in (0, 5) else "--wrong"], tmp_path, ov).returncode == 0
+    r = run(["calibrate", "--min-labels", "20"], tmp_path, ov)
+    assert r.returncode == 2 and "6 labelled" in r.stderr and "Traceback" not in r.stderr
+    r = run(["calibrate", "--min-labels", "4", "--dry-run", "--json"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    fit = json.loads(r.stdout)
+    assert fit["n"] == 6 and {"auroc", "ece"} <= set(fit["in_sample_before"]) <= set(fit["in_sample_after"])
+    r = run(["calibrate", "--min-labels", "4"], tmp_path, ov)
+    assert r.returncode == 0 and "AUROC" in r.stdout and "ECE" in r.stdout and "stored as fit 1" in r.stdout, r.stdout
+    r = run(["memory", "strategies", "--json"], tmp_path, ov)
+    rows = json.loads(r.stdout)
+    assert rows[0]["attempts"] == 6 and 0 <= rows[0]["success_rate"] <= 1
+    r = run(["memory", "failures", "--json"], tmp_path, ov)
+    assert r.returncode == 0 and isinstance(json.loads(r.stdout), list)
+    r = run(["memory", "export", "--csv", str(tmp_path / "o.csv"), "--json-file", str(tmp_path / "o.json")], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert len((tmp_path / "o.csv").read_text().splitlines()) == 1 + 6  # header + one row per attempt
+    assert len(json.loads((tmp_path / "o.json").read_text())) == 6
+    r = run(["memory", "export"], tmp_path, ov)
+    assert r.returncode == 2 and "--csv FILE" in r.stderr

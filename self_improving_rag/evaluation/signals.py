@@ -59,6 +59,20 @@ def coverage_score(question: str, context: str) -> Signal:
     return Signal("coverage", value, reason, {"found": found, "missing": missing})
 
 
+def soft_coverage(question_vec: np.ndarray, sentence_vecs: np.ndarray, sentences: list[str],
+                  slope: float = 10.0, midpoint: float = 0.35) -> dict:
+    """Embedding-based coverage: σ(slope · (max_s cos(question, s) − midpoint)) over the context's
+    sentences, with the best sentence. Catches paraphrase (the context says it in other words),
+    which the lexical share misses; reported beside it in ``coverage.detail``."""
+    if len(sentences) == 0:
+        return {"soft": None, "best_cosine": None, "best_sentence": None}
+    sims = sentence_vecs @ question_vec
+    i = int(np.argmax(sims))
+    cos = float(sims[i])
+    return {"soft": round(float(1.0 / (1.0 + np.exp(-slope * (cos - midpoint)))), 4),
+            "best_cosine": round(cos, 4), "best_sentence": sentences[i][:200]}
+
+
 def redundancy_score(vectors: np.ndarray, texts: list[str], threshold: float) -> Signal:
     """Share of passages that nearly duplicate an earlier one (cosine >= threshold or word Jaccard >= 0.6)."""
     n = len(texts)
@@ -162,8 +176,11 @@ class SignalScorer:
     """Scores an attempt: embeddings from the searcher's cache, judgements from the generator."""
 
     def __init__(self, config: ScoringConfig, embed: Callable[[list[str]], np.ndarray], generator=None,
-                 weights: dict[str, float] | None = None) -> None:
+                 weights: dict[str, float] | None = None, relevance_slope: float = 10.0,
+                 relevance_midpoint: float = 0.35) -> None:
         self.config = config
+        self.relevance_slope = relevance_slope
+        self.relevance_midpoint = relevance_midpoint
         self.embed = embed
         self.generator = generator
         self.weights = weights
@@ -173,6 +190,11 @@ class SignalScorer:
         passages = list(retrieval.passages)
         context = "\n".join(p.text for p in passages)
         coverage = coverage_score(question, context)
+        if passages:
+            sentences = [p.text[a:b] for p in passages for a, b in (split_sentences(p.text) or [(0, len(p.text))])]
+            vecs = self.embed([question, *sentences])
+            coverage.detail.update(soft_coverage(vecs[0], vecs[1:], sentences, self.relevance_slope,
+                                                 self.relevance_midpoint))
         if passages:
             vecs = self.embed([p.text for p in passages])
             redundancy = redundancy_score(vecs, [p.text for p in passages], self.config.redundancy_threshold)

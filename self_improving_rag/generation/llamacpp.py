@@ -42,6 +42,8 @@ class LlamaCppGenerator:
         self._formatter = None
         self._rng = np.random.default_rng(seed)
         self.load_ms = 0.0
+        # Prompt tokens whose KV cache the last call reused (generate or yes_probability).
+        self.last_reused_tokens = 0
 
     def warm_up(self) -> None:
         if self._llm is not None:
@@ -100,6 +102,7 @@ class LlamaCppGenerator:
         prefix = min(prefix, len(tokens) - 1)  # at least one token must run to get fresh logits
         llm.n_tokens = prefix
         llm.eval(tokens[prefix:])
+        self.last_reused_tokens = prefix
         return prefix
 
     def _fit(self, tokens: list[int], max_tokens: int) -> None:

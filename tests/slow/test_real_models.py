@@ -84,6 +84,10 @@ def test_small_packaged_model_generates_with_logprobs_and_prefix_reuse():
     assert again.text == out.text, "temperature 0 is deterministic"
     p = gen.yes_probability(build_judge_messages("base", "Who built it?", passages, "Clara Venn built it."))
     assert 0.0 <= p <= 1.0
+    # The judgement shares the answer prompt's system message and passages: their KV cache is reused.
+    n_prompt = gen.count_tokens(gen.format(build_messages("base", "Who built the lighthouse?", passages)))
+    assert 20 < gen.last_reused_tokens < n_prompt, (gen.last_reused_tokens, n_prompt)
+    assert again.reused_prefix_tokens == n_prompt - 1  # the same prompt again: all but the last token
 
 
 def test_onnx_int8_embedder_agrees_with_the_float32_model(tmp_path):

@@ -1,0 +1,130 @@
+"""The pure signal functions, with values worked out by hand, and the scorer's claim checks."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from self_improving_rag.config import ScoringConfig
+from self_improving_rag.evaluation.signals import (
+    SignalScorer,
+    claim_support,
+    coverage_score,
+    faithfulness_score,
+    grounding_score,
+    lexical_support,
+    redundancy_score,
+    soft_coverage,
+    split_claims,
+)
+from self_improving_rag.retrieval.embedder import HashEmbedder
+from self_improving_rag.types import Chunk, Hit, Passage, RetrievalResult
+
+Q = "Who built the lighthouse of Marrow Point?"
+
+
+def test_coverage_weights_names_twice() -> None:
+    # terms: built, lighthous, marrow (name), point (name); the context lacks 'marrow'.
+    sig = coverage_score(Q, "The lighthouse was built by Clara Venn near the point.")
+    assert sig.value == pytest.approx((1 + 1 + 2) / (1 + 1 + 2 + 2))
+    assert sig.detail["missing"] == ["marrow"] and "missing: 'marrow'" in sig.reason
+    assert coverage_score(Q, "Nothing here.").value == 0.0
+    assert coverage_score("Who is he?", "anything").value is None  # no content words
+
+
+def test_soft_coverage_is_the_activated_best_sentence_cosine() -> None:
+    q = np.array([1.0, 0.0])
+    sents = np.array([[0.0, 1.0], [0.6, 0.8]])
+    out = soft_coverage(q, sents, ["unrelated", "close"])
+    assert out["best_sentence"] == "close" and out["best_cosine"] == pytest.approx(0.6)
+    assert out["soft"] == pytest.approx(1 / (1 + math.exp(-10 * (0.6 - 0.35))), abs=1e-4)
+    assert soft_coverage(q, np.zeros((0, 2)), [])["soft"] is None
+
+
+def test_redundancy_by_cosine_or_word_overlap() -> None:
+    vecs = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    sig = redundancy_score(vecs, ["a b c", "x y z", "q r s"], threshold=0.92)
+    assert sig.value == pytest.approx(1 / 2)  # passage 2 repeats passage 1 by cosine
+    assert sig.detail["pairs"][0]["passage"] == 2 and sig.detail["pairs"][0]["duplicates"] == 1
+    orth = np.eye(3)
+    same_words = redundancy_score(orth, ["the lamp burned oil", "the lamp burned oil again", "fish"], 0.92)
+    assert same_words.value == pytest.approx(1 / 2)  # Jaccard 4/5 >= 0.6
+    assert redundancy_score(orth[:1], ["one"], 0.92).value is None
+
+
+def test_grounding_is_the_share_above_threshold() -> None:
+    sig = grounding_score([0.9, 0.4, 0.6, 0.1], 0.5)
+    assert sig.value == pytest.approx(0.5) and "max relevance 0.90" in sig.reason
+    assert grounding_score([], 0.5).value == 0.0
+
+
+def test_split_claims_keeps_citations_and_inherits_the_sentence_s() -> None:
+    claims = split_claims("Clara Venn built it [1]; it burned whale oil. The keeper saved eleven sailors [2].")
+    assert claims == [("Clara Venn built it", (1,)), ("it burned whale oil", (1,)),
+                      ("The keeper saved eleven sailors", (2,))]
+    assert split_claims("It burned oil; then paraffin [3].") == [("It burned oil", (3,)), ("then paraffin", (3,))]
+    assert split_claims("  ") == []
+
+
+def test_lexical_support_and_the_cap_on_absent_words() -> None:
+    assert lexical_support("Clara Venn built it", "built by Clara Venn") == 1.0
+    assert lexical_support("Clara Venn built it", "The fish market") == 0.0
+    # A confident judge cannot lift a claim whose words are mostly absent above its lexical share.
+    assert claim_support(0.25, 0.9, 0.99) == pytest.approx(0.25)
+    with_judge = claim_support(1.0, 0.45, 0.8)
+    assert with_judge == pytest.approx(0.7 * 0.8 + 0.3 * (0.5 * 1.0 + 0.5 * 0.5))
+    assert claim_support(1.0, 0.45, None) == pytest.approx(0.75)
+
+
+def test_faithfulness_undefined_for_refusals_and_empty_answers() -> None:
+    assert faithfulness_score([], refused=True, method="lexical").value is None
+    assert faithfulness_score([], refused=False, method="lexical").value is None
+
+
+class Judge:
+    """A generator stub whose yes/no judgement is scripted; records the claims it was asked about."""
+
+    def __init__(self, p: float) -> None:
+        self.p, self.asked = p, []
+
+    def yes_probability(self, messages):
+        self.asked.append(messages[-1]["content"])
+        return self.p
+
+
+def _retrieval(texts: list[str]) -> RetrievalResult:
+    chunks = [Chunk(chunk_id=f"c{i}", doc_id="d", strategy="section", text=t, embed_text=t, start=0, end=len(t),
+                    section="s", n_tokens=len(t.split()), position=i) for i, t in enumerate(texts)]
+    hits = tuple(Hit(chunk=c, score=0.9, scores={"relevance": 0.9}, rank=i + 1) for i, c in enumerate(chunks))
+    passages = tuple(Passage(number=i + 1, text=t, chunk_ids=(f"c{i}",), doc_id="d", section="s", start=0,
+                             end=len(t), score=0.9) for i, t in enumerate(texts))
+    return RetrievalResult(query=Q, hits=hits, passages=passages)
+
+
+def test_scorer_checks_cited_passage_first_then_all_and_limits_judged_claims() -> None:
+    emb = HashEmbedder(dim=64)
+    judge = Judge(0.9)
+    scorer = SignalScorer(ScoringConfig(judge="llm", judge_max_claims=1), emb.embed, judge)
+    r = _retrieval(["The lighthouse of Marrow Point was built by Clara Venn.", "The fish market opens at dawn."])
+    # The claim cites passage 2, which does not support it; passage 1 does.
+    sig = scorer.score(Q, r, None, "Clara Venn built the lighthouse [2]. The market opens at dawn [2].",
+                       refused=False, citations=(2,))
+    claims = sig.faithfulness.detail["claims"]
+    assert claims[0]["cited"] == [2] and claims[0]["lexical"] == 1.0 and claims[0]["supported"]
+    assert len(judge.asked) == 1  # judge_max_claims
+    assert claims[0]["judge"] == 0.9 and claims[1]["judge"] is None
+    assert sig.faithfulness.value == 1.0
+    assert sig.coverage.detail["soft"] is not None and sig.coverage.detail["best_sentence"]
+
+
+def test_scorer_flags_an_invented_claim_by_text() -> None:
+    emb = HashEmbedder(dim=64)
+    scorer = SignalScorer(ScoringConfig(judge="none"), emb.embed, None)
+    r = _retrieval(["The lighthouse of Marrow Point was built by Clara Venn."])
+    sig = scorer.score(Q, r, None, "Clara Venn built it [1]. Admiral Grosvenor paid for silver turrets [1].",
+                       refused=False, citations=(1,))
+    assert sig.faithfulness.value == pytest.approx(0.5)
+    assert sig.faithfulness.detail["unsupported"] == ["Admiral Grosvenor paid for silver turrets"]
+    assert "Admiral Grosvenor" in sig.faithfulness.reason
