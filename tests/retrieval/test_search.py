@@ -261,7 +261,8 @@ def _contiguous(spans: list[tuple[int, int]], all_spans: list[tuple[int, int]]) 
 @pytest.mark.parametrize("every", [True, False])
 def test_refine_windows_respect_the_budget_and_stay_contiguous(budget: int, every: bool) -> None:
     sims = [[0.9, 0.1, 0.8], [0.2, 0.6]]
-    keep = refine_passage_spans("nothing", REFINE_TEXTS, _scores(sims), budget, COUNT, every_passage=every)
+    keep = refine_passage_spans("nothing", REFINE_TEXTS, _scores(sims), budget, COUNT, every_passage=every,
+                                mode="windows")
     assert keep[0][0] == _sentence_spans(REFINE_TEXTS[0])[0], "the first text keeps its best sentence"
     assert _kept_tokens(keep) <= max(budget, 6)  # one 6-token sentence even when the budget is smaller
     for text, spans in zip(REFINE_TEXTS, keep):
@@ -280,20 +281,20 @@ def test_refine_windows_grow_next_to_the_evidence_where_sentences_scatter() -> N
                                      every_passage=False, mode="sentences")
     assert scattered == [[spans0[0], spans0[2]], []]
     window = refine_passage_spans("nothing", REFINE_TEXTS, _scores(sims), 12, COUNT, rank_weight=0.0,
-                                  every_passage=False)
+                                  every_passage=False, mode="windows")
     assert window == [[spans0[0], spans0[1]], []]
 
 
 def test_refine_windows_seed_every_passage_then_grow_the_best_frontier() -> None:
     sims = [[0.1, 0.9, 0.2], [0.7, 0.3]]
     spans0, spans1 = _sentence_spans(REFINE_TEXTS[0]), _sentence_spans(REFINE_TEXTS[1])
-    keep = refine_passage_spans("nothing", REFINE_TEXTS, _scores(sims), 12, COUNT, rank_weight=0.0)
+    keep = refine_passage_spans("nothing", REFINE_TEXTS, _scores(sims), 12, COUNT, rank_weight=0.0, mode="windows")
     assert keep == [[spans0[1]], [spans1[0]]]  # both seeds, nothing more fits
-    keep = refine_passage_spans("nothing", REFINE_TEXTS, _scores(sims), 18, COUNT, rank_weight=0.0)
+    keep = refine_passage_spans("nothing", REFINE_TEXTS, _scores(sims), 18, COUNT, rank_weight=0.0, mode="windows")
     assert keep == [[spans0[1]], spans1]  # 0.3 beside the second seed beats 0.2 and 0.1
     # Without every_passage a passage that has no window can still start one from its best sentence.
     keep = refine_passage_spans("nothing", REFINE_TEXTS, _scores(sims), 12, COUNT, rank_weight=0.0,
-                                every_passage=False)
+                                every_passage=False, mode="windows")
     assert keep == [[spans0[1]], [spans1[0]]]
 
 
