@@ -13,6 +13,7 @@ class, the order of repairs per failure type). Both keep learning as the stream 
 
     python benchmarks/learning.py --run --batch configs/batch-literaryqa-dev.yaml --split 43
     python benchmarks/learning.py --warm RUN_DIR --cold RUN_DIR     # figures of existing runs
+    python benchmarks/learning.py --run --batch ... --split 43 --tag s4   # new code, same warm-up
 
 Figures on the stream, per condition: first-attempt success (the first attempt passes every
 check), first attempt correct (graded against gold, as the loop-off engine would answer),
@@ -66,6 +67,8 @@ def main() -> None:
     ap.add_argument("--cold", help="run folder of the stream run with empty memory")
     ap.add_argument("--run", action="store_true", help="run both conditions first (resumable)")
     ap.add_argument("--threshold", type=float, default=0.5, help="loop.answer_threshold of the runs")
+    ap.add_argument("--tag", default="", help="suffix for the warm and cold runs and their memories, to measure "
+                    "new code on the same warm-up (the warm-up run and its memory are reused when complete)")
     args = ap.parse_args()
     need_shared()
     from self_improving_rag.batch import load_batch, load_items
@@ -74,8 +77,9 @@ def main() -> None:
     items = load_items(spec, base)
     stream = [it.id for it in items[args.split:]]
     out = REPO / "runs"
-    warm_dir = Path(args.warm) if args.warm else out / f"{spec.name}-learn-warm"
-    cold_dir = Path(args.cold) if args.cold else out / f"{spec.name}-learn-cold"
+    tag = f"-{args.tag}" if args.tag else ""
+    warm_dir = Path(args.warm) if args.warm else out / f"{spec.name}-learn-warm{tag}"
+    cold_dir = Path(args.cold) if args.cold else out / f"{spec.name}-learn-cold{tag}"
     if args.run:
         from self_improving_rag.batch import run_batch
         from self_improving_rag.config import load_config
@@ -85,7 +89,7 @@ def main() -> None:
             run_batch(spec.model_copy(update={"name": name, "output_dir": str(out), "limit": limit}), base, cfg,
                       offset=offset, progress=sys.stderr.isatty())
 
-        warmup_db, warm_db = out / f"mem-{spec.name}-learn-warmup.db", out / f"mem-{spec.name}-learn-warm.db"
+        warmup_db, warm_db = out / f"mem-{spec.name}-learn-warmup.db", out / f"mem-{spec.name}-learn-warm{tag}.db"
         run(f"{spec.name}-learn-warmup", warmup_db, 0, args.split)
         if not warm_db.exists():  # a resumed run keeps the warm memory it has
             import sqlite3
@@ -96,7 +100,7 @@ def main() -> None:
             src.close()
             dst.close()
         run(warm_dir.name, warm_db, args.split, None)
-        run(cold_dir.name, out / f"mem-{spec.name}-learn-cold.db", args.split, None)
+        run(cold_dir.name, out / f"mem-{spec.name}-learn-cold{tag}.db", args.split, None)
     warm, cold = _rows(warm_dir), _rows(cold_dir)
     ids = [i for i in stream if i in warm and i in cold]
     if not ids:
