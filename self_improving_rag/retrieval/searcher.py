@@ -114,7 +114,7 @@ class Searcher:
         ranked, sent_scores = self.reranker.rerank(qvec, texts)
         rel = dict(ranked)
         if self.cross_encoder is not None and strategy.rerank and texts:
-            rel = dict(enumerate(self.cross_encoder.relevance(question, qvec, texts)))
+            rel = dict(enumerate(self.cross_encoder.relevance(query, qvec, texts)))
         order = [(pool[j][0], pool[j][1], rel[j], sent_scores[j]) for j in range(len(pool))]
         if strategy.rerank and order:
             w = self.config.retrieval.rerank_weight
