@@ -297,6 +297,8 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
             targets = [(fmt, path) for fmt, path in (("csv", args.csv), ("json", args.json_file)) if path]
             if not targets:
                 raise InputError("sirag memory export needs --csv FILE and/or --json-file FILE")
+            if len(targets) == 2 and Path(args.csv).resolve() == Path(args.json_file).resolve():
+                raise InputError("--csv and --json-file name the same file; give each format its own file")
             for fmt, path in targets:
                 n = store.export(fmt, path)
             data = {"exported": n, "files": [{"path": str(path), "format": fmt} for fmt, path in targets]}

@@ -142,3 +142,6 @@ def test_feedback_calibrate_and_memory_analysis_commands(tmp_path):
     assert len(json.loads((tmp_path / "o.json").read_text())) == 6
     r = run(["memory", "export"], tmp_path, ov)
     assert r.returncode == 2 and "--csv FILE" in r.stderr
+    r = run(["memory", "export", "--csv", str(tmp_path / "o.csv"), "--json-file", str(tmp_path / "o.csv")], tmp_path, ov)
+    assert r.returncode == 2 and "same file" in r.stderr
+    assert len((tmp_path / "o.csv").read_text().splitlines()) == 1 + 6  # the CSV is untouched

@@ -51,7 +51,8 @@ def query_features(question: str) -> QueryFeatures:
     q = question.strip()
     words = re.findall(r"[\w'’-]+", q)
     low = q.lower()
-    lead = [w.lower() for w in words[:8]]
+    # "What's", "who’d": the wh-word without its contracted verb.
+    lead = [re.sub(r"['’](s|d|re|ll|ve)$", "", w.lower()) for w in words[:8]]
     cls = "other"
     if _YES_NO.match(low):
         cls = "yes-no"

@@ -273,9 +273,9 @@ class CorpusIndex:
 
 def on_gpu_if_available(index):
     """The FAISS index copied to the GPUs when the installed faiss has any (the ``gpu`` extra,
-    ``faiss-gpu-cu12`` in place of ``faiss-cpu``); the same index otherwise. Search results are
-    the same either way: exact inner product on the GPU, the same HNSW graph searched on the CPU
-    (GPU FAISS has no HNSW, so those stay on the CPU)."""
+    ``faiss-gpu-cu12`` in place of ``faiss-cpu``); the same index otherwise. Exact inner product
+    gives the same results on the GPU up to floating-point ties; HNSW indexes stay on the CPU
+    (GPU FAISS has no HNSW)."""
     import faiss
 
     get_num_gpus = getattr(faiss, "get_num_gpus", None)

@@ -41,15 +41,11 @@ class Searcher:
             return
         from ..ingestion.pipeline import chunker_params
 
-        self.embedder.warm_up()
-        built = set(self.index.manifest().get("chunkers", {}))
-        params = {k: v for k, v in chunker_params(self.config, self.embedder.max_tokens).items() if k in built}
-        self._manifest = self.index.check_compatible(self.embedder.name, int(self.embedder.dim), params)
-        self._cache = EmbeddingCache(self.index.root / "embeddings.sqlite", self.embedder.name)
         r = self.config.retrieval
-        self.reranker = EmbeddingReranker(self.embed_cached, top_sentences=r.rerank_sentences,
-                                          slope=r.relevance_slope, midpoint=r.relevance_midpoint)
+        cross_encoder = None
         if r.cross_encoder_dir:
+            # Checked before anything is marked ready, so a bad directory fails every search,
+            # not only the first one.
             from pathlib import Path
 
             path = Path(r.cross_encoder_dir).expanduser()
@@ -57,7 +53,16 @@ class Searcher:
                 raise InputError(f"retrieval.cross_encoder_dir={r.cross_encoder_dir} is not a model directory "
                                  "(no config.json there); point it at a local sentence-transformers CrossEncoder "
                                  "or unset it to use the embedding reranker")
-            self.cross_encoder = CrossEncoderReranker(str(path))
+            cross_encoder = CrossEncoderReranker(str(path))
+        self.embedder.warm_up()
+        built = set(self.index.manifest().get("chunkers", {}))
+        params = {k: v for k, v in chunker_params(self.config, self.embedder.max_tokens).items() if k in built}
+        manifest = self.index.check_compatible(self.embedder.name, int(self.embedder.dim), params)
+        self._cache = EmbeddingCache(self.index.root / "embeddings.sqlite", self.embedder.name)
+        self.reranker = EmbeddingReranker(self.embed_cached, top_sentences=r.rerank_sentences,
+                                          slope=r.relevance_slope, midpoint=r.relevance_midpoint)
+        self.cross_encoder = cross_encoder
+        self._manifest = manifest
 
     @property
     def manifest(self) -> dict:
@@ -113,7 +118,9 @@ class Searcher:
         texts = [ci.chunks[i].text for i, _ in pool]
         ranked, sent_scores = self.reranker.rerank(qvec, texts)
         rel = dict(ranked)
-        if self.cross_encoder is not None and strategy.rerank and texts:
+        if self.cross_encoder is not None and texts:
+            # Whenever it is configured, with or without reranking, so relevance (and grounding,
+            # which thresholds it) keeps one scale across a question's attempts.
             rel = dict(enumerate(self.cross_encoder.relevance(query, qvec, texts)))
         order = [(pool[j][0], pool[j][1], rel[j], sent_scores[j]) for j in range(len(pool))]
         if strategy.rerank and order:

@@ -106,6 +106,9 @@ def test_thin_memory_falls_back_to_the_default() -> None:
     ("However late it was, the lamp burned. Name the lamp.", "other"),
     ("Whatever happened to the Agra treasure?", "other"),
     ("Name the ship that carried the treasure.", "other"),
+    ("What's the name of the ship?", "what"),
+    ("Who’s the man in the cab?", "who"),
+    ("Where'd the convict hide?", "where"),
 ])
 def test_query_classes(question: str, cls: str) -> None:
     assert query_features(question).query_class == cls

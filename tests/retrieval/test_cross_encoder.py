@@ -132,6 +132,15 @@ def test_searcher_uses_the_configured_cross_encoder_for_relevance(model_dir, rer
         assert h.scores["relevance"] < 0.5  # this model's biased logits; the embedding judge differs
     plain = Searcher(load_config(None, fake_overrides(tmp_path)), hash_embedder).search(QUESTION, Strategy(rerank=True, top_k=4))
     assert [h.scores["relevance"] for h in plain.hits] != [h.scores["relevance"] for h in res.hits]
+    # A rewritten query is what the cross-encoder reads, as the embedding judge does.
+    rewritten = searcher.search(QUESTION, Strategy(rerank=True, top_k=4), query="lighthouse builder Clara Venn")
+    for h in rewritten.hits:
+        expected = reranker.relevance("lighthouse builder Clara Venn", None, [h.chunk.text])[0]
+        assert h.scores["relevance"] == pytest.approx(expected, abs=1e-5)
+    # Without reranking the relevance is still the cross-encoder's: one scale for grounding.
+    unranked = searcher.search(QUESTION, Strategy(rerank=False, top_k=4))
+    for h in unranked.hits:
+        assert h.scores["relevance"] == pytest.approx(reranker.relevance(QUESTION, None, [h.chunk.text])[0], abs=1e-5)
 
 
 def test_a_cross_encoder_dir_without_a_model_is_a_clear_error(tmp_path, hash_embedder, built_index) -> None:
@@ -142,5 +151,7 @@ def test_a_cross_encoder_dir_without_a_model_is_a_clear_error(tmp_path, hash_emb
     from tests.conftest import fake_overrides
 
     config = load_config(None, [*fake_overrides(tmp_path), f"retrieval.cross_encoder_dir={tmp_path / 'nothing'}"])
-    with pytest.raises(InputError, match="cross_encoder_dir"):
-        Searcher(config, hash_embedder).warm_up()
+    searcher = Searcher(config, hash_embedder)
+    for _ in range(2):  # every search fails the same way, not only the first
+        with pytest.raises(InputError, match="cross_encoder_dir"):
+            searcher.warm_up()

@@ -218,9 +218,12 @@ def test_commit_fsyncs_every_file_of_the_generation(tmp_path: Path, corpus_dir: 
     files = [p for p in live.rglob("*") if p.is_file() and p.name != "manifest.json"]
     assert any(p.suffix == ".faiss" for p in files) and any("bm25-" in str(p) for p in files)
     # Synced under the building name, before the rename to gen-...
-    synced_names = {Path(s).name for s in synced}
+    # Synced under the building folder's name, before the rename to gen-...: compare the paths
+    # inside the generation (each chunker's BM25 folder holds files of the same names).
+    synced_rel = {Path(*Path(s).parts[i + 1:]) for s in synced
+                  for i, part in enumerate(Path(s).parts) if part.startswith(".building-")}
     for p in files:
-        assert p.name in synced_names, f"{p.name} was never fsynced"
+        assert p.relative_to(live) in synced_rel, f"{p.relative_to(live)} was never fsynced"
 
 
 def test_dense_index_moves_to_the_gpu_only_when_faiss_has_one(monkeypatch) -> None:
