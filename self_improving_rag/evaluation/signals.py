@@ -15,6 +15,7 @@ import numpy as np
 from ..config import ScoringConfig
 from ..generation.prompts import build_judge_messages, parse_citations, strip_citations
 from ..ingestion.sentences import split_sentences
+from ..retrieval.reranker import sigmoid
 from ..text import capitalised_terms, content_terms
 from ..types import Generation, Passage, RetrievalResult, Signal, Signals
 from .calibration import answer_words
@@ -69,7 +70,7 @@ def soft_coverage(question_vec: np.ndarray, sentence_vecs: np.ndarray, sentences
     sims = sentence_vecs @ question_vec
     i = int(np.argmax(sims))
     cos = float(sims[i])
-    return {"soft": round(float(1.0 / (1.0 + np.exp(-slope * (cos - midpoint)))), 4),
+    return {"soft": round(sigmoid(slope * (cos - midpoint)), 4),
             "best_cosine": round(cos, 4), "best_sentence": sentences[i][:200]}
 
 
@@ -190,20 +191,24 @@ class SignalScorer:
         passages = list(retrieval.passages)
         context = "\n".join(p.text for p in passages)
         coverage = coverage_score(question, context)
+        # Every passage split into sentences and embedded once (with the question and the whole
+        # passages): soft coverage, redundancy and the claim checks all read these vectors.
+        sentences = [(p.number, p.text[a:b]) for p in passages
+                     for a, b in (split_sentences(p.text) or [(0, len(p.text))])]
         if passages:
-            sentences = [p.text[a:b] for p in passages for a, b in (split_sentences(p.text) or [(0, len(p.text))])]
-            vecs = self.embed([question, *sentences])
-            coverage.detail.update(soft_coverage(vecs[0], vecs[1:], sentences, self.relevance_slope,
-                                                 self.relevance_midpoint))
-        if passages:
-            vecs = self.embed([p.text for p in passages])
-            redundancy = redundancy_score(vecs, [p.text for p in passages], self.config.redundancy_threshold)
+            vecs = self.embed([question, *(p.text for p in passages), *(t for _, t in sentences)])
+            passage_vecs, sentence_vecs = vecs[1:1 + len(passages)], vecs[1 + len(passages):]
+            coverage.detail.update(soft_coverage(vecs[0], sentence_vecs, [t for _, t in sentences],
+                                                 self.relevance_slope, self.relevance_midpoint))
+            redundancy = redundancy_score(passage_vecs, [p.text for p in passages], self.config.redundancy_threshold)
         else:
+            sentence_vecs = np.zeros((0, 0))
             redundancy = Signal("redundancy", None, "no passages")
         grounding = grounding_score([h.scores.get("relevance", 0.0) for h in retrieval.hits],
                                     self.config.relevance_threshold)
         use_judge = self.config.judge == "llm" and self.generator is not None
-        checks = [] if refused else self._check_claims(question, answer, passages, use_judge, prompt)
+        checks = [] if refused else self._check_claims(question, answer, passages, sentences, sentence_vecs,
+                                                         use_judge, prompt)
         faithfulness = faithfulness_score(checks, refused, "llm-judge+lexical" if use_judge else "lexical")
         features = {
             "coverage": coverage.value, "grounding": grounding.value, "faithfulness": faithfulness.value,
@@ -217,27 +222,21 @@ class SignalScorer:
                             {"features": features, "mean_logprob": features["mean_logprob"]})
         return Signals(coverage, redundancy, grounding, faithfulness, confidence, refused)
 
-    def _check_claims(self, question: str, answer: str, passages: list[Passage], use_judge: bool,
-                      prompt: str) -> list[ClaimCheck]:
+    def _check_claims(self, question: str, answer: str, passages: list[Passage], sentences: list[tuple[int, str]],
+                      sentence_vecs: np.ndarray, use_judge: bool, prompt: str) -> list[ClaimCheck]:
+        """Each claim against the passages' sentences (``sentences``: (passage number, text) with
+        their vectors), instruction-like sentences left out."""
         claims_cited = split_claims(answer)
         claims = [c for c, _ in claims_cited]
         if not claims or not passages:
             return [ClaimCheck(c, cites, 0.0, 0.0, None, 0.0, False) for c, cites in claims_cited]
         by_num = {p.number: p for p in passages}
         evidence = {p.number: evidence_text(p.text) for p in passages}
-        sent_texts: list[str] = []
-        owner: list[int] = []
-        for p in passages:
-            spans = split_sentences(p.text) or [(0, len(p.text))]
-            for s, e in spans:
-                if is_instruction(p.text[s:e]):
-                    continue
-                sent_texts.append(p.text[s:e])
-                owner.append(p.number)
-        if not sent_texts:
+        keep = [i for i, (_, t) in enumerate(sentences) if not is_instruction(t)]
+        owner = [sentences[i][0] for i in keep]
+        if not keep:
             return [ClaimCheck(c, cites, 0.0, 0.0, None, 0.0, False) for c, cites in claims_cited]
-        vecs = self.embed(claims + sent_texts)
-        cvecs, svecs = vecs[: len(claims)], vecs[len(claims):]
+        cvecs, svecs = self.embed(claims), sentence_vecs[keep]
         sims = cvecs @ svecs.T
         checks = []
         judged = 0
