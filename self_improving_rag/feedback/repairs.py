@@ -37,13 +37,19 @@ REPAIRS: dict[str, Callable[[Strategy, tuple[str, ...]], Strategy | None]] = {
 }
 
 # Candidate repairs per failure, in the default order (used until memory has evidence).
+# After a decline or weak retrieval the first repairs change *which* passages are read (the
+# dense retriever, another chunker) before showing more of the same ones: replaying the
+# declined first attempts of three stored runs (sherlock_dev, literaryqa_dev, SQuAD), the
+# answer entered the context within two repairs for 5 of 15 with this MISSED_ANSWER order
+# and 3 of 15 with the earlier one (more_context, neighbors, base_prompt, raise_top_k,
+# switch_chunker), at about half the prompt tokens (docs/results.md, session 5).
 CATALOGUE: dict[str, tuple[str, ...]] = {
-    "WEAK_RETRIEVAL": ("switch_chunker", "hybrid_retriever", "raise_top_k", "query_rewrite", "neighbors",
-                       "bm25_retriever", "chunker_fixed"),
+    "WEAK_RETRIEVAL": ("switch_chunker", "dense_retriever", "hybrid_retriever", "raise_top_k", "query_rewrite",
+                       "neighbors", "bm25_retriever", "chunker_fixed"),
     "HALLUCINATION_RISK": ("strict_prompt", "cite_prompt", "fewer_passages", "rerank"),
     "LOW_CONFIDENCE": ("rerank", "more_context", "neighbors", "switch_chunker", "hybrid_retriever"),
     "REDUNDANT_CONTEXT": ("switch_chunker", "rerank", "fewer_passages"),
-    "MISSED_ANSWER": ("more_context", "neighbors", "base_prompt", "raise_top_k", "switch_chunker"),
+    "MISSED_ANSWER": ("dense_retriever", "switch_chunker", "more_context", "neighbors", "base_prompt", "raise_top_k"),
     "NONE": (),
 }
 
