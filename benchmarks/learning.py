@@ -14,6 +14,7 @@ class, the order of repairs per failure type). Both keep learning as the stream 
     python benchmarks/learning.py --run --batch configs/batch-literaryqa-dev.yaml --split 43
     python benchmarks/learning.py --warm RUN_DIR --cold RUN_DIR     # figures of existing runs
     python benchmarks/learning.py --run --batch ... --split 43 --tag s4   # new code, same warm-up
+    python benchmarks/learning.py --run --batch ... --split 43 --tag s5 --new-warmup   # new code throughout
 
 Figures on the stream, per condition: first-attempt success (the first attempt passes every
 check), first attempt correct (graded against gold, as the loop-off engine would answer),
@@ -69,7 +70,11 @@ def main() -> None:
     ap.add_argument("--threshold", type=float, default=0.5, help="loop.answer_threshold of the runs")
     ap.add_argument("--tag", default="", help="suffix for the warm and cold runs and their memories, to measure "
                     "new code on the same warm-up (the warm-up run and its memory are reused when complete)")
+    ap.add_argument("--new-warmup", action="store_true", help="with --tag: run the warm-up again at the current "
+                    "code (its run and memory get the tag too) instead of reusing the untagged one")
     args = ap.parse_args()
+    if args.new_warmup and not args.tag:
+        ap.error("--new-warmup needs --tag, so the new warm-up does not overwrite the old one")
     need_shared()
     from self_improving_rag.batch import load_batch, load_items
 
@@ -89,8 +94,9 @@ def main() -> None:
             run_batch(spec.model_copy(update={"name": name, "output_dir": str(out), "limit": limit}), base, cfg,
                       offset=offset, progress=sys.stderr.isatty())
 
-        warmup_db, warm_db = out / f"mem-{spec.name}-learn-warmup.db", out / f"mem-{spec.name}-learn-warm{tag}.db"
-        run(f"{spec.name}-learn-warmup", warmup_db, 0, args.split)
+        wtag = tag if args.new_warmup else ""
+        warmup_db, warm_db = out / f"mem-{spec.name}-learn-warmup{wtag}.db", out / f"mem-{spec.name}-learn-warm{tag}.db"
+        run(f"{spec.name}-learn-warmup{wtag}", warmup_db, 0, args.split)
         if not warm_db.exists():  # a resumed run keeps the warm memory it has
             import sqlite3
 
