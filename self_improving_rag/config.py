@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ConfigError
 from .types import Strategy
@@ -23,9 +23,9 @@ class _Model(BaseModel):
 
 
 class PathsConfig(_Model):
-    index_dir: str = "index/default"
-    memory_db: str = "memory/memory.db"
-    log_dir: str = "logs"
+    index_dir: str = Field("index/default", min_length=1)
+    memory_db: str = Field("memory/memory.db", min_length=1)
+    log_dir: str = Field("logs", min_length=1)
     model_cache: str = "~/.cache/self_improving_rag/models"
 
 
@@ -42,13 +42,27 @@ class FixedChunkerConfig(_Model):
     size: int = Field(200, ge=16, le=8192)
     overlap: int = Field(30, ge=0, le=4096)
 
+    @model_validator(mode="after")
+    def _overlap_below_size(self):
+        if self.overlap >= self.size:
+            raise ValueError(f"overlap ({self.overlap}) must be smaller than size ({self.size})")
+        return self
 
-class SectionChunkerConfig(_Model):
+
+class _MinMaxTokens(_Model):
+    @model_validator(mode="after")
+    def _min_not_above_max(self):
+        if self.min_tokens > self.max_tokens:
+            raise ValueError(f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
+        return self
+
+
+class SectionChunkerConfig(_MinMaxTokens):
     max_tokens: int = Field(220, ge=16, le=8192)
     min_tokens: int = Field(40, ge=0, le=8192)
 
 
-class SemanticChunkerConfig(_Model):
+class SemanticChunkerConfig(_MinMaxTokens):
     percentile: float = Field(90.0, gt=0, lt=100)
     window: int = Field(1, ge=1, le=10)
     min_tokens: int = Field(40, ge=0, le=8192)
@@ -56,7 +70,7 @@ class SemanticChunkerConfig(_Model):
 
 
 class IngestionConfig(_Model):
-    chunkers: list[Literal["fixed", "section", "semantic"]] = ["fixed", "section", "semantic"]
+    chunkers: list[Literal["fixed", "section", "semantic"]] = Field(["fixed", "section", "semantic"], min_length=1)
     # Chunkers whose chunk vectors are pooled from their sentences' embeddings (one shared
     # sentence pass) instead of embedding each chunk's text: ingest is ~2x faster. The others
     # embed breadcrumb + chunk text. Measured trade-off in docs/results.md.
@@ -158,7 +172,7 @@ class LoopConfig(_Model):
 class PolicyConfig(_Model):
     method: Literal["thompson", "ucb", "fixed"] = "thompson"
     seed: int = 0
-    min_history: int = Field(3, ge=0)  # outcomes needed before memory overrides the default
+    min_history: int = Field(3, ge=0)  # counted attempts of a query class before memory overrides the default
     # What the first-strategy choice learns from: every attempt (a strategy that succeeded as a
     # repair becomes a candidate first choice for its query class) or first attempts only (then
     # only strategies that were once chosen first can ever be chosen first again).
@@ -171,10 +185,13 @@ class PolicyConfig(_Model):
     # success of a rarely tried strategy does not outweigh a long record.
     prior_strength: float = Field(4.0, ge=0, le=1000)
     # Stop retrying a failure type once memory shows its repairs rarely work: after at least
-    # stop_min_evidence repairs of that failure (all query classes), if their smoothed success
-    # rate (s + 1) / (n + 2) is below stop_below, the loop ends there (0 turns this off).
+    # stop_min_evidence repairs of that failure (the question's query class when the class alone
+    # has that many, else all classes), if their smoothed success rate (s + 1) / (n + 2) is below
+    # stop_below, the loop ends there (0 turns this off). A seeded share stop_explore of such
+    # questions retries anyway, so the record that stopped the loop can still change.
     stop_below: float = Field(0.1, ge=0, le=1)
     stop_min_evidence: int = Field(20, ge=1)
+    stop_explore: float = Field(0.1, ge=0, le=1)
 
 
 class StrategyConfig(_Model):

@@ -96,9 +96,10 @@ class Engine:
             on_attempt: Callable[[AttemptRecord], None] | None = None, run_id: str | None = None,
             item_id: str | None = None, first_strategy: Strategy | None = None) -> Answer:
         """Answer one question (or refuse), recording every attempt in memory."""
-        t_start = time.perf_counter()
         question = check_question(question)
         self.warm_up()
+        # The budget starts after the models are loaded: loading is not the question's time.
+        t_start = time.perf_counter()
         loop = self.config.loop.enabled if loop is None else loop
         features = query_features(question)
         strategy = first_strategy or self.policy.first(question, features)
@@ -117,10 +118,13 @@ class Engine:
             elapsed = time.perf_counter() - t_start
             if failure == "NONE" or len(attempts) >= max_attempts:
                 break
-            if elapsed >= self.config.loop.max_seconds:
-                log.info("time budget of %.0f s spent after %d attempts", self.config.loop.max_seconds, len(attempts))
+            # Another attempt is expected to take as long as the mean so far: do not start one that
+            # would end past the budget.
+            if elapsed + elapsed / len(attempts) > self.config.loop.max_seconds:
+                log.info("time budget of %.0f s would be spent by another attempt after %d attempt(s) in %.1f s",
+                         self.config.loop.max_seconds, len(attempts), elapsed)
                 break
-            futile = self.policy.futile(failure)
+            futile = self.policy.futile(failure, question, features)
             if futile is not None:
                 stop_note = (f"no retry: memory shows repairs after {failure} worked {futile[0]} time(s) "
                              f"in {futile[1]}")

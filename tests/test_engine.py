@@ -50,6 +50,37 @@ def test_time_budget_stops_the_loop(tmp_path, make_engine):
     assert len(ans.attempts) == 1
 
 
+@pytest.mark.parametrize("budget,expected", [(0.5, 1), (0.75, 2)])
+def test_time_budget_does_not_start_an_attempt_that_would_overrun_it(tmp_path, make_engine, budget, expected):
+    """Attempts take ~0.3 s: a retry starts only if the mean attempt still fits the budget;
+    loading the models (1 s here) is not counted against the question."""
+    import time
+
+    cfg = load_config(None, fake_overrides(tmp_path) + [f"loop.max_seconds={budget}", "loop.max_attempts=5",
+                                                         "policy.stop_below=0"])
+    engine, gen, _ = make_engine([REFUSE], config=cfg)
+    engine.warm_up()
+    real_attempt = engine._attempt
+
+    def slow_attempt(*a, **k):
+        time.sleep(0.3)
+        return real_attempt(*a, **k)
+
+    loads = []
+
+    def slow_load():  # the first call stands for loading the models
+        if not loads:
+            time.sleep(1.0)
+        loads.append(1)
+
+    engine._attempt = slow_attempt
+    engine.warm_up = slow_load
+    t = time.perf_counter()
+    ans = engine.ask("Who saved the sailors of the Greyling in the storm?")
+    assert len(ans.attempts) == expected
+    assert time.perf_counter() - t - 1.0 < budget + 0.25
+
+
 def test_json_contract_keys(make_engine):
     engine, _, _ = make_engine([GOOD])
     data = engine.ask("Who saved the sailors of the Greyling?").to_json()
@@ -151,9 +182,10 @@ def test_policy_learns_a_first_strategy_from_successful_repairs(make_engine):
     assert all(p.key == default.key for p in picks) and seen[-1] is True
 
 
-def test_memory_stops_retrying_a_failure_whose_repairs_keep_failing(make_engine):
+def test_memory_stops_retrying_a_failure_whose_repairs_keep_failing(tmp_path, make_engine):
     """After enough failed repairs of one failure type, the loop stops at the first attempt."""
-    engine, gen, store = make_engine([REFUSE])
+    cfg = load_config(None, fake_overrides(tmp_path) + ["policy.stop_explore=0"])
+    engine, gen, store = make_engine([REFUSE], config=cfg)
     question = "What colour was the harbour master's umbrella?"
     attempts = []
     for _ in range(15):
@@ -176,20 +208,23 @@ def test_stop_below_zero_keeps_retrying(tmp_path, make_engine):
     assert lengths == [engine.config.loop.max_attempts] * 12
 
 
-def test_futile_needs_evidence_and_a_low_rate(make_engine):
-    engine, gen, store = make_engine([GOOD])
+class RepairCounts:
+    """A memory whose repair record is one table pooled over classes, plus tables per class."""
 
-    class Counts:
-        def __init__(self, table):
-            self.table = table
+    def __init__(self, table, per_class=None):
+        self.table, self.per_class = table, per_class or {}
 
-        def strategy_counts(self, qc=None, first_only=True, use_labels=False):
-            return {}
+    def strategy_counts(self, qc=None, first_only=True, use_labels=False):
+        return {}
 
-        def repair_counts(self, failure, qc=None, use_labels=False):
-            assert qc is None  # pooled over query classes
-            return self.table
+    def repair_counts(self, failure, qc=None, use_labels=False):
+        return self.table if qc is None else self.per_class.get(qc, {})
 
+
+def test_futile_needs_evidence_and_a_low_rate(tmp_path, make_engine):
+    cfg = load_config(None, fake_overrides(tmp_path) + ["policy.stop_explore=0"])
+    engine, gen, store = make_engine([GOOD], config=cfg)
+    Counts = RepairCounts
     policy = engine.policy
     policy.memory = Counts({"rerank": (0, 10), "more_context": (0, 9)})  # 19 repairs: too few to judge
     assert policy.futile("LOW_CONFIDENCE") is None
@@ -197,3 +232,35 @@ def test_futile_needs_evidence_and_a_low_rate(make_engine):
     assert policy.futile("LOW_CONFIDENCE") == (1, 30)
     policy.memory = Counts({"rerank": (2, 10), "more_context": (1, 17)})  # (3 + 1) / (30 + 2) >= 0.1
     assert policy.futile("LOW_CONFIDENCE") is None
+
+
+def test_futile_reads_the_query_class_when_it_has_evidence_of_its_own(tmp_path, make_engine):
+    from self_improving_rag.feedback.policy import query_features
+
+    cfg = load_config(None, fake_overrides(tmp_path) + ["policy.stop_explore=0"])
+    engine, gen, store = make_engine([GOOD], config=cfg)
+    policy = engine.policy
+    who, when = "Who rang the bell?", "When did the bell ring?"
+    pooled = {"rerank": (10, 210)}  # futile over all classes
+    # `when` repairs work half the time: its own record (20 repairs) overrides the pooled one.
+    policy.memory = RepairCounts(pooled, {"when": {"rerank": (10, 10)}, "who": {"rerank": (0, 200)}})
+    assert policy.futile("LOW_CONFIDENCE", when, query_features(when)) is None
+    assert policy.futile("LOW_CONFIDENCE", who, query_features(who)) == (0, 200)
+    # A class with too little evidence of its own falls back to the pooled record.
+    policy.memory = RepairCounts(pooled, {"when": {"rerank": (5, 5)}})
+    assert policy.futile("LOW_CONFIDENCE", when, query_features(when)) == (10, 220)
+
+
+def test_futile_lets_a_seeded_share_of_questions_retry(tmp_path, make_engine):
+    """Exploration keeps the record that stopped the loop changing; a run repeats its choices."""
+    from self_improving_rag.feedback.policy import query_features
+
+    engine, gen, store = make_engine([GOOD])
+    policy = engine.policy
+    assert policy.config.stop_explore == pytest.approx(0.1)
+    policy.memory = RepairCounts({"rerank": (0, 100)})
+    questions = [f"Who rang bell number {i}?" for i in range(400)]
+    stopped = [policy.futile("LOW_CONFIDENCE", q, query_features(q)) for q in questions]
+    share_retry = sum(s is None for s in stopped) / len(stopped)
+    assert 0.05 < share_retry < 0.15
+    assert stopped == [policy.futile("LOW_CONFIDENCE", q, query_features(q)) for q in questions]

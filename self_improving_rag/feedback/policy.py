@@ -132,18 +132,30 @@ class StrategyPolicy:
                 best_key, best = key, v
         return known[best_key]
 
-    def futile(self, failure: str) -> tuple[int, int] | None:
-        """(successes, repairs) when memory shows that repairs after ``failure`` rarely work
-        (at least ``stop_min_evidence`` of them, smoothed success rate below ``stop_below``),
-        so another attempt is not worth its time; None otherwise."""
+    def futile(self, failure: str, question: str = "", features: QueryFeatures | None = None) -> tuple[int, int] | None:
+        """(successes, repairs) when memory shows that repairs after ``failure`` rarely work, so
+        another attempt is not worth its time; None otherwise.
+
+        The record is the question's query class when that class alone has at least
+        ``stop_min_evidence`` repairs after ``failure``, else all classes pooled; it is futile
+        when its smoothed success rate (s + 1) / (n + 2) is below ``stop_below``. A class whose
+        own record clears the bar is never stopped by the pooled one. A share ``stop_explore``
+        of questions (seeded by the question) retries anyway, so the record can still change.
+        """
         if self.memory is None or self.config.method == "fixed" or self.config.stop_below <= 0:
             return None
-        counts = self.memory.repair_counts(failure, None, use_labels=self.config.use_labels)
+        use_labels = self.config.use_labels
+        qc = features.query_class if features is not None else None
+        counts = self.memory.repair_counts(failure, qc, use_labels=use_labels) if qc else {}
+        if sum(a + b for a, b in counts.values()) < self.config.stop_min_evidence:
+            counts = self.memory.repair_counts(failure, None, use_labels=use_labels)
         s = sum(c[0] for c in counts.values())
         n = sum(c[0] + c[1] for c in counts.values())
-        if n >= self.config.stop_min_evidence and (s + 1) / (n + 2) < self.config.stop_below:
-            return s, n
-        return None
+        if n < self.config.stop_min_evidence or (s + 1) / (n + 2) >= self.config.stop_below:
+            return None
+        if self.config.stop_explore > 0 and self._rng(question, f"stop\x00{failure}").random() < self.config.stop_explore:
+            return None
+        return s, n
 
     def repair_order(self, question: str, failure: str, features: QueryFeatures) -> list[str]:
         """Candidate repairs for a failure, best first."""

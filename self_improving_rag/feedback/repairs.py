@@ -23,7 +23,9 @@ REPAIRS: dict[str, Callable[[Strategy, tuple[str, ...]], Strategy | None]] = {
     "chunker_section": lambda s, a: replace(s, chunker="section") if s.chunker != "section" and "section" in a else None,
     "chunker_semantic": lambda s, a: replace(s, chunker="semantic") if s.chunker != "semantic" and "semantic" in a else None,
     "chunker_fixed": lambda s, a: replace(s, chunker="fixed") if s.chunker != "fixed" and "fixed" in a else None,
-    "raise_top_k": lambda s, a: replace(s, top_k=min(16, s.top_k * 2), context_budget=min(1200, int(s.context_budget * 1.5)))
+    # Twice the passages with up to 1.5x the budget (capped at 1200, never below the current one).
+    "raise_top_k": lambda s, a: replace(s, top_k=min(16, s.top_k * 2),
+                                        context_budget=max(s.context_budget, min(1200, int(s.context_budget * 1.5))))
     if s.top_k < 16 else None,
     "neighbors": lambda s, a: replace(s, neighbors=1) if s.neighbors == 0 else None,
     "query_rewrite": lambda s, a: replace(s, query_rewrite="keywords") if s.query_rewrite == "none" else None,
@@ -37,19 +39,18 @@ REPAIRS: dict[str, Callable[[Strategy, tuple[str, ...]], Strategy | None]] = {
 }
 
 # Candidate repairs per failure, in the default order (used until memory has evidence).
-# After a decline or weak retrieval the first repairs change *which* passages are read (the
-# dense retriever, another chunker) before showing more of the same ones: replaying the
-# declined first attempts of three stored runs (sherlock_dev, literaryqa_dev, SQuAD), the
-# answer entered the context within two repairs for 5 of 15 with this MISSED_ANSWER order
-# and 3 of 15 with the earlier one (more_context, neighbors, base_prompt, raise_top_k,
-# switch_chunker), at about half the prompt tokens (docs/results.md, session 5).
+# Tried and dropped (session 5, docs/results.md): changing what is read first after a decline
+# (dense_retriever, then another chunker, before more_context) brought the answer into the
+# context more often when replayed through the searcher, but end to end on sherlock_dev it
+# lost 5 questions and gained 2: dense passages led to made-up answers that passed the checks,
+# and those self-judged successes made dense a first choice for later questions.
 CATALOGUE: dict[str, tuple[str, ...]] = {
-    "WEAK_RETRIEVAL": ("switch_chunker", "dense_retriever", "hybrid_retriever", "raise_top_k", "query_rewrite",
-                       "neighbors", "bm25_retriever", "chunker_fixed"),
+    "WEAK_RETRIEVAL": ("switch_chunker", "hybrid_retriever", "raise_top_k", "query_rewrite", "neighbors",
+                       "bm25_retriever", "chunker_fixed"),
     "HALLUCINATION_RISK": ("strict_prompt", "cite_prompt", "fewer_passages", "rerank"),
     "LOW_CONFIDENCE": ("rerank", "more_context", "neighbors", "switch_chunker", "hybrid_retriever"),
     "REDUNDANT_CONTEXT": ("switch_chunker", "rerank", "fewer_passages"),
-    "MISSED_ANSWER": ("dense_retriever", "switch_chunker", "more_context", "neighbors", "base_prompt", "raise_top_k"),
+    "MISSED_ANSWER": ("more_context", "neighbors", "base_prompt", "raise_top_k", "switch_chunker"),
     "NONE": (),
 }
 

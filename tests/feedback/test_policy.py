@@ -126,15 +126,9 @@ def test_ucb_tries_an_untried_strategy_then_prefers_the_better_record() -> None:
     assert picks == {OTHER}  # deterministic: UCB does not sample
 
 
-def test_empty_memory_repairs_a_decline_by_changing_what_is_read_first() -> None:
-    """After a decline with good coverage, the first repairs fetch other passages, not more of the same."""
-    policy = StrategyPolicy(PolicyConfig(), DEFAULT, None, available_chunkers=("section", "semantic", "fixed"))
-    q = "Who delivered the telegram?"
-    feats = query_features(q)
-    name, nxt = policy.repair(q, "MISSED_ANSWER", DEFAULT, {DEFAULT.key}, feats)
-    assert (name, nxt) == ("dense_retriever", replace(DEFAULT, retriever="dense"))
-    name2, nxt2 = policy.repair(q, "MISSED_ANSWER", nxt, {DEFAULT.key, nxt.key}, feats)
-    assert name2 == "switch_chunker" and nxt2.chunker != DEFAULT.chunker and nxt2.retriever == "dense"
-    # Already dense: the retriever repair does not apply, the chunker switch comes first.
-    dense = replace(DEFAULT, retriever="dense")
-    assert policy.repair(q, "MISSED_ANSWER", dense, {dense.key}, feats)[0] == "switch_chunker"
+def test_raise_top_k_never_shrinks_a_large_context_budget() -> None:
+    from self_improving_rag.feedback.repairs import apply_repair
+
+    big = replace(DEFAULT, context_budget=4000)
+    assert apply_repair("raise_top_k", big, ("section",)) == replace(big, top_k=10)
+    assert apply_repair("raise_top_k", DEFAULT, ("section",)).context_budget == 675
