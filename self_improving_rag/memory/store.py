@@ -217,8 +217,21 @@ class MemoryStore:
                 )
             return [name for name in known if name not in applied]
 
-        if not check():
+        pending = check()
+        if not pending:
             return
+        if self.read_only and len(pending) == len(known):
+            # Nothing of sirag's was ever applied: an empty file or somebody else's database.
+            others = [t for t in db.table_names() if not t.startswith("sqlite_")]
+            if others:
+                raise MemoryStoreError(
+                    f"{self.path} is not a sirag memory store (it holds other tables: {', '.join(others[:5])}); "
+                    "pass the --memory path of a store that sirag wrote"
+                )
+            raise MemoryStoreError(
+                f"memory database {self.path} is empty: nothing has been recorded in it yet; "
+                "run `sirag ask` or `sirag batch` with this --memory path first"
+            )
         if self.read_only:
             raise MemoryStoreError(
                 f"memory database {self.path} has an older schema; open it once without read-only "
@@ -441,10 +454,13 @@ class MemoryStore:
             "created_at": now,
         }
 
-    def add_feedback(self, outcome_id: str, correct: bool, source: str = "user", note: str = "") -> None:
+    def add_feedback(self, outcome_id: str, correct: bool, source: str = "user", note: str = "",
+                     only_if_unlabelled: bool = False) -> bool:
         """Label an outcome correct or wrong (``source`` 'user' or 'gold'); the latest label wins.
 
-        ``outcome_id`` may be a unique prefix of at least 6 characters.
+        ``outcome_id`` may be a unique prefix of at least 6 characters. With
+        ``only_if_unlabelled`` nothing is written when the outcome already has a label (checked
+        in the writing transaction). Returns whether a label was written.
         """
         if source not in FEEDBACK_SOURCES:
             raise ValueError(f"source must be one of {FEEDBACK_SOURCES}, got {source!r}")
@@ -455,11 +471,15 @@ class MemoryStore:
         full_id = self._resolve(outcome_id)
         row = {"outcome_id": full_id, "label": int(correct), "source": source, "note": note, "created_at": _utcnow()}
 
-        def write() -> None:
+        def write() -> bool:
             with self._immediate() as db:
+                if only_if_unlabelled and db.execute(
+                        "SELECT 1 FROM feedback WHERE outcome_id = ? LIMIT 1", [full_id]).fetchone():
+                    return False
                 self._insert(db, "feedback", row)
+                return True
 
-        self._write(write)
+        return self._write(write)
 
     def save_calibration(self, weights: dict, n: int, metrics: dict) -> int:
         """Store a fitted confidence calibration; returns its id.
@@ -568,7 +588,9 @@ class MemoryStore:
         Each dict: outcome_id, query_class, attempt, coverage, redundancy, grounding,
         faithfulness, confidence, refusal, mean_logprob, answer (the attempt's answer text, for
         the answer_words feature), failure, label (1 correct, 0 wrong; the latest feedback
-        wins) and source. Signal values may be None.
+        wins) and source. Signal values may be None. Refused outcomes are left out: confidence
+        is the probability that a given answer is correct, and a label on a refusal ("rightly
+        refused") says nothing about that.
         """
         return self._rows(
             """
@@ -584,7 +606,7 @@ class MemoryStore:
             JOIN outcomes o ON o.id = l.outcome_id
             JOIN attempts a ON a.outcome_id = o.id AND a.number = COALESCE(
                 o.chosen_attempt, (SELECT MAX(x.number) FROM attempts x WHERE x.outcome_id = o.id))
-            WHERE l.rn = 1
+            WHERE l.rn = 1 AND o.refused = 0
             ORDER BY o.created_at, o.id
             """
         )
@@ -631,13 +653,16 @@ class MemoryStore:
             WHERE a.number = (SELECT MIN(f.number) FROM attempts f WHERE f.outcome_id = a.outcome_id)
             """
         )
+        # total, user and gold count label rows; correct and wrong count outcomes by their latest label.
         f = self._count(
-            """
-            SELECT COUNT(*) AS total, COALESCE(SUM(label = 1), 0) AS correct,
-                   COALESCE(SUM(label = 0), 0) AS wrong,
-                   COALESCE(SUM(source = 'user'), 0) AS user, COALESCE(SUM(source = 'gold'), 0) AS gold,
-                   COUNT(DISTINCT outcome_id) AS labelled_outcomes
-            FROM feedback
+            f"""
+            WITH {self._LATEST_LABEL}
+            SELECT COUNT(*) AS total,
+                   COALESCE(SUM(f.source = 'user'), 0) AS user, COALESCE(SUM(f.source = 'gold'), 0) AS gold,
+                   COUNT(DISTINCT f.outcome_id) AS labelled_outcomes,
+                   (SELECT COUNT(*) FROM latest WHERE rn = 1 AND label = 1) AS correct,
+                   (SELECT COUNT(*) FROM latest WHERE rn = 1 AND label = 0) AS wrong
+            FROM feedback f
             """
         )
         n_out = int(o["outcomes"])
@@ -919,7 +944,7 @@ class MemoryStore:
                 FROM feedback
             )
             SELECT o.confidence, l.label AS y FROM latest l JOIN outcomes o ON o.id = l.outcome_id
-            WHERE l.rn = 1 AND o.confidence IS NOT NULL
+            WHERE l.rn = 1 AND o.confidence IS NOT NULL AND o.refused = 0
             """
         )
         target = "feedback"

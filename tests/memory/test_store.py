@@ -251,8 +251,24 @@ def test_feedback_accepts_prefix_and_latest_label_wins(store: MemoryStore) -> No
     assert set(row) >= {"redundancy", "grounding", "faithfulness", "refusal", "mean_logprob", "query_class"}
     fb = store.show(oid)["feedback"]
     assert [(f["label"], f["source"], f["note"]) for f in fb] == [(1, "user", "looks right"), (0, "gold", "")]
+    # Rows are counted as written; correct/wrong count the outcome once, by its latest label.
     assert store.stats()["feedback"] == {
-        "total": 2, "correct": 1, "wrong": 1, "user": 1, "gold": 1, "labelled_outcomes": 1
+        "total": 2, "correct": 0, "wrong": 1, "user": 1, "gold": 1, "labelled_outcomes": 1
+    }
+
+
+def test_gold_label_is_written_only_for_an_unlabelled_outcome(store: MemoryStore) -> None:
+    user_labelled = store.record(repaired_answer("user said right", query_class="who"))
+    fresh = store.record(make_answer("fresh"))
+    store.add_feedback(user_labelled, True, source="user")
+    # A re-run of the batch would label both again: the user's label stays the latest one.
+    assert store.add_feedback(user_labelled, False, source="gold", only_if_unlabelled=True) is False
+    assert store.add_feedback(fresh, False, source="gold", only_if_unlabelled=True) is True
+    assert store.add_feedback(fresh, False, source="gold", only_if_unlabelled=True) is False
+    labels = {r["outcome_id"]: (r["label"], r["source"]) for r in store.labelled_attempts()}
+    assert labels[user_labelled] == (1, "user")
+    assert store.stats()["feedback"] == {
+        "total": 2, "correct": 1, "wrong": 1, "user": 1, "gold": 1, "labelled_outcomes": 2
     }
 
 
@@ -267,14 +283,6 @@ def test_feedback_unknown_id_and_bad_arguments(store: MemoryStore) -> None:
         store.add_feedback(oid, True, source="robot")
     with pytest.raises(ValueError):
         store.add_feedback(oid, 1)  # type: ignore[arg-type]
-
-
-def test_labelled_attempts_uses_last_attempt_when_none_chosen(store: MemoryStore) -> None:
-    ans = make_answer("refused", (make_attempt(1, failure="WEAK_RETRIEVAL"), make_attempt(2, failure="LOW_CONFIDENCE")),
-                      refused=True, confidence=0.1)
-    oid = store.record(ans)
-    store.add_feedback(oid, True)
-    assert [r["attempt"] for r in store.labelled_attempts()] == [2]
 
 
 def test_calibration_roundtrip(store: MemoryStore) -> None:
@@ -542,3 +550,11 @@ def test_strategy_counts_of_all_attempts_include_repairs(store: MemoryStore) -> 
     assert every[STRATEGY_B.key] == (1, 0)  # B only ever ran as a repair, and it worked
     assert STRATEGY_B.key not in first
     assert store.strategy_counts("where", first_only=False) == {}
+
+
+def test_labels_on_refusals_do_not_enter_calibration(store: MemoryStore) -> None:
+    refused = store.record(make_answer("declined", refused=True))
+    answered = store.record(repaired_answer("answered", query_class="who"))
+    store.add_feedback(refused, True)  # "rightly refused"
+    store.add_feedback(answered, False)
+    assert [r["outcome_id"] for r in store.labelled_attempts()] == [answered]
