@@ -11,10 +11,12 @@ in flight and never duplicates a row.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import logging
 import os
+import re
 import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -93,7 +95,11 @@ def load_items(spec: BatchSpec, base: Path) -> list[QAItem]:
             if not isinstance(row, dict) or "question" not in row:
                 raise BatchError(f"inline question {i + 1} has no 'question' field")
             obj = {"id": f"q{i + 1:03d}", "answers": [], **row}
-            items.append(_jsonl_item(where, f"question {i + 1}", obj))
+            item = _jsonl_item(where, f"question {i + 1}", obj)
+            if "answers" not in row and "answerable" not in row:
+                # No gold given: the question is asked, not graded (and never labelled in memory).
+                item = dataclasses.replace(item, answerable=None)
+            items.append(item)
         _check_unique_ids(where, items)
     return items
 
@@ -108,10 +114,17 @@ def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
     return [dict(zip(keys, vals)) for vals in itertools.product(*(grid[k] for k in keys))]
 
 
-def resolved_config(base_config: Config, spec: BatchSpec, point: dict[str, Any], index_dir: str) -> Config:
+def resolved_config(base_config: Config, spec: BatchSpec, point: dict[str, Any], index_dir: str,
+                    cli_overrides: tuple[str, ...] | list[str] = ()) -> Config:
+    """Settings of one run: defaults < --config < the batch file's overrides < --set (the
+    command line wins over the file) < the grid point (a grid varies its keys)."""
     data = yaml.safe_load(default_config_text())
     data = _merge(data, base_config.model_dump(mode="json"))
-    for k, v in {**spec.overrides, **point}.items():
+    for k, v in spec.overrides.items():
+        data = _merge(data, parse_override(f"{k}={json.dumps(v)}"))
+    for item in cli_overrides:
+        data = _merge(data, parse_override(item))
+    for k, v in point.items():
         data = _merge(data, parse_override(f"{k}={json.dumps(v)}"))
     data = _merge(data, {"paths": {"index_dir": index_dir}})
     try:
@@ -125,6 +138,34 @@ def point_label(point: dict[str, Any]) -> str:
 
 
 # -- results file -----------------------------------------------------------------------
+
+def _check_resume_config(run_dir: Path, config: Config, n_done: int) -> None:
+    """A resumed run must use the settings its earlier results were made with (paths aside)."""
+    stored_path = run_dir / "config.yaml"
+    if not stored_path.is_file():
+        return
+    try:
+        stored = yaml.safe_load(stored_path.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return  # an unreadable record of the settings cannot be compared; it is rewritten
+
+    def flat(d: Any, prefix: str = "") -> dict[str, Any]:
+        if not isinstance(d, dict):
+            return {prefix: d}
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+
+    a, b = flat(stored), flat(config.model_dump(mode="json"))
+    # A setting the stored file lacks is one added to sirag since: it does not block a resume.
+    changed = sorted(k for k in a if k in b and not k.startswith("paths.") and a[k] != b[k])
+    if changed:
+        shown = ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in changed[:4])
+        raise BatchError(f"{run_dir} already holds {n_done} result(s) made with other settings ({shown}"
+                         f"{', ...' if len(changed) > 4 else ''}); resuming would mix them. Run with the same "
+                         "settings, give the run another name (sirag eval --name NEW), or delete that folder")
+
 
 def read_done(path: Path) -> dict[str, dict]:
     """Rows already written; a torn last line (killed mid-write) is cut off."""
@@ -318,8 +359,10 @@ def squad_corpus(squad_file: Path, out_dir: Path) -> Path:
 
 def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | None = None, workers: int = 1,
               loop: bool | None = None, progress: bool = True, suffix: str = "",
-              on_row: Callable[[dict], None] | None = None, offset: int | None = None) -> list[dict]:
-    """Run every grid point; returns one summary per run."""
+              on_row: Callable[[dict], None] | None = None, offset: int | None = None,
+              cli_overrides: tuple[str, ...] | list[str] = ()) -> list[dict]:
+    """Run every grid point; returns one summary per run. ``cli_overrides`` are the command
+    line's ``--set`` items, applied over the batch file's overrides."""
     from tqdm import tqdm
 
     items = load_items(spec, base)
@@ -339,16 +382,22 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
         corpus = [squad_corpus(_resolve(base, spec.questions.file), Path(index_dir).parent / "corpus")]
     summaries = []
     for point in grid_points(spec.grid):
-        config = resolved_config(base_config, spec, point, index_dir)
+        config = resolved_config(base_config, spec, point, index_dir, cli_overrides)
         if corpus:
             ensure_index(config, corpus, index_dir, progress)
         run_name = spec.name + ("" if not point else "-" + point_label(point)) + suffix + ("" if loop else "-noloop")
         run_dir = out_root / run_name
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(to_yaml(config), encoding="utf-8")
         results = run_dir / "results.jsonl"
         lock = _lock_run(run_dir)
-        done = read_done(results)
+        try:
+            done = read_done(results)
+            if done:
+                _check_resume_config(run_dir, config, len(done))
+            (run_dir / "config.yaml").write_text(to_yaml(config), encoding="utf-8")
+        except BaseException:
+            lock.close()
+            raise
         todo = [it for it in items if it.id not in done]
         bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=run_name, unit="q",
                    disable=not progress or None)
@@ -432,7 +481,8 @@ def derive_single_attempt_run(run_dir: Path, threshold: float) -> dict:
 
 
 def _record_gold(config: Config, run_name: str, rows: list[dict]) -> None:
-    """Gold labels become feedback in memory (for calibration), once per outcome."""
+    """Gold labels become feedback in memory (for calibration and the policy), once per outcome:
+    an outcome that already has a label (an earlier run's gold, or a user's) keeps it."""
     from .memory import MemoryStore
 
     store = MemoryStore(config.paths.memory_db)
@@ -440,7 +490,8 @@ def _record_gold(config: Config, run_name: str, rows: list[dict]) -> None:
         for r in rows:
             oid = r.get("outcome_id")
             if oid and "correct" in r.get("grade", {}) and not r["refused"]:
-                store.add_feedback(oid, correct=r["grade"]["correct"], source="gold", note=run_name)
+                store.add_feedback(oid, correct=r["grade"]["correct"], source="gold", note=run_name,
+                                   only_if_unlabelled=True)
     finally:
         store.close()
 
@@ -505,9 +556,11 @@ def cmd_batch(args: argparse.Namespace, config: Config) -> int:
     Re-running resumes: questions already in results.jsonl are skipped.
     """
     spec, base = load_batch(args.file)
+    if args.index:  # --index replaces the batch file's index (relative to the current folder, like any option)
+        spec = spec.model_copy(update={"index": str(Path(args.index).resolve())})
     summaries = run_batch(spec, base, config, limit=args.limit, workers=args.workers,
                           loop=False if args.no_retry else None, progress=sys.stderr.isatty() and not args.json,
-                          offset=args.offset)
+                          offset=args.offset, cli_overrides=args.overrides)
     if args.json:
         print(json.dumps(summaries))
     else:
@@ -527,8 +580,11 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
         spec, base = load_batch(args.file)
         if args.name:  # a second run of the same batch under another name (its own folder)
             spec = spec.model_copy(update={"name": args.name})
+        if args.index:
+            spec = spec.model_copy(update={"index": str(Path(args.index).resolve())})
     elif args.dataset:
-        spec = BatchSpec(name=args.name or Path(args.dataset).stem, corpus=args.corpus or [],
+        default_name = re.sub(r"[^\w.-]", "_", Path(args.dataset).stem)[:80] or "dataset"
+        spec = BatchSpec(name=args.name or default_name, corpus=args.corpus or [],
                          index=args.index, questions=QuestionsSpec(file=str(Path(args.dataset).resolve())),
                          output_dir=args.output_dir)
         base = Path.cwd()
@@ -537,16 +593,17 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
     if args.retrieval_only:
         from .evaluation.retrieval_eval import retrieval_eval
 
-        table = retrieval_eval(spec, base, config, limit=args.limit, ks=(1, 3, 5, 10))
+        table = retrieval_eval(spec, base, config, limit=args.limit, ks=(1, 3, 5, 10), cli_overrides=args.overrides)
         print(json.dumps(table) if args.json else table["markdown"])
         return 0
     progress = sys.stderr.isatty() and not args.json
     summaries = run_batch(spec, base, config, limit=args.limit, workers=args.workers,
-                          loop=False if args.no_retry else None, progress=progress, offset=args.offset)
+                          loop=False if args.no_retry else None, progress=progress, offset=args.offset,
+                          cli_overrides=args.overrides)
     if args.compare_no_retry and not args.no_retry:
         if args.separate_no_retry_run:
             summaries += run_batch(spec, base, config, limit=args.limit, workers=args.workers, loop=False,
-                                   progress=progress, offset=args.offset)
+                                   progress=progress, offset=args.offset, cli_overrides=args.overrides)
         else:
             out_root = _resolve(base, spec.output_dir)
             for s in list(summaries):
@@ -562,6 +619,26 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
         if len(summaries) > 1:
             print(markdown_table([{"run": s["run"], **{k: s.get(k) for k in COMPARE_KEYS}} for s in summaries]))
     return 0
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+_RUN_NAME = re.compile(r"^[\w.-]{1,80}$")
+
+
+def _run_name(text: str) -> str:
+    if not _RUN_NAME.match(text) or text in (".", ".."):
+        raise argparse.ArgumentTypeError(f"{text!r} cannot name a run folder; use up to 80 letters, digits, '_', '.' "
+                                         "or '-' (no spaces or slashes)")
+    return text
 
 
 def _non_negative(text: str) -> int:
@@ -583,15 +660,15 @@ def add_batch_commands(sub, common, registry: dict, command) -> None:
         sp = sub.add_parser(name, parents=[common], help=doc.splitlines()[0], description=doc,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
         sp.add_argument("file", nargs="?" if name == "eval" else None, help="batch YAML file")
-        sp.add_argument("--limit", type=int, help="only the first N questions (after --offset)")
+        sp.add_argument("--limit", type=_positive, help="only the first N questions (after --offset)")
         sp.add_argument("--offset", type=_non_negative, help="skip the first N questions")
-        sp.add_argument("--workers", type=int, default=1, help="worker processes sharing the memory store")
+        sp.add_argument("--workers", type=_positive, default=1, help="worker processes sharing the memory store")
         sp.add_argument("--no-retry", action="store_true", help="run with the loop off")
         if name == "eval":
             sp.add_argument("--dataset", help="JSONL or SQuAD 2.0 JSON with gold answers")
             sp.add_argument("--corpus", action="append", help="documents to ingest (repeatable)")
-            sp.add_argument("--name", help="run name (default: the batch file's name: field, or the dataset's file "
-                                           "name)")
+            sp.add_argument("--name", type=_run_name, help="run name (default: the batch file's name: field, or the "
+                                                           "dataset's file name)")
             sp.add_argument("--output-dir", default="runs", help="where run folders go (default runs/)")
             sp.add_argument("--compare-no-retry", action="store_true",
                             help="compare with the loop off: by default the first attempt of each question, "

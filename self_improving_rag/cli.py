@@ -36,6 +36,38 @@ def _memory(config: Config, read_only: bool = False):
     return MemoryStore(config.paths.memory_db, read_only=read_only)
 
 
+def _existing_memory(config: Config, command: str, read_only: bool = False):
+    """The memory store for a command that reads what was recorded: a missing path is an
+    error (a typo must not create an empty store), not a new database."""
+    from .errors import MemoryStoreError
+
+    if not Path(config.paths.memory_db).exists():
+        raise MemoryStoreError(f"no memory store at {config.paths.memory_db} yet, so `sirag {command}` has "
+                               "nothing to work on; it is created by the first `sirag ask` or `sirag batch` "
+                               "(or pass --memory with an existing database)")
+    return _memory(config, read_only=read_only)
+
+
+def _png_file(path: str, option: str, config: Config) -> Path:
+    if Path(path).suffix.lower() != ".png":
+        raise InputError(f"{option} {path}: the histogram is a PNG image; give a file name ending in .png")
+    return _output_file(path, option, config)
+
+
+def _output_file(path: str, option: str, config: Config) -> Path:
+    """Check a file a command will write: not a folder, its folder exists, and not the memory store."""
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{option} {path} is a folder; give a file name, e.g. {p / ('out' + (p.suffix or '.txt'))}")
+    if not p.parent.is_dir():
+        raise InputError(f"{option} {path}: folder {p.parent} does not exist; create it or write elsewhere")
+    store = Path(config.paths.memory_db).resolve()
+    if p.resolve() in {store, Path(f"{store}-wal"), Path(f"{store}-shm"), Path(f"{store}-journal")}:
+        raise InputError(f"{option} {path} is the memory database itself; writing there would destroy it; "
+                         "choose another file")
+    return p
+
+
 def _engine(args: argparse.Namespace, config: Config, record: bool = True):
     from .engine import Engine
 
@@ -50,19 +82,22 @@ def cmd_ingest(args: argparse.Namespace, config: Config) -> int:
     """Ingest files or folders (.txt .md .html .pdf) into the corpus index with every chunker.
 
     Example: sirag ingest ../shared/data/corpora/sherlock --index index/sherlock
-    Unchanged files reuse their chunks and embeddings; a removed file's chunks go away.
+    The index then holds exactly the given paths: to add a document, list the earlier paths
+    too (their unchanged files reuse their chunks and embeddings); a file not listed, or
+    removed, has its chunks dropped.
     """
     from .ingestion.pipeline import ingest
     from .retrieval.embedder import embedder_from_config
 
+    png = _png_file(args.stats_png, "--stats-png", config) if args.stats_png else None  # checked before any work
     embedder = embedder_from_config(config)
     report = ingest(args.paths, config, embedder, index_dir=args.index, rebuild=args.rebuild,
                     progress=not args.json and sys.stderr.isatty())
     stats = None
-    if args.stats:
+    if args.stats or png:  # --stats-png implies --stats
         from .ingestion.stats import chunk_stats
 
-        stats = chunk_stats(args.index or config.paths.index_dir, png=args.stats_png)
+        stats = chunk_stats(args.index or config.paths.index_dir, png=png)
     if args.json:
         _print_json({**report.to_json(), **({"stats": stats} if stats else {})})
     else:
@@ -123,7 +158,7 @@ def cmd_stats(args: argparse.Namespace, config: Config) -> int:
     """
     from .ingestion.stats import chunk_stats
 
-    stats = chunk_stats(args.index or config.paths.index_dir, png=args.png)
+    stats = chunk_stats(args.index or config.paths.index_dir, png=_png_file(args.png, "--png", config) if args.png else None)
     if args.json:
         _print_json(stats)
     else:
@@ -268,12 +303,9 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
     from .errors import MemoryStoreError
 
     action = args.action
-    if not Path(config.paths.memory_db).exists():
-        raise MemoryStoreError(f"no memory store at {config.paths.memory_db} yet; it is created by the first "
-                               "`sirag ask` (or pass --memory with an existing database)")
     # Analysis only reads: the store is opened read-only unless its schema needs an upgrade first.
     try:
-        store = _memory(config, read_only=True)
+        store = _existing_memory(config, "memory", read_only=True)
     except MemoryStoreError as exc:
         if "older" not in str(exc) and "upgrade" not in str(exc).lower():
             raise
@@ -300,6 +332,8 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
             if len(targets) == 2 and Path(args.csv).resolve() == Path(args.json_file).resolve():
                 raise InputError("--csv and --json-file name the same file; give each format its own file")
             for fmt, path in targets:
+                _output_file(path, "--csv" if fmt == "csv" else "--json-file", config)
+            for fmt, path in targets:
                 n = store.export(fmt, path)
             data = {"exported": n, "files": [{"path": str(path), "format": fmt} for fmt, path in targets]}
         elif action == "report":
@@ -307,7 +341,7 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
                 raise InputError("sirag memory report needs --html FILE")
             from .memory.report import write_html_report
 
-            data = {"report": str(write_html_report(store, Path(args.html)))}
+            data = {"report": str(write_html_report(store, _output_file(args.html, "--html", config)))}
         else:
             raise InputError(f"unknown memory action {action!r}")
     finally:
@@ -338,13 +372,16 @@ def cmd_feedback(args: argparse.Namespace, config: Config) -> int:
 
     Example: sirag feedback 3f2a9c1b --correct
     """
-    store = _memory(config)
+    store = _existing_memory(config, "feedback")
     try:
         oid = store.show(args.outcome_id)["id"]
         store.add_feedback(oid, correct=args.correct, source="user", note=args.note or "")
     finally:
         store.close()
-    print(f"recorded: outcome {oid[:12]} is {'correct' if args.correct else 'wrong'}")
+    if args.json:
+        _print_json({"outcome_id": oid, "correct": bool(args.correct), "source": "user", "note": args.note or ""})
+    else:
+        print(f"recorded: outcome {oid[:12]} is {'correct' if args.correct else 'wrong'}")
     return 0
 
 
@@ -356,7 +393,7 @@ def cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
     """
     from .evaluation.calibrate import calibrate_from_memory
 
-    store = _memory(config)
+    store = _existing_memory(config, "calibrate")
     try:
         result = calibrate_from_memory(store, min_labels=args.min_labels, seed=config.policy.seed, save=not args.dry_run)
     finally:
@@ -422,7 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("paths", nargs="+", metavar="PATH", help="files or folders of documents")
     sp.add_argument("--rebuild", action="store_true", help="ignore the previous index and re-chunk everything")
     sp.add_argument("--stats", action="store_true", help="print chunk-length statistics afterwards")
-    sp.add_argument("--stats-png", metavar="FILE", help="with --stats: write a histogram PNG")
+    sp.add_argument("--stats-png", metavar="FILE", help="write a chunk-length histogram PNG (implies --stats)")
 
     sp = add("fetch-gutenberg", cmd_fetch_gutenberg)
     sp.add_argument("ids", nargs="+", metavar="ID", help="Project Gutenberg book ids, e.g. 1661")
@@ -476,7 +513,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     debug = getattr(args, "debug", False) or os.environ.get("SIRAG_DEBUG") == "1"
     try:
-        config = load_config(args.config, [*args.overrides, *( [f"paths.memory_db={args.memory}"] if args.memory else [])])
+        # --memory is a --set of paths.memory_db; batch and eval re-apply these over a batch file's overrides.
+        args.overrides = [*args.overrides, *([f"paths.memory_db={args.memory}"] if args.memory else [])]
+        config = load_config(args.config, args.overrides)
         from .logging_setup import setup_logging
 
         setup_logging(config.paths.log_dir, args.verbose, args.command)
@@ -490,13 +529,25 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 1
+    except OSError as exc:
+        if exc.filename is None or debug:  # not about a path the user gave
+            return _internal_error(exc, debug)
+        # A path that cannot be read or written (missing folder, a folder where a file belongs,
+        # no permission, a read-only file system): the user's to fix, not a bug to report.
+        print(f"error: {exc.filename}: {exc.strerror or exc}; check that path (does its folder exist, is it a file "
+              "and not a folder, may you write there?)", file=sys.stderr)
+        return 2
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
-        if debug:
-            raise
-        logging.getLogger("sirag").error("unexpected error", exc_info=True, extra={"file_only": True})
-        print(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback; please report it)",
-              file=sys.stderr)
-        return 1
+        return _internal_error(exc, debug)
+
+
+def _internal_error(exc: BaseException, debug: bool) -> int:
+    if debug:
+        raise exc
+    logging.getLogger("sirag").error("unexpected error", exc_info=exc, extra={"file_only": True})
+    print(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback; please report it)",
+          file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

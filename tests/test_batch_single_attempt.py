@@ -256,14 +256,30 @@ def test_inline_questions_keep_evidence_book_and_are_checked() -> None:
         {"question": "Who built the lighthouse?", "answers": ["Clara Venn"], "evidence": ["built by Clara Venn"],
          "book": "harbour", "difficulty": "easy"},
         {"question": "What is the keeper's dog called?"},
+        {"question": "What did the keeper dream?", "answerable": False},
     ]))
-    first, second = load_items(spec, Path("."))
+    first, second, third = load_items(spec, Path("."))
     assert (first.id, first.evidence, first.book, first.meta["difficulty"]) == (
         "q001", ("built by Clara Venn",), "harbour", "easy")
-    assert (second.id, second.answers, second.answerable) == ("q002", (), False)
+    # No gold given: asked but not graded (so never labelled wrong in memory); said unanswerable: graded.
+    assert (second.id, second.answers, second.answerable) == ("q002", (), None)
+    assert batch.grade({"answerable": None, "answer": "Rex", "refused": False}) == {}
+    assert (third.answers, third.answerable) == ((), False)
     bad = BatchSpec(name="inline", questions=QuestionsSpec(inline=[{"question": "Q?", "answers": "Clara"}]))
     with pytest.raises(InputError, match="'answers' must be a list"):
         load_items(bad, Path("."))
     dup = BatchSpec(name="inline", questions=QuestionsSpec(inline=[{"id": "a", "question": "Q?"}, {"id": "a", "question": "R?"}]))
     with pytest.raises(InputError, match="duplicate id"):
         load_items(dup, Path("."))
+
+
+def test_command_line_set_wins_over_the_batch_file_and_a_grid_point_wins_over_both() -> None:
+    from self_improving_rag.batch import BatchSpec, QuestionsSpec, resolved_config
+    from self_improving_rag.config import Config
+
+    spec = BatchSpec(name="p", questions=QuestionsSpec(inline=[{"question": "Q?"}]),
+                     overrides={"strategy.top_k": 7, "strategy.prompt": "strict"})
+    cfg = resolved_config(Config(), spec, {}, "idx", ["strategy.top_k=3"])
+    assert (cfg.strategy.top_k, cfg.strategy.prompt, cfg.paths.index_dir) == (3, "strict", "idx")
+    assert resolved_config(Config(), spec, {"strategy.top_k": 9}, "idx", ["strategy.top_k=3"]).strategy.top_k == 9
+    assert resolved_config(Config(), spec, {}, "idx").strategy.top_k == 7

@@ -108,6 +108,24 @@ def test_batch_and_eval_resume(tmp_path):
     assert lines[0]["grade"]["correct"] is True
     assert summary["n"] == 3 and "refusal" in summary and "ece" in summary
     assert (tmp_path / "runs" / "tiny" / "config.yaml").exists()
+    # Resuming with other settings would mix two configurations in one run: refused, nothing written.
+    before = res.read_bytes(), (tmp_path / "runs" / "tiny" / "config.yaml").read_bytes()
+    r = run(["eval", str(f), "--json"], tmp_path, ov + ["strategy.top_k=2"])
+    assert r.returncode == 2 and "other settings (strategy.top_k: 5 -> 2)" in r.stderr and "--name" in r.stderr
+    assert (res.read_bytes(), (tmp_path / "runs" / "tiny" / "config.yaml").read_bytes()) == before
+    # Counts and names that cannot be meant are refused before any work.
+    for args in (["--limit", "0"], ["--limit", "-1"], ["--workers", "0"], ["--name", "../x y"]):
+        r = run(["eval", str(f), *args], tmp_path, ov)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (args, r.stderr)
+    # --index is honoured by a batch file run (a new index folder gets built there).
+    r = run(["batch", str(f), "--json", "--index", str(tmp_path / "other-index")], tmp_path,
+            ov + ["strategy.top_k=2"])
+    assert r.returncode == 2  # same run folder, other settings: refused
+    spec["name"] = "tiny2"
+    f.write_text(yaml.safe_dump(spec))
+    r = run(["batch", str(f), "--json", "--limit", "1", "--index", str(tmp_path / "other-index")], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "other-index").is_dir()
 
 
 def test_feedback_calibrate_and_memory_analysis_commands(tmp_path):
@@ -145,3 +163,47 @@ def test_feedback_calibrate_and_memory_analysis_commands(tmp_path):
     r = run(["memory", "export", "--csv", str(tmp_path / "o.csv"), "--json-file", str(tmp_path / "o.csv")], tmp_path, ov)
     assert r.returncode == 2 and "same file" in r.stderr
     assert len((tmp_path / "o.csv").read_text().splitlines()) == 1 + 6  # the CSV is untouched
+
+
+def test_commands_that_read_memory_refuse_to_create_destroy_or_adopt_a_database(tmp_path):
+    import sqlite3
+
+    docs = write_corpus(tmp_path / "docs")
+    ov = fake_overrides(tmp_path) + ['generator.replies=["Clara Venn built the lighthouse in 1852 [1]."]']
+    assert run(["ingest", str(docs)], tmp_path, ov).returncode == 0
+    r = run(["ask", "Who built the lighthouse of Marrow Point?", "--json"], tmp_path, ov)
+    oid = json.loads(r.stdout)["outcome_id"]
+    db = next((tmp_path / "memory").glob("*.db"))
+    before = db.read_bytes()
+    # Exporting or reporting onto the store itself, or into a folder, is refused; the store is untouched.
+    for args in (["memory", "export", "--json-file", str(db)], ["memory", "export", "--csv", f"{db}-wal"],
+                 ["memory", "report", "--html", str(db)], ["memory", "export", "--csv", str(tmp_path)],
+                 ["memory", "export", "--csv", str(tmp_path / "no" / "such" / "o.csv")]):
+        r = run(args, tmp_path, ov)
+        assert r.returncode == 2 and "error:" in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+    assert db.read_bytes() == before
+    assert "memory database itself" in run(["memory", "export", "--json-file", str(db)], tmp_path, ov).stderr
+    # A mistyped --memory path is reported, not created.
+    for args in (["feedback", oid, "--correct"], ["calibrate"], ["memory", "stats"]):
+        r = run(args + ["--memory", str(tmp_path / "typo.db")], tmp_path, ov)
+        assert r.returncode != 0 and "no memory store at" in r.stderr, (args, r.stderr)
+    assert not (tmp_path / "typo.db").exists()
+    # Somebody else's SQLite file, or an empty file, is not adopted as a store.
+    foreign = tmp_path / "other.db"
+    con = sqlite3.connect(foreign)
+    con.execute("CREATE TABLE foo (x)")
+    con.commit()
+    con.close()
+    r = run(["memory", "stats", "--memory", str(foreign)], tmp_path, ov)
+    assert r.returncode != 0 and "not a sirag memory store" in r.stderr and "foo" in r.stderr
+    con = sqlite3.connect(foreign)
+    assert [t for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["foo"]
+    con.close()
+    (tmp_path / "empty.db").write_bytes(b"")
+    r = run(["memory", "stats", "--memory", str(tmp_path / "empty.db")], tmp_path, ov)
+    assert r.returncode != 0 and "nothing has been recorded" in r.stderr
+    assert (tmp_path / "empty.db").read_bytes() == b""
+    # feedback --json prints JSON.
+    r = run(["feedback", oid[:10], "--wrong", "--json"], tmp_path, ov)
+    assert r.returncode == 0 and json.loads(r.stdout) == {"outcome_id": oid, "correct": False, "source": "user",
+                                                           "note": ""}

@@ -27,7 +27,8 @@ def _hit(item: QAItem, doc_id: str, text: str) -> bool:
 
 
 def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, ks=(1, 3, 5, 10),
-                   chunkers=None, retrievers=("dense", "bm25", "hybrid"), rerank=(False, True)) -> dict:
+                   chunkers=None, retrievers=("dense", "bm25", "hybrid"), rerank=(False, True),
+                   cli_overrides=()) -> dict:
     from ..batch import _resolve, ensure_index, load_items, resolved_config, squad_corpus
     from ..retrieval.embedder import embedder_from_config
     from ..retrieval.searcher import Searcher
@@ -40,7 +41,7 @@ def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, k
     corpus = [_resolve(base, c) for c in spec.corpus]
     if not corpus and items and items[0].context is not None:
         corpus = [squad_corpus(_resolve(base, spec.questions.file), Path(index_dir).parent / "corpus")]
-    cfg = resolved_config(config, spec, {}, index_dir)
+    cfg = resolved_config(config, spec, {}, index_dir, cli_overrides)
     if corpus:
         ensure_index(cfg, corpus, index_dir, progress=False)
     embedder = embedder_from_config(cfg)

@@ -122,8 +122,8 @@ def iter_source_files(paths: list[Path]) -> tuple[list[Path], list[str]]:
             problems.extend(errors)
             if skipped:
                 problems.append(
-                    f"skipped {skipped} file{'s' if skipped != 1 else ''} with unsupported types"
-                    f" in {path} (supported: {_SUPPORTED_LIST})"
+                    f"skipped {skipped} entr{'ies' if skipped != 1 else 'y'} in {path}: files of unsupported types"
+                    f" (supported: {_SUPPORTED_LIST}), special files or links to folders outside it"
                 )
         elif path.is_file():
             if path.suffix.lower() not in _FORMATS:
@@ -202,10 +202,15 @@ def _read_bytes(path: Path, max_bytes: int) -> bytes:
 
 
 def _walk_folder(folder: Path) -> tuple[list[Path], int, list[str]]:
-    """Supported files under folder (sorted, hidden entries skipped), unsupported count, errors."""
+    """Supported files under folder (sorted, hidden entries skipped), unsupported count, errors.
+
+    A symlinked folder is followed only when it points inside ``folder`` (a link to ``..``
+    must not pull in everything around the corpus); only regular files are read (a FIFO or
+    device named ``*.txt`` would block or stream forever), the rest count as skipped."""
     found: list[Path] = []
     skipped = 0
     errors: list[str] = []
+    root = folder.resolve()
     visited: set[Path] = set()
     pending = [folder]
     while pending:
@@ -224,10 +229,13 @@ def _walk_folder(folder: Path) -> tuple[list[Path], int, list[str]]:
             if entry.name.startswith("."):
                 continue
             if entry.is_dir():
+                if entry.is_symlink() and not entry.resolve().is_relative_to(root):
+                    skipped += 1
+                    continue
                 subfolders.append(entry)
-            elif entry.suffix.lower() in _FORMATS:
+            elif entry.suffix.lower() in _FORMATS and entry.is_file():
                 found.append(entry)
-            elif entry.is_file():
+            else:
                 skipped += 1
         pending.extend(subfolders)
     return sorted(found), skipped, errors

@@ -378,8 +378,25 @@ def test_iter_source_files_expands_folders(tmp_path: Path) -> None:
     ]
     supported = ", ".join(SUPPORTED_SUFFIXES)
     assert problems == [
-        f"skipped 3 files with unsupported types in {root} (supported: {supported})"
+        f"skipped 3 entries in {root}: files of unsupported types (supported: {supported}), special files or "
+        "links to folders outside it"
     ]
+
+
+def test_folder_walk_stays_inside_the_folder_and_reads_only_regular_files(tmp_path: Path) -> None:
+    root = tmp_path / "corpus"
+    (root / "sub").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    _write(root, "a.txt", "x")
+    _write(tmp_path, "outside/secret.txt", "x")
+    (root / "up").symlink_to(tmp_path)  # a link to the folder around the corpus
+    (root / "inside").symlink_to(root / "sub")  # a link within the corpus is followed
+    _write(root, "sub/b.txt", "x")
+    os.mkfifo(root / "pipe.txt")  # reading it would block forever
+    files, problems = iter_source_files([root])
+    assert sorted(f.name for f in files) == ["a.txt", "b.txt"]  # sub/ and its link inside/ are one folder
+    assert not any("secret" in str(f) or f.name == "pipe.txt" for f in files)
+    assert problems and problems[0].startswith(f"skipped 2 entries in {root}")
 
 
 def test_iter_source_files_reports_explicit_problems(tmp_path: Path) -> None:

@@ -245,7 +245,7 @@ def test_mixed_folder_ingests_the_good_files_and_names_each_problem(fake_config,
     assert len(problems) == 3, problems
     assert any("empty.txt" in p and "empty" in p.split("empty.txt", 1)[1] for p in problems)
     assert any("blob.txt" in p and "binary" in p for p in problems)
-    assert any("unsupported" in p and str(corpus_dir) in p and "1 file " in p for p in problems)
+    assert any("unsupported" in p and str(corpus_dir) in p and "1 entry " in p for p in problems)
     index = CorpusIndex(fake_config.paths.index_dir)
     assert set(index.manifest()["files"]) == {"harbour", "orchard"}
 
