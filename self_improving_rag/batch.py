@@ -59,9 +59,12 @@ def load_batch(path: str | Path) -> tuple[BatchSpec, Path]:
     if not p.is_file():
         raise BatchError(f"batch file {p} not found; pass a YAML file like configs/batch-sherlock-dev.yaml")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError, ValueError, TypeError, KeyError, IndexError, AttributeError,
-            RecursionError) as exc:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise BatchError(f"{p}: not UTF-8 text (byte {exc.start} cannot be decoded); save the file as UTF-8") from exc
+    try:
+        data = yaml.safe_load(text)
+    except (yaml.YAMLError, ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
         raise BatchError(f"{p}: malformed YAML ({exc.__class__.__name__}); fix the syntax") from exc
     if not isinstance(data, dict):
         raise BatchError(f"{p}: expected a mapping with name, corpus, questions")

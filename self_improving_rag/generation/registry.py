@@ -162,6 +162,9 @@ def _assemble(model: SplitModel, cache_dir: Path) -> Path:
 
 def check_gguf(path: Path) -> Path:
     """Check that ``path`` is a readable GGUF file."""
+    if path.is_dir():
+        raise ModelNotFoundError(f"model path {path} is a folder; pass the .gguf file inside it or a known model name "
+                                 f"({', '.join(known_models())})")
     if not path.is_file():
         raise ModelNotFoundError(f"model file {path} does not exist; pass an existing .gguf path or a known model name ({', '.join(known_models())})")
     try:

@@ -163,12 +163,21 @@ class CorpusIndex:
         d = self.root / cur.read_text(encoding="utf-8").strip()
         return d if (d / "manifest.json").is_file() else None
 
+    def _missing(self) -> IndexNotFoundError:
+        """Why there is no live generation: never built, or a CURRENT pointer to nothing."""
+        cur = self.root / "CURRENT"
+        if cur.is_file():
+            return IndexNotFoundError(
+                f"the index in {self.root} is damaged: CURRENT points to "
+                f"{cur.read_text(encoding='utf-8', errors='replace').strip()!r}, which holds no manifest; "
+                "rebuild it with: sirag ingest --rebuild PATH... (--index " + str(self.root) + ")"
+            )
+        return IndexNotFoundError(f"no index in {self.root}; build one with: sirag ingest PATH... (or pass --index DIR)")
+
     def manifest(self) -> dict[str, Any]:
         d = self.current_dir()
         if d is None:
-            raise IndexNotFoundError(
-                f"no index in {self.root}; build one with: sirag ingest PATH... (or pass --index DIR)"
-            )
+            raise self._missing()
         try:
             return json.loads((d / "manifest.json").read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
@@ -200,10 +209,15 @@ class CorpusIndex:
 
         d = self.current_dir()
         if d is None:
-            raise IndexNotFoundError(f"no index in {self.root}; build one with: sirag ingest PATH...")
+            raise self._missing()
         chunks_path = d / f"chunks-{name}.jsonl"
         if not chunks_path.is_file():
             built = ", ".join(self.manifest().get("chunkers", {})) or "none"
+            if name in self.manifest().get("chunkers", {}):
+                raise IndexNotFoundError(
+                    f"the index in {self.root} is damaged: chunker '{name}' was built but {chunks_path.name} is "
+                    f"missing; rebuild it with: sirag ingest --rebuild PATH... (--index {self.root})"
+                )
             raise IndexMismatchError(
                 f"index {self.root} has no '{name}' chunker (built: {built}); "
                 f"re-ingest with ingestion.chunkers including {name}"

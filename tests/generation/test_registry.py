@@ -159,3 +159,8 @@ def test_check_gguf(tmp_path: Path) -> None:
         check_gguf(empty)
     with pytest.raises(ModelNotFoundError, match="does not exist"):
         check_gguf(tmp_path / "missing.gguf")
+
+
+def test_a_model_folder_is_named_as_a_folder(tmp_path) -> None:
+    with pytest.raises(ModelNotFoundError, match="is a folder; pass the .gguf file inside it"):
+        check_gguf(tmp_path)

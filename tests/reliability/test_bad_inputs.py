@@ -245,6 +245,15 @@ BUGS: dict[str, Case] = {
     "batch-yaml-tag-mismatch": Case(
         lambda d, w: ["batch", _batch(d, "name: b\nlimit: !!int many\nquestions:\n  inline: [{question: hi}]\n")],
         ("batch.yaml",)),
+    "batch-yaml-latin1": Case(
+        lambda d, w: ["batch", str(_write(d / "latin.yaml", "name: caf\xe9\nquestions:\n  inline: [{question: hi}]\n"
+                                          .encode("latin-1")))],
+        ("latin.yaml", "not UTF-8"), watch=lambda d, w: [d / "latin.yaml"]),
+    "memory-export-onto-the-store": Case(
+        lambda d, w: ["memory", "export", "--json-file", str(w / "memory" / "memory.db")], ("memory database itself",)),
+    "memory-report-into-missing-folder": Case(
+        lambda d, w: ["memory", "report", "--html", str(d / "no" / "such" / "r.html")], ("does not exist",)),
+    "stats-png-not-png": Case(lambda d, w: ["stats", "--png", str(d / "hist.txt")], ("ending in .png", "hist.txt")),
     "set-deeply-nested-value": Case(lambda d, w: ["ask", QUESTION], ("strategy.top_k",),
                                     extra=("strategy.top_k=" + "[" * 1000 + "]" * 1000,)),
     "ingest-infinite-size-limit": Case(lambda d, w: ["ingest", str(w / "docs"), "--index", str(d / "idx")],

@@ -48,8 +48,17 @@ def test_missing_index_raises_index_not_found(tmp_path: Path, fake_config, hash_
 
 def test_current_pointing_at_a_missing_generation_counts_as_no_index(built_index: Path) -> None:
     (built_index / "CURRENT").write_text("gen-gone\n", encoding="utf-8")
-    with pytest.raises(IndexNotFoundError):
+    with pytest.raises(IndexNotFoundError, match=r"damaged: CURRENT points to 'gen-gone'.*sirag ingest --rebuild"):
         CorpusIndex(built_index).manifest()
+    with pytest.raises(IndexNotFoundError, match="damaged"):
+        CorpusIndex(built_index).load_chunker("section")
+
+
+def test_a_built_chunker_whose_chunks_file_is_gone_is_a_damaged_index(built_index: Path) -> None:
+    index = CorpusIndex(built_index)
+    (index.current_dir() / "chunks-section.jsonl").unlink()
+    with pytest.raises(IndexNotFoundError, match="damaged: chunker 'section' was built but chunks-section.jsonl"):
+        index.load_chunker("section")
 
 
 def test_unreadable_manifest_says_to_rebuild(built_index: Path) -> None:
