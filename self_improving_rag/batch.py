@@ -5,7 +5,8 @@ grid point is a run with its own folder holding ``results.jsonl`` (one line per 
 the ``sirag ask --json`` keys plus ``id`` and the gold fields), ``summary.json`` and the
 resolved ``config.yaml``. Runs resume: questions already in ``results.jsonl`` are skipped,
 and memory rows are keyed by (run, question id), so a killed run loses at most the question
-in flight and never duplicates a row.
+in flight and never duplicates a row. A resume with settings that differ from the stored
+``config.yaml`` (beyond ``_RESUME_FREE``) is refused rather than mixing two configurations.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .config import Config, _merge, config_from_dict, default_config_text, parse_override, to_yaml
 from .errors import BatchError, ConfigError
@@ -42,7 +43,7 @@ class BatchSpec(BaseModel):
     """The schema of a batch YAML file (unknown keys fail, naming the key)."""
 
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(..., min_length=1, max_length=80, pattern=r"^[\w.-]+$")
+    name: str
     corpus: list[str] = []
     index: str | None = None
     questions: QuestionsSpec
@@ -52,6 +53,15 @@ class BatchSpec(BaseModel):
     loop: bool = True
     limit: int | None = Field(None, ge=1)
     offset: int = Field(0, ge=0)  # skip the first N questions (before --limit)
+
+    @field_validator("name")
+    @classmethod
+    def check_name(cls, v: str) -> str:
+        """A run folder name: 1-80 letters, digits, '_', '.', '-', and not '.' or '..'."""
+        if not re.fullmatch(r"[\w.-]{1,80}", v) or v in (".", ".."):
+            raise ValueError(f"{v!r} cannot name a run folder; use up to 80 letters, digits, '_', '.' or '-' "
+                             "(no spaces or slashes, not '.' or '..')")
+        return v
 
 
 def load_batch(path: str | Path) -> tuple[BatchSpec, Path]:
@@ -142,8 +152,15 @@ def point_label(point: dict[str, Any]) -> str:
 
 # -- results file -----------------------------------------------------------------------
 
+# Settings that do not change what a run answers: a resume may change them.
+_RESUME_FREE = ("paths.memory_db", "paths.log_dir", "paths.model_cache", "generator.n_threads", "generator.timeout_s",
+                "generator.retries", "generator.api_key_env", "embedder.batch_size", "ingestion.gutenberg_mirror",
+                "ingestion.gutenberg_dir", "ingestion.max_file_mb")
+
+
 def _check_resume_config(run_dir: Path, config: Config, n_done: int) -> None:
-    """A resumed run must use the settings its earlier results were made with (paths aside)."""
+    """A resumed run must use the settings its earlier results were made with, except those in
+    ``_RESUME_FREE`` (the index folder is compared: another corpus is another run)."""
     stored_path = run_dir / "config.yaml"
     if not stored_path.is_file():
         return
@@ -162,12 +179,13 @@ def _check_resume_config(run_dir: Path, config: Config, n_done: int) -> None:
 
     a, b = flat(stored), flat(config.model_dump(mode="json"))
     # A setting the stored file lacks is one added to sirag since: it does not block a resume.
-    changed = sorted(k for k in a if k in b and not k.startswith("paths.") and a[k] != b[k])
+    changed = sorted(k for k in a if k in b and k not in _RESUME_FREE and a[k] != b[k])
     if changed:
         shown = ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in changed[:4])
         raise BatchError(f"{run_dir} already holds {n_done} result(s) made with other settings ({shown}"
                          f"{', ...' if len(changed) > 4 else ''}); resuming would mix them. Run with the same "
-                         "settings, give the run another name (sirag eval --name NEW), or delete that folder")
+                         "settings, give the run another name (the batch file's name:, or sirag eval --name NEW), "
+                         "or delete that folder")
 
 
 def read_done(path: Path) -> dict[str, dict]:
@@ -395,13 +413,14 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
         lock = _lock_run(run_dir)
         try:
             done = read_done(results)
-            if done:
-                _check_resume_config(run_dir, config, len(done))
-            (run_dir / "config.yaml").write_text(to_yaml(config), encoding="utf-8")
+            todo = [it for it in items if it.id not in done]
+            if todo:  # a finished run is only summarised again, whatever the settings now
+                if done:
+                    _check_resume_config(run_dir, config, len(done))
+                (run_dir / "config.yaml").write_text(to_yaml(config), encoding="utf-8")
         except BaseException:
             lock.close()
             raise
-        todo = [it for it in items if it.id not in done]
         bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=run_name, unit="q",
                    disable=not progress or None)
         try:
@@ -485,7 +504,7 @@ def derive_single_attempt_run(run_dir: Path, threshold: float) -> dict:
 
 def _record_gold(config: Config, run_name: str, rows: list[dict]) -> None:
     """Gold labels become feedback in memory (for calibration and the policy), once per outcome:
-    an outcome that already has a label (an earlier run's gold, or a user's) keeps it."""
+    a re-run adds nothing, a user's label is never overridden, a changed verdict updates."""
     from .memory import MemoryStore
 
     store = MemoryStore(config.paths.memory_db)
@@ -494,7 +513,7 @@ def _record_gold(config: Config, run_name: str, rows: list[dict]) -> None:
             oid = r.get("outcome_id")
             if oid and "correct" in r.get("grade", {}) and not r["refused"]:
                 store.add_feedback(oid, correct=r["grade"]["correct"], source="gold", note=run_name,
-                                   only_if_unlabelled=True)
+                                   keep_settled=True)
     finally:
         store.close()
 
@@ -556,7 +575,8 @@ def cmd_batch(args: argparse.Namespace, config: Config) -> int:
     """Run the questions of a YAML batch file (corpus, questions, overrides, optional grid).
 
     Example: sirag batch configs/batch-sherlock-dev.yaml --limit 10
-    Re-running resumes: questions already in results.jsonl are skipped.
+    Re-running resumes: questions already in results.jsonl are skipped; a resume with other
+    settings than the run was made with is refused (give the batch another name: instead).
     """
     spec, base = load_batch(args.file)
     if args.index:  # --index replaces the batch file's index (relative to the current folder, like any option)
@@ -586,7 +606,7 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
         if args.index:
             spec = spec.model_copy(update={"index": str(Path(args.index).resolve())})
     elif args.dataset:
-        default_name = re.sub(r"[^\w.-]", "_", Path(args.dataset).stem)[:80] or "dataset"
+        default_name = re.sub(r"[^\w.-]", "_", Path(args.dataset).stem)[:80].strip(".") or "dataset"
         spec = BatchSpec(name=args.name or default_name, corpus=args.corpus or [],
                          index=args.index, questions=QuestionsSpec(file=str(Path(args.dataset).resolve())),
                          output_dir=args.output_dir)
@@ -624,34 +644,28 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
-    return value
+def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number >= ``low`` (and <= ``high`` when given)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            bound = f"from {low} to {high}" if high is not None else f"{low} or more"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
+        return value
 
-
-_RUN_NAME = re.compile(r"^[\w.-]{1,80}$")
+    parse.__name__ = "whole number"  # argparse names the type in its messages
+    return parse
 
 
 def _run_name(text: str) -> str:
-    if not _RUN_NAME.match(text) or text in (".", ".."):
-        raise argparse.ArgumentTypeError(f"{text!r} cannot name a run folder; use up to 80 letters, digits, '_', '.' "
-                                         "or '-' (no spaces or slashes)")
-    return text
-
-
-def _non_negative(text: str) -> int:
+    """An argparse type: a run name that BatchSpec accepts (so it stays inside the output folder)."""
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
+        return BatchSpec.check_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_batch_commands(sub, common, registry: dict, command) -> None:
@@ -663,9 +677,9 @@ def add_batch_commands(sub, common, registry: dict, command) -> None:
         sp = sub.add_parser(name, parents=[common], help=doc.splitlines()[0], description=doc,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
         sp.add_argument("file", nargs="?" if name == "eval" else None, help="batch YAML file")
-        sp.add_argument("--limit", type=_positive, help="only the first N questions (after --offset)")
-        sp.add_argument("--offset", type=_non_negative, help="skip the first N questions")
-        sp.add_argument("--workers", type=_positive, default=1, help="worker processes sharing the memory store")
+        sp.add_argument("--limit", type=int_at_least(1), help="only the first N questions (after --offset)")
+        sp.add_argument("--offset", type=int_at_least(0), help="skip the first N questions")
+        sp.add_argument("--workers", type=int_at_least(1), default=1, help="worker processes sharing the memory store")
         sp.add_argument("--no-retry", action="store_true", help="run with the loop off")
         if name == "eval":
             sp.add_argument("--dataset", help="JSONL or SQuAD 2.0 JSON with gold answers")

@@ -54,13 +54,19 @@ def _png_file(path: str, option: str, config: Config) -> Path:
     return _output_file(path, option, config)
 
 
+_OUTPUT_SUFFIX = {"--csv": ".csv", "--json-file": ".json", "--html": ".html", "--png": ".png", "--stats-png": ".png"}
+
+
 def _output_file(path: str, option: str, config: Config) -> Path:
-    """Check a file a command will write: not a folder, its folder exists, and not the memory store."""
+    """Check a file a command will write (its missing folders are created by the writer): not a
+    folder, not under a file, and not the memory store."""
     p = Path(path)
     if p.is_dir():
-        raise InputError(f"{option} {path} is a folder; give a file name, e.g. {p / ('out' + (p.suffix or '.txt'))}")
-    if not p.parent.is_dir():
-        raise InputError(f"{option} {path}: folder {p.parent} does not exist; create it or write elsewhere")
+        raise InputError(f"{option} {path} is a folder; give a file name, e.g. "
+                         f"{p / ('out' + _OUTPUT_SUFFIX.get(option, '.txt'))}")
+    blocker = next((a for a in p.parents if a.exists() and not a.is_dir()), None)
+    if blocker is not None:
+        raise InputError(f"{option} {path}: {blocker} is a file, not a folder; write elsewhere")
     store = Path(config.paths.memory_db).resolve()
     if p.resolve() in {store, Path(f"{store}-wal"), Path(f"{store}-shm"), Path(f"{store}-journal")}:
         raise InputError(f"{option} {path} is the memory database itself; writing there would destroy it; "
@@ -432,6 +438,8 @@ def _doc(fn: Callable) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .batch import int_at_least
+
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", metavar="FILE", help="YAML config layered over the packaged defaults")
     common.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -477,13 +485,13 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             sp.add_argument("--chunker", choices=["fixed", "section", "semantic"])
             sp.add_argument("--retriever", choices=["dense", "bm25", "hybrid"])
-            sp.add_argument("--top-k", type=int)
+            sp.add_argument("--top-k", type=int_at_least(1, 100))
             sp.add_argument("--no-rerank", action="store_true", help="rank by retrieval score only")
 
     sp = add("memory", cmd_memory)
     sp.add_argument("action", choices=["stats", "strategies", "failures", "show", "search", "export", "report"])
     sp.add_argument("arg", nargs="?", help="outcome id for show, text for search")
-    sp.add_argument("--limit", type=int, default=20)
+    sp.add_argument("--limit", type=int_at_least(1), default=20)
     sp.add_argument("--csv", metavar="FILE", help="export: write CSV here")
     sp.add_argument("--json-file", metavar="FILE", help="export: write JSON here")
     sp.add_argument("--html", metavar="FILE", help="report: write the HTML report here")
@@ -496,7 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--note", help="a note kept with the label")
 
     sp = add("calibrate", cmd_calibrate)
-    sp.add_argument("--min-labels", type=int, default=20, help="labelled outcomes needed to fit (default 20)")
+    sp.add_argument("--min-labels", type=int_at_least(2), default=20, help="labelled outcomes needed to fit (default 20)")
     sp.add_argument("--dry-run", action="store_true", help="report the fit without storing it")
 
     from .batch import add_batch_commands
@@ -530,15 +538,24 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 1
     except OSError as exc:
-        if exc.filename is None or debug:  # not about a path the user gave
+        if exc.filename is None or debug or _inside_package(exc.filename):  # not a path the user gave
             return _internal_error(exc, debug)
         # A path that cannot be read or written (missing folder, a folder where a file belongs,
         # no permission, a read-only file system): the user's to fix, not a bug to report.
+        logging.getLogger("sirag").error("path error", exc_info=exc, extra={"file_only": True})
         print(f"error: {exc.filename}: {exc.strerror or exc}; check that path (does its folder exist, is it a file "
               "and not a folder, may you write there?)", file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
         return _internal_error(exc, debug)
+
+
+def _inside_package(filename: Any) -> bool:
+    """Whether a path belongs to sirag itself (a missing packaged file is a bug, not a user error)."""
+    try:
+        return Path(os.fsdecode(filename)).resolve().is_relative_to(Path(__file__).resolve().parent)
+    except (OSError, TypeError, ValueError):
+        return False
 
 
 def _internal_error(exc: BaseException, debug: bool) -> int:

@@ -185,10 +185,11 @@ class PolicyConfig(_Model):
     # success of a rarely tried strategy does not outweigh a long record.
     prior_strength: float = Field(4.0, ge=0, le=1000)
     # Stop retrying a failure type once memory shows its repairs rarely work: after at least
-    # stop_min_evidence repairs of that failure (the question's query class when the class alone
-    # has that many, else all classes), if their smoothed success rate (s + 1) / (n + 2) is below
-    # stop_below, the loop ends there (0 turns this off). A seeded share stop_explore of such
-    # questions retries anyway, so the record that stopped the loop can still change.
+    # stop_min_evidence repairs of that failure over all query classes, if the smoothed success
+    # rate (s + 1) / (n + 2) (the question's class's own when it has that many repairs, else its
+    # counts shrunk toward the pooled rate) is below stop_below, the loop ends there (0 turns
+    # this off). A seeded share stop_explore of such questions retries anyway, so the record
+    # that stopped the loop can still change.
     stop_below: float = Field(0.1, ge=0, le=1)
     stop_min_evidence: int = Field(20, ge=1)
     stop_explore: float = Field(0.1, ge=0, le=1)

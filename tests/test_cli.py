@@ -101,26 +101,29 @@ def test_batch_and_eval_resume(tmp_path):
     assert r.returncode == 0, r.stderr
     res = tmp_path / "runs" / "tiny" / "results.jsonl"
     assert len(res.read_text().splitlines()) == 2
-    r = run(["eval", str(f), "--json"], tmp_path, ov)
+    # Resuming with other settings would mix two configurations in one run: refused, nothing written.
+    before = res.read_bytes(), (tmp_path / "runs" / "tiny" / "config.yaml").read_bytes()
+    r = run(["eval", str(f), "--json"], tmp_path, ov + ["strategy.top_k=2"])
+    assert r.returncode == 2 and "other settings (strategy.top_k: 5 -> 2)" in r.stderr and "--name" in r.stderr
+    assert (res.read_bytes(), (tmp_path / "runs" / "tiny" / "config.yaml").read_bytes()) == before
+    # Settings that cannot change an answer may change on resume.
+    r = run(["eval", str(f), "--json"], tmp_path, ov + ["generator.n_threads=1"])
     summary = json.loads(r.stdout)[0]
     lines = [json.loads(x) for x in res.read_text().splitlines()]
     assert sorted(x["id"] for x in lines) == ["a", "b", "c"]
     assert lines[0]["grade"]["correct"] is True
     assert summary["n"] == 3 and "refusal" in summary and "ece" in summary
     assert (tmp_path / "runs" / "tiny" / "config.yaml").exists()
-    # Resuming with other settings would mix two configurations in one run: refused, nothing written.
+    # A finished run is only summarised again, whatever the settings now; its config.yaml stays.
     before = res.read_bytes(), (tmp_path / "runs" / "tiny" / "config.yaml").read_bytes()
     r = run(["eval", str(f), "--json"], tmp_path, ov + ["strategy.top_k=2"])
-    assert r.returncode == 2 and "other settings (strategy.top_k: 5 -> 2)" in r.stderr and "--name" in r.stderr
+    assert r.returncode == 0, r.stderr
     assert (res.read_bytes(), (tmp_path / "runs" / "tiny" / "config.yaml").read_bytes()) == before
     # Counts and names that cannot be meant are refused before any work.
     for args in (["--limit", "0"], ["--limit", "-1"], ["--workers", "0"], ["--name", "../x y"]):
         r = run(["eval", str(f), *args], tmp_path, ov)
         assert r.returncode == 2 and "Traceback" not in r.stderr, (args, r.stderr)
     # --index is honoured by a batch file run (a new index folder gets built there).
-    r = run(["batch", str(f), "--json", "--index", str(tmp_path / "other-index")], tmp_path,
-            ov + ["strategy.top_k=2"])
-    assert r.returncode == 2  # same run folder, other settings: refused
     spec["name"] = "tiny2"
     f.write_text(yaml.safe_dump(spec))
     r = run(["batch", str(f), "--json", "--limit", "1", "--index", str(tmp_path / "other-index")], tmp_path, ov)
@@ -178,11 +181,14 @@ def test_commands_that_read_memory_refuse_to_create_destroy_or_adopt_a_database(
     # Exporting or reporting onto the store itself, or into a folder, is refused; the store is untouched.
     for args in (["memory", "export", "--json-file", str(db)], ["memory", "export", "--csv", f"{db}-wal"],
                  ["memory", "report", "--html", str(db)], ["memory", "export", "--csv", str(tmp_path)],
-                 ["memory", "export", "--csv", str(tmp_path / "no" / "such" / "o.csv")]):
+                 ["memory", "export", "--csv", str(db / "o.csv")]):
         r = run(args, tmp_path, ov)
         assert r.returncode == 2 and "error:" in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
     assert db.read_bytes() == before
     assert "memory database itself" in run(["memory", "export", "--json-file", str(db)], tmp_path, ov).stderr
+    # A missing folder for an output file is created, as before.
+    r = run(["memory", "export", "--csv", str(tmp_path / "new" / "dir" / "o.csv")], tmp_path, ov)
+    assert r.returncode == 0 and (tmp_path / "new" / "dir" / "o.csv").is_file(), r.stderr
     # A mistyped --memory path is reported, not created.
     for args in (["feedback", oid, "--correct"], ["calibrate"], ["memory", "stats"]):
         r = run(args + ["--memory", str(tmp_path / "typo.db")], tmp_path, ov)

@@ -246,9 +246,14 @@ def test_futile_reads_the_query_class_when_it_has_evidence_of_its_own(tmp_path, 
     policy.memory = RepairCounts(pooled, {"when": {"rerank": (10, 10)}, "who": {"rerank": (0, 200)}})
     assert policy.futile("LOW_CONFIDENCE", when, query_features(when)) is None
     assert policy.futile("LOW_CONFIDENCE", who, query_features(who)) == (0, 200)
-    # A class with too little evidence of its own falls back to the pooled record.
-    policy.memory = RepairCounts(pooled, {"when": {"rerank": (5, 5)}})
-    assert policy.futile("LOW_CONFIDENCE", when, query_features(when)) == (10, 220)
+    # A class with too little evidence of its own is shrunk toward the pooled rate (k = 20):
+    # 5 of 10 repairs that worked keep it retrying, 0 of 2 do not.
+    policy.memory = RepairCounts(pooled, {"when": {"rerank": (5, 5)}, "who": {"rerank": (0, 2)}})
+    assert policy.futile("LOW_CONFIDENCE", when, query_features(when)) is None
+    assert policy.futile("LOW_CONFIDENCE", who, query_features(who)) == (10, 220)
+    # Without enough pooled evidence nothing is futile, whatever one class shows.
+    policy.memory = RepairCounts({"rerank": (0, 15)}, {"who": {"rerank": (0, 15)}})
+    assert policy.futile("LOW_CONFIDENCE", who, query_features(who)) is None
 
 
 def test_futile_lets_a_seeded_share_of_questions_retry(tmp_path, make_engine):

@@ -37,8 +37,9 @@ _JSONL_REQUIRED = ("id", "question", "answers")
 class QAItem:
     """One evaluation question with its gold answers.
 
-    ``answers`` is empty exactly when the question is unanswerable from the corpus;
-    duplicates are removed keeping the first occurrence. ``book`` is the corpus
+    ``answers`` is empty when the question is unanswerable from the corpus (``answerable``
+    False) or has no gold at all (``answerable`` None: inline batch questions without
+    answers, asked but not graded); duplicates are removed keeping the first occurrence. ``book`` is the corpus
     document the question was written against (``None`` when it names none).
     ``context`` holds the SQuAD paragraph; it is ``None`` for the JSONL sets.
     """
@@ -46,7 +47,7 @@ class QAItem:
     id: str
     question: str
     answers: tuple[str, ...]
-    answerable: bool
+    answerable: bool | None
     evidence: tuple[str, ...] = ()
     book: str | None = None
     context: str | None = None

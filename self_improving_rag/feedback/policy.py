@@ -136,22 +136,31 @@ class StrategyPolicy:
         """(successes, repairs) when memory shows that repairs after ``failure`` rarely work, so
         another attempt is not worth its time; None otherwise.
 
-        The record is the question's query class when that class alone has at least
-        ``stop_min_evidence`` repairs after ``failure``, else all classes pooled; it is futile
-        when its smoothed success rate (s + 1) / (n + 2) is below ``stop_below``. A class whose
-        own record clears the bar is never stopped by the pooled one. A share ``stop_explore``
-        of questions (seeded by the question) retries anyway, so the record can still change.
+        It needs at least ``stop_min_evidence`` repairs after ``failure`` over all query
+        classes, with rate r = (s + 1) / (n + 2). The question's class decides by its own
+        smoothed rate when it has that many repairs itself; with fewer, its counts are shrunk
+        toward the pooled rate, (s_c + k·r) / (n_c + k) with k = ``stop_min_evidence``, so a
+        class whose few repairs worked is not stopped by the others' failures. Futile when
+        the rate is below ``stop_below``. A share ``stop_explore`` of questions (seeded by the
+        question) retries anyway, so the record can still change.
         """
         if self.memory is None or self.config.method == "fixed" or self.config.stop_below <= 0:
             return None
+        k = self.config.stop_min_evidence
         use_labels = self.config.use_labels
-        qc = features.query_class if features is not None else None
-        counts = self.memory.repair_counts(failure, qc, use_labels=use_labels) if qc else {}
-        if sum(a + b for a, b in counts.values()) < self.config.stop_min_evidence:
-            counts = self.memory.repair_counts(failure, None, use_labels=use_labels)
-        s = sum(c[0] for c in counts.values())
-        n = sum(c[0] + c[1] for c in counts.values())
-        if n < self.config.stop_min_evidence or (s + 1) / (n + 2) >= self.config.stop_below:
+        pooled = self.memory.repair_counts(failure, None, use_labels=use_labels)
+        s, n = sum(c[0] for c in pooled.values()), sum(c[0] + c[1] for c in pooled.values())
+        if n < k:
+            return None
+        rate = (s + 1) / (n + 2)
+        if features is not None and features.query_class:
+            own = self.memory.repair_counts(failure, features.query_class, use_labels=use_labels)
+            sc, nc = sum(c[0] for c in own.values()), sum(c[0] + c[1] for c in own.values())
+            if nc >= k:
+                s, n, rate = sc, nc, (sc + 1) / (nc + 2)
+            elif nc:
+                rate = (sc + k * rate) / (nc + k)
+        if rate >= self.config.stop_below:
             return None
         if self.config.stop_explore > 0 and self._rng(question, f"stop\x00{failure}").random() < self.config.stop_explore:
             return None

@@ -45,6 +45,7 @@ def chunk_stats(index_dir: str | Path, png: str | Path | None = None) -> dict:
         ax.set_ylabel("chunks")
         ax.legend()
         fig.tight_layout()
+        Path(png).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(str(png))
         plt.close(fig)
         out["png"] = str(png)

@@ -220,14 +220,16 @@ class MemoryStore:
         pending = check()
         if not pending:
             return
-        if self.read_only and len(pending) == len(known):
-            # Nothing of sirag's was ever applied: an empty file or somebody else's database.
-            others = [t for t in db.table_names() if not t.startswith("sqlite_")]
+        if len(pending) == len(known):
+            # Nothing of sirag's was ever applied: a new or empty file, or somebody else's database,
+            # which is never adopted (sirag's tables added beside its own), read-only or not.
+            others = [t for t in db.table_names() if not t.startswith("sqlite_") and t != "_sqlite_migrations"]
             if others:
                 raise MemoryStoreError(
                     f"{self.path} is not a sirag memory store (it holds other tables: {', '.join(others[:5])}); "
                     "pass the --memory path of a store that sirag wrote"
                 )
+        if self.read_only and len(pending) == len(known):
             raise MemoryStoreError(
                 f"memory database {self.path} is empty: nothing has been recorded in it yet; "
                 "run `sirag ask` or `sirag batch` with this --memory path first"
@@ -455,12 +457,14 @@ class MemoryStore:
         }
 
     def add_feedback(self, outcome_id: str, correct: bool, source: str = "user", note: str = "",
-                     only_if_unlabelled: bool = False) -> bool:
+                     keep_settled: bool = False) -> bool:
         """Label an outcome correct or wrong (``source`` 'user' or 'gold'); the latest label wins.
 
-        ``outcome_id`` may be a unique prefix of at least 6 characters. With
-        ``only_if_unlabelled`` nothing is written when the outcome already has a label (checked
-        in the writing transaction). Returns whether a label was written.
+        ``outcome_id`` may be a unique prefix of at least 6 characters. With ``keep_settled``
+        (how evaluations write gold labels) nothing is written when a user has labelled the
+        outcome or its latest label already says the same (checked in the writing
+        transaction): a re-run adds no duplicate and never overrides a user, while a corrected
+        gold answer still updates the label. Returns whether a label was written.
         """
         if source not in FEEDBACK_SOURCES:
             raise ValueError(f"source must be one of {FEEDBACK_SOURCES}, got {source!r}")
@@ -473,9 +477,13 @@ class MemoryStore:
 
         def write() -> bool:
             with self._immediate() as db:
-                if only_if_unlabelled and db.execute(
-                        "SELECT 1 FROM feedback WHERE outcome_id = ? LIMIT 1", [full_id]).fetchone():
-                    return False
+                if keep_settled:
+                    user = db.execute("SELECT 1 FROM feedback WHERE outcome_id = ? AND source = 'user' LIMIT 1",
+                                      [full_id]).fetchone()
+                    latest = db.execute("SELECT label FROM feedback WHERE outcome_id = ? ORDER BY id DESC LIMIT 1",
+                                        [full_id]).fetchone()
+                    if user or (latest is not None and latest[0] == int(correct)):
+                        return False
                 self._insert(db, "feedback", row)
                 return True
 
@@ -521,7 +529,7 @@ class MemoryStore:
     # The latest label per outcome (feedback rows only grow; the newest one wins).
     _LATEST_LABEL = """
         latest AS (
-            SELECT outcome_id, label,
+            SELECT outcome_id, label, source,
                    ROW_NUMBER() OVER (PARTITION BY outcome_id ORDER BY id DESC) AS rn
             FROM feedback
         )"""
@@ -583,7 +591,7 @@ class MemoryStore:
         return {r["repair"]: (int(r["ok"]), int(r["bad"])) for r in rows}
 
     def labelled_attempts(self) -> list[dict[str, Any]]:
-        """The chosen attempt of every labelled outcome, for confidence calibration.
+        """The chosen attempt of every labelled answered outcome, for confidence calibration.
 
         Each dict: outcome_id, query_class, attempt, coverage, redundancy, grounding,
         faithfulness, confidence, refusal, mean_logprob, answer (the attempt's answer text, for
@@ -593,19 +601,14 @@ class MemoryStore:
         refused") says nothing about that.
         """
         return self._rows(
-            """
-            WITH latest AS (
-                SELECT outcome_id, label, source, created_at,
-                       ROW_NUMBER() OVER (PARTITION BY outcome_id ORDER BY id DESC) AS rn
-                FROM feedback
-            )
+            f"""
+            WITH {self._LATEST_LABEL}
             SELECT o.id AS outcome_id, o.query_class, a.number AS attempt,
                    a.coverage, a.redundancy, a.grounding, a.faithfulness, a.confidence,
                    a.refusal, a.mean_logprob, a.answer, a.failure, l.label, l.source
             FROM latest l
             JOIN outcomes o ON o.id = l.outcome_id
-            JOIN attempts a ON a.outcome_id = o.id AND a.number = COALESCE(
-                o.chosen_attempt, (SELECT MAX(x.number) FROM attempts x WHERE x.outcome_id = o.id))
+            JOIN attempts a ON a.outcome_id = o.id AND a.number = o.chosen_attempt
             WHERE l.rn = 1 AND o.refused = 0
             ORDER BY o.created_at, o.id
             """
@@ -930,7 +933,8 @@ class MemoryStore:
     def reliability(self, bins: int = 10) -> dict[str, Any]:
         """Outcome confidence bins against observed accuracy, with the expected calibration error.
 
-        The target is the latest feedback label when any outcome has one
+        Answered outcomes only (confidence is the probability that an answer is correct). The
+        target is the latest feedback label when any answered outcome has one
         (``target='feedback'``); otherwise the chosen attempt's own verdict, failure ==
         'NONE' (``target='self-assessed'``). Outcome ``success`` is not used: it is
         derived from confidence and would make the diagram trivially a step.
@@ -938,11 +942,8 @@ class MemoryStore:
         if not isinstance(bins, int) or isinstance(bins, bool) or bins < 1:
             raise ValueError(f"bins must be a positive int, got {bins!r}")
         labelled = self._rows(
-            """
-            WITH latest AS (
-                SELECT outcome_id, label, ROW_NUMBER() OVER (PARTITION BY outcome_id ORDER BY id DESC) AS rn
-                FROM feedback
-            )
+            f"""
+            WITH {self._LATEST_LABEL}
             SELECT o.confidence, l.label AS y FROM latest l JOIN outcomes o ON o.id = l.outcome_id
             WHERE l.rn = 1 AND o.confidence IS NOT NULL AND o.refused = 0
             """
@@ -954,9 +955,8 @@ class MemoryStore:
             pairs = self._rows(
                 """
                 SELECT o.confidence, (a.failure = 'NONE') AS y FROM outcomes o
-                JOIN attempts a ON a.outcome_id = o.id AND a.number = COALESCE(
-                    o.chosen_attempt, (SELECT MAX(x.number) FROM attempts x WHERE x.outcome_id = o.id))
-                WHERE o.confidence IS NOT NULL
+                JOIN attempts a ON a.outcome_id = o.id AND a.number = o.chosen_attempt
+                WHERE o.confidence IS NOT NULL AND o.refused = 0
                 """
             )
         groups: list[list[tuple[float, int]]] = [[] for _ in range(bins)]

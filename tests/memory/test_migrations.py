@@ -164,9 +164,20 @@ def test_foreign_database_with_clashing_tables(tmp_path: Path) -> None:
     path = tmp_path / "other.db"
     with sqlite3.connect(path) as conn:
         conn.execute("CREATE TABLE outcomes (x)")
-    with pytest.raises(MemoryStoreError, match="did not create"):
+    with pytest.raises(MemoryStoreError, match=r"not a sirag memory store \(it holds other tables: outcomes\)"):
         MemoryStore(path)
-    # The failed migration left no half-made schema behind.
+    # Refused before any migration ran: no half-made schema behind.
     with sqlite3.connect(path) as conn:
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert "questions" not in names
+
+
+def test_a_foreign_database_is_not_adopted_even_when_opened_for_writing(tmp_path: Path) -> None:
+    path = tmp_path / "theirs.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE foo (x)")
+    for read_only in (False, True):
+        with pytest.raises(MemoryStoreError, match=r"not a sirag memory store \(it holds other tables: foo\)"):
+            MemoryStore(path, read_only=read_only)
+    with sqlite3.connect(path) as conn:
+        assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["foo"]

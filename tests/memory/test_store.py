@@ -262,14 +262,17 @@ def test_gold_label_is_written_only_for_an_unlabelled_outcome(store: MemoryStore
     fresh = store.record(make_answer("fresh"))
     store.add_feedback(user_labelled, True, source="user")
     # A re-run of the batch would label both again: the user's label stays the latest one.
-    assert store.add_feedback(user_labelled, False, source="gold", only_if_unlabelled=True) is False
-    assert store.add_feedback(fresh, False, source="gold", only_if_unlabelled=True) is True
-    assert store.add_feedback(fresh, False, source="gold", only_if_unlabelled=True) is False
+    assert store.add_feedback(user_labelled, False, source="gold", keep_settled=True) is False
+    assert store.add_feedback(fresh, False, source="gold", keep_settled=True) is True
+    assert store.add_feedback(fresh, False, source="gold", keep_settled=True) is False  # same verdict again
     labels = {r["outcome_id"]: (r["label"], r["source"]) for r in store.labelled_attempts()}
     assert labels[user_labelled] == (1, "user")
     assert store.stats()["feedback"] == {
         "total": 2, "correct": 1, "wrong": 1, "user": 1, "gold": 1, "labelled_outcomes": 2
     }
+    # A corrected gold answer changes the verdict: that is written.
+    assert store.add_feedback(fresh, True, source="gold", keep_settled=True) is True
+    assert {r["outcome_id"]: r["label"] for r in store.labelled_attempts()}[fresh] == 1
 
 
 def test_feedback_unknown_id_and_bad_arguments(store: MemoryStore) -> None:
@@ -368,8 +371,9 @@ def test_learning_curve(store: MemoryStore) -> None:
 def test_reliability_prefers_feedback_labels(store: MemoryStore) -> None:
     ids = populate(store)
     rel = store.reliability(10)
-    assert rel["target"] == "self-assessed" and rel["n"] == 9
-    assert sum(b["n"] for b in rel["bins"]) == 9
+    # Answered outcomes only: the refusal among the nine with a confidence is left out.
+    assert rel["target"] == "self-assessed" and rel["n"] == 8
+    assert sum(b["n"] for b in rel["bins"]) == 8
     store.add_feedback(ids[0], False)
     rel = store.reliability(10)
     assert rel["target"] == "feedback" and rel["n"] == 1

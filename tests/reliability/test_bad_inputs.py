@@ -251,8 +251,9 @@ BUGS: dict[str, Case] = {
         ("latin.yaml", "not UTF-8"), watch=lambda d, w: [d / "latin.yaml"]),
     "memory-export-onto-the-store": Case(
         lambda d, w: ["memory", "export", "--json-file", str(w / "memory" / "memory.db")], ("memory database itself",)),
-    "memory-report-into-missing-folder": Case(
-        lambda d, w: ["memory", "report", "--html", str(d / "no" / "such" / "r.html")], ("does not exist",)),
+    "memory-report-under-a-file": Case(
+        lambda d, w: ["memory", "report", "--html", str(_write(d / "plain.txt", "x") / "r.html")],
+        ("plain.txt", "is a file, not a folder"), watch=lambda d, w: [d / "plain.txt"]),
     "stats-png-not-png": Case(lambda d, w: ["stats", "--png", str(d / "hist.txt")], ("ending in .png", "hist.txt")),
     "set-deeply-nested-value": Case(lambda d, w: ["ask", QUESTION], ("strategy.top_k",),
                                     extra=("strategy.top_k=" + "[" * 1000 + "]" * 1000,)),
