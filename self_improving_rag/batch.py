@@ -670,10 +670,10 @@ def _run_name(text: str) -> str:
 
 def add_batch_commands(sub, common, registry: dict, command) -> None:
     """Register ``batch`` and ``eval`` on the CLI's subparsers."""
-    import textwrap
+    import inspect
 
     for name, fn in (("batch", cmd_batch), ("eval", cmd_eval)):
-        doc = textwrap.dedent(fn.__doc__ or "").strip()
+        doc = inspect.cleandoc(fn.__doc__ or "")
         sp = sub.add_parser(name, parents=[common], help=doc.splitlines()[0], description=doc,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
         sp.add_argument("file", nargs="?" if name == "eval" else None, help="batch YAML file")

@@ -4,6 +4,7 @@ formats the result; the library holds the logic."""
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import logging
 import os
@@ -434,7 +435,7 @@ def _print_calibration(result: dict) -> None:
 # -- parser -------------------------------------------------------------------------------
 
 def _doc(fn: Callable) -> str:
-    return textwrap.dedent(fn.__doc__ or "").strip()
+    return inspect.cleandoc(fn.__doc__ or "")  # the first line is not indented, the rest are
 
 
 def build_parser() -> argparse.ArgumentParser:
