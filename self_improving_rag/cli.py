@@ -417,7 +417,7 @@ def _print_calibration(result: dict) -> None:
         return "  n/a" if x is None else f"{x:5.3f}"
 
     held = result["held_out"]
-    print(f"labelled outcomes: {result['n']}")
+    print(f"labelled answered outcomes: {result['n']}")
     print(f"{'':46s} AUROC   ECE    Brier")
     rows = [(f"held-out half ({held['n_test']}), default weights", held["before"]),
             (f"held-out half ({held['n_test']}), fitted on the other {held['n_train']}", held["after"]),

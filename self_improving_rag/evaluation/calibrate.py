@@ -12,7 +12,8 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
             for r in store.labelled_attempts()]
     if len(rows) < min_labels:
         raise InputError(
-            f"only {len(rows)} labelled outcome(s) in memory, {min_labels} needed; label answers with "
+            f"only {len(rows)} labelled answered outcome(s) in memory (labels on refusals do not count), "
+            f"{min_labels} needed; label answers with "
             "`sirag feedback ID --correct/--wrong` or run `sirag eval` (gold labels), or pass --min-labels"
         )
     labels = [int(r["label"]) for r in rows]

@@ -155,7 +155,7 @@ def _chart_reliability(store: MemoryStore) -> tuple[str, str]:
     if not rel["n"]:
         return _empty("no outcomes recorded"), ""
     if rel["target"] == "feedback":
-        note = f"Accuracy from the latest feedback label of {rel['n']} labelled outcomes."
+        note = f"Accuracy from the latest feedback label of {rel['n']} labelled answered outcomes."
     else:
         note = (
             "No feedback labels yet: accuracy is self-assessed, the engine's own verdict (chosen attempt "

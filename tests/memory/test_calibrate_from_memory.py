@@ -63,7 +63,7 @@ def test_labelled_rows_carry_the_answer_text(store: MemoryStore) -> None:
 
 def test_calibration_needs_enough_labels_of_both_kinds(store: MemoryStore) -> None:
     _record(store, 5, SHORT, correct_every=1)
-    with pytest.raises(InputError, match="5 labelled outcome"):
+    with pytest.raises(InputError, match="5 labelled answered outcome"):
         calibrate_from_memory(store, min_labels=20)
     with pytest.raises(InputError, match="both correct and wrong"):
         calibrate_from_memory(store, min_labels=2)

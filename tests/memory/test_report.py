@@ -88,7 +88,7 @@ def test_reliability_uses_feedback_when_labelled(tmp_path: Path) -> None:
             store.add_feedback(oid, i >= 5, source="gold")
         page = write_html_report(store, tmp_path / "r.html").read_text(encoding="utf-8")
     assert "Reliability (feedback)" not in page  # the title is drawn inside the PNG
-    assert re.search(r"latest feedback label of 10 labelled outcomes", page)
+    assert re.search(r"latest feedback label of 10 labelled answered outcomes", page)
 
 
 def test_report_rejects_bad_arguments(tmp_path: Path) -> None:
