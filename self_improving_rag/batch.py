@@ -404,27 +404,26 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     summaries = []
     for point in grid_points(spec.grid):
         config = resolved_config(base_config, spec, point, index_dir, cli_overrides)
-        if corpus:
-            ensure_index(config, corpus, index_dir, progress)
         run_name = spec.name + ("" if not point else "-" + point_label(point)) + suffix + ("" if loop else "-noloop")
         run_dir = out_root / run_name
         run_dir.mkdir(parents=True, exist_ok=True)
         results = run_dir / "results.jsonl"
         lock = _lock_run(run_dir)
+        bar = None
         try:
             done = read_done(results)
             todo = [it for it in items if it.id not in done]
-            if todo:  # a finished run is only summarised again, whatever the settings now
+            # A finished run is only summarised again, whatever the settings now; a resume is
+            # checked before any index is built for it.
+            if todo:
                 if done:
                     _check_resume_config(run_dir, config, len(done))
                 (run_dir / "config.yaml").write_text(to_yaml(config), encoding="utf-8")
-        except BaseException:
-            lock.close()
-            raise
-        bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=run_name, unit="q",
-                   disable=not progress or None)
-        try:
-            if workers <= 1:
+                if corpus:
+                    ensure_index(config, corpus, index_dir, progress)
+            bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=run_name, unit="q",
+                       disable=not progress or None)
+            if todo and workers <= 1:
                 from .engine import Engine
                 from .memory import MemoryStore
 
@@ -438,7 +437,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
                         bar.update(1)
                 finally:
                     engine.close()
-            else:
+            elif todo:
                 import multiprocessing as mp
 
                 with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
@@ -452,7 +451,8 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
                             on_row(row)
                         bar.update(1)
         finally:
-            bar.close()
+            if bar is not None:
+                bar.close()
             lock.close()  # closing the file releases the lock
         rows = list(read_done(results).values())
         summary = {"run": run_name, "grid_point": point, "loop": loop, **summarise(rows)}

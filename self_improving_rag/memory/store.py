@@ -229,11 +229,11 @@ class MemoryStore:
                     f"{self.path} is not a sirag memory store (it holds other tables: {', '.join(others[:5])}); "
                     "pass the --memory path of a store that sirag wrote"
                 )
-        if self.read_only and len(pending) == len(known):
-            raise MemoryStoreError(
-                f"memory database {self.path} is empty: nothing has been recorded in it yet; "
-                "run `sirag ask` or `sirag batch` with this --memory path first"
-            )
+            if self.read_only:
+                raise MemoryStoreError(
+                    f"memory database {self.path} is empty: nothing has been recorded in it yet; "
+                    "run `sirag ask` or `sirag batch` with this --memory path first"
+                )
         if self.read_only:
             raise MemoryStoreError(
                 f"memory database {self.path} has an older schema; open it once without read-only "
