@@ -19,7 +19,7 @@ import logging
 import os
 import re
 import sys
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, as_completed, wait
 from pathlib import Path
 from typing import Any, Callable
 
@@ -444,12 +444,14 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
                                          initializer=_worker_init,
                                          initargs=(config.model_dump(mode="json"), index_dir, loop)) as pool:
                     futs = [pool.submit(_worker_ask, it, run_name) for it in todo]
-                    for f in as_completed(futs):
-                        row = f.result()
+
+                    def keep(row: dict) -> None:
                         append_row(results, row)
                         if on_row:
                             on_row(row)
                         bar.update(1)
+
+                    drain(futs, keep)
         finally:
             if bar is not None:
                 bar.close()
@@ -462,6 +464,27 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     if len(summaries) > 1:
         write_comparison(summaries, out_root / f"{spec.name}{suffix}-comparison")
     return summaries
+
+
+def drain(futures: list, keep: Callable[[dict], None]) -> None:
+    """Pass each future's row to ``keep`` as it completes. If one fails (or Ctrl-C), the queued
+    questions are cancelled instead of run, and every row a worker finished, already written to
+    memory, is still kept, so that a resume does not ask it again; then the error propagates."""
+    kept: set = set()
+    try:
+        for f in as_completed(futures):
+            row = f.result()
+            kept.add(f)
+            keep(row)
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        wait(futures)  # the questions being answered now finish (they are recorded in memory)
+        for f in futures:
+            if f not in kept and not f.cancelled() and f.exception() is None:
+                kept.add(f)
+                keep(f.result())
+        raise
 
 
 def single_attempt_row(row: dict, threshold: float) -> dict:
@@ -605,18 +628,24 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
             spec = spec.model_copy(update={"name": args.name})
         if args.index:
             spec = spec.model_copy(update={"index": str(Path(args.index).resolve())})
+        # Like --index, these replace the batch file's own settings (relative to the current folder).
+        if args.output_dir:
+            spec = spec.model_copy(update={"output_dir": str(Path(args.output_dir).resolve())})
+        if args.corpus:
+            spec = spec.model_copy(update={"corpus": [str(Path(c).resolve()) for c in args.corpus]})
     elif args.dataset:
         default_name = re.sub(r"[^\w.-]", "_", Path(args.dataset).stem)[:80].strip(".") or "dataset"
         spec = BatchSpec(name=args.name or default_name, corpus=args.corpus or [],
                          index=args.index, questions=QuestionsSpec(file=str(Path(args.dataset).resolve())),
-                         output_dir=args.output_dir)
+                         output_dir=args.output_dir or "runs")
         base = Path.cwd()
     else:
         raise BatchError("sirag eval needs a batch YAML file or --dataset FILE (with --corpus DIR unless it is SQuAD)")
     if args.retrieval_only:
         from .evaluation.retrieval_eval import retrieval_eval
 
-        table = retrieval_eval(spec, base, config, limit=args.limit, ks=(1, 3, 5, 10), cli_overrides=args.overrides)
+        table = retrieval_eval(spec, base, config, limit=args.limit, ks=(1, 3, 5, 10), cli_overrides=args.overrides,
+                               offset=args.offset)
         print(json.dumps(table) if args.json else table["markdown"])
         return 0
     progress = sys.stderr.isatty() and not args.json
@@ -683,10 +712,12 @@ def add_batch_commands(sub, common, registry: dict, command) -> None:
         sp.add_argument("--no-retry", action="store_true", help="run with the loop off")
         if name == "eval":
             sp.add_argument("--dataset", help="JSONL or SQuAD 2.0 JSON with gold answers")
-            sp.add_argument("--corpus", action="append", help="documents to ingest (repeatable)")
+            sp.add_argument("--corpus", action="append",
+                            help="documents to ingest (repeatable; replaces a batch file's corpus:)")
             sp.add_argument("--name", type=_run_name, help="run name (default: the batch file's name: field, or the "
                                                            "dataset's file name)")
-            sp.add_argument("--output-dir", default="runs", help="where run folders go (default runs/)")
+            sp.add_argument("--output-dir", help="where run folders go (default: the batch file's output_dir:, "
+                                                 "else runs/)")
             sp.add_argument("--compare-no-retry", action="store_true",
                             help="compare with the loop off: by default the first attempt of each question, "
                                  "finished alone (what the loop-off engine answers, at no extra cost), "

@@ -445,7 +445,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--config", metavar="FILE", help="YAML config layered over the packaged defaults")
     common.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override one setting, e.g. --set strategy.top_k=8 (repeatable)")
-    common.add_argument("--index", metavar="DIR", help="corpus index directory (default: paths.index_dir)")
+    common.add_argument("--index", metavar="DIR", help="corpus index directory (default: paths.index_dir; for batch and eval: "
+                        "the batch file's index:, else <output_dir>/<name>/index)")
     common.add_argument("--memory", metavar="DB", help="memory store file (default: paths.memory_db)")
     common.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
     common.add_argument("-v", "--verbose", action="store_true", help="more detail on stderr and in the output")

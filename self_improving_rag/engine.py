@@ -4,6 +4,7 @@ within a budget, then an answer or an honest refusal, recorded in memory."""
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import replace
 from typing import Callable
@@ -36,12 +37,22 @@ def check_question(question: str) -> str:
 
 
 def restates_question(question: str, answer: str) -> bool:
-    """An answer whose content words all come from the question says nothing new: no answer."""
+    """An answer that only echoes the question says nothing new: no answer.
+
+    It is an echo when every content word of the answer comes from the question ("Who killed
+    Drebber?" -> "Drebber"), unless the question offers a choice ("... by Venn or by Lune?" ->
+    "Venn") or asks yes or no ("Did Holmes go to Paris?" -> "Holmes went to Paris").
+    """
+    from .feedback.policy import query_features
     from .generation.prompts import strip_citations
     from .text import content_terms
 
     terms = set(content_terms(strip_citations(answer)))
-    return bool(terms) and terms <= set(content_terms(question))
+    asked = set(content_terms(question))
+    if not terms or not terms <= asked:
+        return False
+    offers_choice = re.search(r"\bor\b", question, re.I) is not None
+    return not offers_choice and query_features(question).query_class != "yes-no"
 
 
 class Engine:
@@ -59,6 +70,11 @@ class Engine:
             self.searcher.judge = lambda messages: self.generator.yes_probability(messages)
         self._policy: StrategyPolicy | None = None
         self._scorer: SignalScorer | None = None
+        # An attempt is diagnosed NONE (and the loop stops) only if it would also be accepted: a
+        # confidence below loop.answer_threshold is LOW_CONFIDENCE even when it clears
+        # thresholds.confidence.
+        thr = config.thresholds
+        self._thresholds = thr.model_copy(update={"confidence": max(thr.confidence, config.loop.answer_threshold)})
 
     @property
     def generator(self):
@@ -187,7 +203,7 @@ class Engine:
         assert self._scorer is not None
         signals = self._scorer.score(question, retrieval, generation, raw, refused, citations, strategy.prompt)
         timings["score"] = (time.perf_counter() - t) * 1000
-        attribution = attribute(signals, self.config.thresholds)
+        attribution = attribute(signals, self._thresholds)
         timings["total"] = sum(timings.values())
         return AttemptRecord(
             number=number, strategy=strategy, repair=repair, answer=None if refused else raw, raw_answer=raw,

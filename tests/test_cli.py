@@ -129,6 +129,23 @@ def test_batch_and_eval_resume(tmp_path):
     r = run(["batch", str(f), "--json", "--limit", "1", "--index", str(tmp_path / "other-index")], tmp_path, ov)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "other-index").is_dir()
+    # eval's --output-dir and --corpus replace the batch file's, as --index does.
+    other_docs = tmp_path / "docs2"
+    other_docs.mkdir()
+    (other_docs / "cidermill.txt").write_text("The miller Anna Grove pressed cider in the red barn.\n")
+    r = run(["eval", str(f), "--json", "--limit", "1", "--output-dir", str(tmp_path / "runs2"),
+             "--corpus", str(other_docs), "--index", str(tmp_path / "index2")], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "runs2" / "tiny2" / "results.jsonl").is_file()
+    r = run(["search", "Who pressed cider?", "--json", "--index", str(tmp_path / "index2")], tmp_path, ov)
+    assert {h["doc"] for h in json.loads(r.stdout)["hits"]} == {"cidermill"}
+    # --offset counts for --retrieval-only too (only a and b have evidence to find: one is left).
+    rows_ev = [{**row, "evidence": [ev]} for row, ev in zip(rows[:2], ["built in 1852 by the engineer Clara Venn",
+                                                                      "sixty apple trees"])]
+    qa.write_text("".join(json.dumps(x) + "\n" for x in rows_ev))
+    r = run(["eval", str(f), "--json", "--retrieval-only", "--offset", "1"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert {row["n"] for row in json.loads(r.stdout)["rows"]} == {1}
 
 
 def test_feedback_calibrate_and_memory_analysis_commands(tmp_path):

@@ -269,3 +269,39 @@ def test_futile_lets_a_seeded_share_of_questions_retry(tmp_path, make_engine):
     share_retry = sum(s is None for s in stopped) / len(stopped)
     assert 0.05 < share_retry < 0.15
     assert stopped == [policy.futile("LOW_CONFIDENCE", q, query_features(q)) for q in questions]
+
+
+@pytest.mark.parametrize("question, answer, echo", [
+    ("Who killed Enoch Drebber in Brixton?", "Drebber [2]", True),
+    ("Who saved the sailors of the Greyling?", "The sailors of the Greyling [1].", True),
+    ("Who saved the sailors of the Greyling?", "Tobias Lune [1].", False),
+    # A choice offered by the question, or a yes/no question, is answered with its own words.
+    ("Was the lighthouse built by Clara Venn or by Tobias Lune?", "Clara Venn built it [1].", False),
+    ("Which is older, the lighthouse or the market bell?", "The lighthouse [2].", False),
+    ("Did Tobias Lune save the sailors?", "Tobias Lune saved the sailors [1].", False),
+    ("Who saved the sailors?", "[1]", False),
+])
+def test_an_answer_that_only_echoes_the_question_is_no_answer(question, answer, echo):
+    from self_improving_rag.engine import restates_question
+
+    assert restates_question(question, answer) is echo
+
+
+def test_an_answer_chosen_from_the_question_s_alternatives_is_returned(make_engine):
+    engine, gen, _ = make_engine(["Tobias Lune [1]."])
+    ans = engine.ask("Was it Tobias Lune or Clara Venn who saved the sailors of the Greyling?")
+    assert not ans.refused and ans.answer.startswith("Tobias Lune")
+    assert ans.attempts[0].signals.refusal is False
+
+
+def test_an_attempt_below_the_answer_threshold_is_retried_not_accepted_as_none(tmp_path, make_engine):
+    """loop.answer_threshold above thresholds.confidence: an attempt the engine would not return
+    is diagnosed LOW_CONFIDENCE and the loop goes on, instead of stopping on it as NONE."""
+    cfg = load_config(None, fake_overrides(tmp_path) + ["loop.answer_threshold=0.9999", "policy.stop_below=0"])
+    engine, gen, _ = make_engine([GOOD], config=cfg)
+    ans = engine.ask("Who saved the sailors of the Greyling in the storm?")
+    first = ans.attempts[0]
+    assert first.signals.confidence.value < 0.9999
+    assert first.attribution.failure == "LOW_CONFIDENCE"
+    assert len(ans.attempts) == cfg.loop.max_attempts and ans.refused
+    assert "NONE" not in ans.refusal_reason

@@ -74,10 +74,10 @@ _PRIOR_SLOPES: dict[str, float] = {
 }
 
 #: Hand-set priors. The bias is chosen so that an attempt whose every feature is at its
-#: neutral value gets confidence exactly 0.5: bias = −Σ_i w_i · neutral_i = −1.7.
-#: Then a strong attempt (coverage, grounding, faithfulness 0.9, redundancy 0.2,
-#: mean_logprob −0.1) scores σ(3.0) ≈ 0.95, a weak one (0.3, 0.3, 0.3, 0.5, −1.5)
-#: scores σ(−2.55) ≈ 0.07, and a neutral refusal σ(−3.0) ≈ 0.05.
+#: neutral value gets confidence exactly 0.5: bias = −Σ_i w_i · neutral_i ≈ −1.395.
+#: Then a strong four-word answer (coverage, grounding, faithfulness 0.9, redundancy 0.2,
+#: mean_logprob −0.1) scores σ(3.4) ≈ 0.97, a weak one (0.3, 0.3, 0.3, 0.5, −1.5)
+#: scores σ(−2.75) ≈ 0.06, and a neutral refusal σ(−3.0) ≈ 0.05.
 DEFAULT_WEIGHTS: dict[str, float] = {
     "bias": -sum(_PRIOR_SLOPES[f] * NEUTRAL_VALUES[f] for f in FEATURES),
     **_PRIOR_SLOPES,

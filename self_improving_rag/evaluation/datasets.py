@@ -124,7 +124,9 @@ def _parse_whole(path: Path, text: str) -> Any:
 
 
 def _jsonl_objects(path: Path, text: str) -> Iterator[tuple[int, Any]]:
-    for n, line in enumerate(text.splitlines(), start=1):
+    # Lines end at "\n" only: JSON strings may hold U+2028, U+0085 and other characters that
+    # str.splitlines() would break a line at.
+    for n, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
@@ -206,9 +208,11 @@ def _squad_paragraphs(path: Path, doc: dict[str, Any]) -> Iterator[tuple[str, st
             raise InputError(f"{path}: {where}: missing 'paragraphs' list; check that this is a SQuAD 2.0 file")
         title = article.get("title")
         title = title if isinstance(title, str) else f"article{a}"
-        slug = _slug(title)
-        if slug in seen:  # two articles with the same title still need distinct ids
-            slug = f"{slug}_{a}"
+        slug = base = _slug(title)
+        suffix = a
+        while slug in seen:  # two articles with the same title still need distinct ids
+            slug = f"{base}_{suffix}"
+            suffix += 1
         seen.add(slug)
         paragraphs = article["paragraphs"]
         width = max(2, len(str(len(paragraphs) - 1)))

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "bin_index",
     "normalize_answer",
     "exact_match",
     "token_f1",
@@ -279,8 +280,13 @@ def accuracy_at_coverage(confidences: Sequence[float], correct: Sequence[Any], c
     return float(np.mean(corr_s[:k]))
 
 
-def _bin_index(conf: np.ndarray, n_bins: int) -> np.ndarray:
-    return np.minimum((conf * n_bins).astype(int), n_bins - 1)
+def bin_index(conf, n_bins: int):
+    """The equal-width bin of a confidence in [0, 1] (or of each in an array): [k/n, (k+1)/n) holds
+    bin k, and 1.0 the last bin. A tolerance of 1e-9 keeps 0.57 out of [0.56, 0.57) when 0.57 · 100
+    rounds to 56.99999999999999."""
+    idx = np.floor(np.asarray(conf, dtype=float) * n_bins + 1e-9).astype(int)
+    idx = np.clip(idx, 0, n_bins - 1)
+    return idx if idx.ndim else int(idx)
 
 
 def _check_bins(conf: np.ndarray, n_bins: int) -> None:
@@ -299,7 +305,7 @@ def reliability_bins(confidences: Sequence[float], correct: Sequence[Any], n_bin
     """
     conf, corr = _check_conf_correct(confidences, correct)
     _check_bins(conf, n_bins)
-    idx = _bin_index(conf, n_bins)
+    idx = bin_index(conf, n_bins)
     bins = []
     for b in range(n_bins):
         mask = idx == b

