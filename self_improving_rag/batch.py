@@ -27,7 +27,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .config import Config, _merge, config_from_dict, default_config_text, parse_override, to_yaml
-from .errors import BatchError, ConfigError
+from .errors import BatchError, ConfigError, SiragError
 from .evaluation.datasets import QAItem, load_qa, squad_contexts
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,10 @@ def resolved_config(base_config: Config, spec: BatchSpec, point: dict[str, Any],
 
 
 def point_label(point: dict[str, Any]) -> str:
-    return "-".join(f"{k.split('.')[-1]}={v}" for k, v in point.items()) or "default"
+    """A grid point as part of a run folder's name: key=value pairs, with any character that could
+    leave the output folder or trouble a shell ('/', spaces, quotes, ...) turned into '_'."""
+    label = "-".join(f"{k.split('.')[-1]}={v}" for k, v in point.items()) or "default"
+    return re.sub(r"[^\w.=,+-]", "_", label).strip(".")[:120] or "point"
 
 
 # -- results file -----------------------------------------------------------------------
@@ -158,16 +161,16 @@ _RESUME_FREE = ("paths.memory_db", "paths.log_dir", "paths.model_cache", "genera
                 "ingestion.gutenberg_dir", "ingestion.max_file_mb")
 
 
-def _check_resume_config(run_dir: Path, config: Config, n_done: int) -> None:
-    """A resumed run must use the settings its earlier results were made with, except those in
-    ``_RESUME_FREE`` (the index folder is compared: another corpus is another run)."""
+def _changed_settings(run_dir: Path, config: Config) -> str:
+    """The settings that differ from those the run was made with (``_RESUME_FREE`` aside; the index
+    folder is compared: another corpus is another run), shown as 'key: old -> new, ...'; '' if none."""
     stored_path = run_dir / "config.yaml"
     if not stored_path.is_file():
-        return
+        return ""
     try:
         stored = yaml.safe_load(stored_path.read_text(encoding="utf-8")) or {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return  # an unreadable record of the settings cannot be compared; it is rewritten
+        return ""  # an unreadable record of the settings cannot be compared; it is rewritten
 
     def flat(d: Any, prefix: str = "") -> dict[str, Any]:
         if not isinstance(d, dict):
@@ -180,30 +183,60 @@ def _check_resume_config(run_dir: Path, config: Config, n_done: int) -> None:
     a, b = flat(stored), flat(config.model_dump(mode="json"))
     # A setting the stored file lacks is one added to sirag since: it does not block a resume.
     changed = sorted(k for k in a if k in b and k not in _RESUME_FREE and a[k] != b[k])
-    if changed:
-        shown = ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in changed[:4])
-        raise BatchError(f"{run_dir} already holds {n_done} result(s) made with other settings ({shown}"
-                         f"{', ...' if len(changed) > 4 else ''}); resuming would mix them. Run with the same "
-                         "settings, give the run another name (the batch file's name:, or sirag eval --name NEW), "
-                         "or delete that folder")
+    shown = ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in changed[:4])
+    return shown + (", ..." if len(changed) > 4 else "")
+
+
+def _check_resume_config(run_dir: Path, config: Config, n_done: int) -> None:
+    """A resumed run must use the settings its earlier results were made with."""
+    shown = _changed_settings(run_dir, config)
+    if shown:
+        raise BatchError(f"{run_dir} already holds {n_done} result(s) made with other settings ({shown}); "
+                         "resuming would mix them. Run with the same settings, give the run another name "
+                         "(the batch file's name:, or sirag eval --name NEW), or delete that folder")
+
+
+def _check_index_sources(index_dir: str, corpus: list[Path]) -> None:
+    """An index named with --index that was built from other documents is not re-ingested from the
+    batch's corpus: that would replace the user's documents in it."""
+    from .retrieval.index import CorpusIndex
+
+    idx = CorpusIndex(index_dir)
+    if idx.current_dir() is None:
+        return
+    try:
+        sources = sorted(idx.manifest().get("sources") or [])
+    except SiragError:
+        return  # a damaged index is rebuilt by ingest, which says so
+    wanted = sorted(str(Path(c).resolve()) for c in corpus)
+    if sources and sources != wanted:
+        raise BatchError(f"the index {index_dir} (--index) was built from {', '.join(sources)}, not from this "
+                         f"batch's corpus ({', '.join(wanted)}); ingesting the corpus there would replace its "
+                         "documents. Pass another --index (a new folder is built), or --corpus with the same files")
 
 
 def read_done(path: Path) -> dict[str, dict]:
-    """Rows already written; a torn last line (killed mid-write) is cut off."""
+    """Rows already written; a torn last line (killed mid-write) is cut off. A damaged line with
+    rows after it is not a torn write: BatchError names it, and nothing is cut."""
     done: dict[str, dict] = {}
     if not path.exists():
         return done
+    lines = path.read_bytes().splitlines(keepends=True)
     good_bytes = 0
-    with path.open("rb") as fh:
-        for raw in fh:
-            try:
-                row = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                break
-            if not raw.endswith(b"\n"):
-                break
-            done[row["id"]] = row
-            good_bytes += len(raw)
+    for n, raw in enumerate(lines, start=1):
+        try:
+            row = json.loads(raw.decode("utf-8"))
+            if not isinstance(row, dict) or "id" not in row:
+                raise ValueError("not a result row")
+        except (UnicodeDecodeError, ValueError):
+            if n < len(lines):
+                raise BatchError(f"{path}: line {n} is damaged and {len(lines) - n} row(s) follow it; delete or "
+                                 "repair that line (its question is then asked again)") from None
+            break
+        if not raw.endswith(b"\n"):
+            break
+        done[row["id"]] = row
+        good_bytes += len(raw)
     if good_bytes != path.stat().st_size:
         with path.open("r+b") as fh:
             fh.truncate(good_bytes)
@@ -331,26 +364,37 @@ def _worker_init(config_json: dict, index_dir: str, loop: bool) -> None:
     from .engine import Engine
     from .memory import MemoryStore
 
-    config = config_from_dict(config_json)
-    _ENGINE = (Engine(config, memory=MemoryStore(config.paths.memory_db), index_dir=index_dir), loop)
+    try:
+        config = config_from_dict(config_json)
+        engine = Engine(config, memory=MemoryStore(config.paths.memory_db), index_dir=index_dir)
+        engine.warm_up()
+        _ENGINE = (engine, loop)
+    except SiragError as exc:  # raised by the first question: an initializer error only breaks the pool
+        _ENGINE = exc
 
 
 def _worker_ask(item: QAItem, run_id: str) -> dict:
+    if isinstance(_ENGINE, Exception):
+        raise _ENGINE
     engine, loop = _ENGINE
     return _ask_row(engine, item, run_id, loop)
 
 
 def _ask_row(engine, item: QAItem, run_id: str, loop: bool) -> dict:
-    from .errors import SiragError
+    """One question's result row. A question the engine cannot take (InputError: empty, too long)
+    becomes an error row; any other error (the generator, the model, the index, the memory)
+    stops the run instead of being written as a refusal, so a resume asks the question again."""
+    from .errors import InputError
 
     try:
         ans = engine.ask(item.question, loop=loop, run_id=run_id, item_id=item.id)
         data = ans.to_json()
         # Texts of the first attempt's hits, for evidence recall (not part of the ask contract).
         data["attempts"][0]["hit_texts"] = [p.text for p in ans.attempts[0].passages]
-    except SiragError as exc:
+    except InputError as exc:
         data = {"question": item.question, "answer": None, "refused": True, "refusal_reason": f"error: {exc}",
-                "confidence": 0.0, "sources": [], "attempts": [], "timings_ms": {}, "error": str(exc)}
+                "confidence": 0.0, "sources": [], "attempts": [], "timings_ms": {}, "error": str(exc),
+                "error_type": "InputError"}
     row = {"id": item.id, "gold_answers": list(item.answers), "answerable": item.answerable, **data}
     row["evidence_hit"] = _evidence_hit(item, data)
     row["grade"] = grade(row)
@@ -381,9 +425,10 @@ def squad_corpus(squad_file: Path, out_dir: Path) -> Path:
 def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | None = None, workers: int = 1,
               loop: bool | None = None, progress: bool = True, suffix: str = "",
               on_row: Callable[[dict], None] | None = None, offset: int | None = None,
-              cli_overrides: tuple[str, ...] | list[str] = ()) -> list[dict]:
+              cli_overrides: tuple[str, ...] | list[str] = (), guard_index: bool = False) -> list[dict]:
     """Run every grid point; returns one summary per run. ``cli_overrides`` are the command
-    line's ``--set`` items, applied over the batch file's overrides."""
+    line's ``--set`` items, applied over the batch file's overrides. ``guard_index``: the index
+    was named on the command line, so one built from other documents is refused, not re-ingested."""
     from tqdm import tqdm
 
     items = load_items(spec, base)
@@ -400,11 +445,23 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     index_dir = str(_resolve(base, spec.index)) if spec.index else str(out_root / spec.name / "index")
     corpus = [_resolve(base, c) for c in spec.corpus]
     if not corpus and spec.questions.file and items and items[0].context is not None:
-        corpus = [squad_corpus(_resolve(base, spec.questions.file), Path(index_dir).parent / "corpus")]
-    summaries = []
+        # The paragraphs are written in the run's own folder, never beside a user's index.
+        corpus = [squad_corpus(_resolve(base, spec.questions.file), out_root / spec.name / "corpus")]
+    # Every grid point is checked before the first one runs: a typo in the last value must not
+    # cost the earlier runs' hours.
+    runs = []
     for point in grid_points(spec.grid):
-        config = resolved_config(base_config, spec, point, index_dir, cli_overrides)
         run_name = spec.name + ("" if not point else "-" + point_label(point)) + suffix + ("" if loop else "-noloop")
+        runs.append((point, resolved_config(base_config, spec, point, index_dir, cli_overrides), run_name))
+    names = [r[2] for r in runs]
+    if len(set(names)) < len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise BatchError(f"batch {spec.name}: two grid points share the run folder {dup}; make the grid's values "
+                         "differ in letters or digits")
+    if guard_index and corpus:
+        _check_index_sources(index_dir, corpus)
+    summaries = []
+    for point, config, run_name in runs:
         run_dir = out_root / run_name
         run_dir.mkdir(parents=True, exist_ok=True)
         results = run_dir / "results.jsonl"
@@ -412,6 +469,9 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
         bar = None
         try:
             done = read_done(results)
+            # Error rows of earlier versions recorded setup failures (no index, generator down) as
+            # answers: those questions are asked again; only unusable questions stay done.
+            done = {k: r for k, r in done.items() if "error" not in r or r.get("error_type") == "InputError"}
             todo = [it for it in items if it.id not in done]
             # A finished run is only summarised again, whatever the settings now; a resume is
             # checked before any index is built for it.
@@ -421,6 +481,10 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
                 (run_dir / "config.yaml").write_text(to_yaml(config), encoding="utf-8")
                 if corpus:
                     ensure_index(config, corpus, index_dir, progress)
+            elif shown := _changed_settings(run_dir, config):
+                print(f"note: run {run_name} is finished; its results are summarised as they were made. The "
+                      f"settings given now differ ({shown}) and are not used: give the run another name to run "
+                      "them", file=sys.stderr)
             bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=run_name, unit="q",
                        disable=not progress or None)
             if todo and workers <= 1:
@@ -429,6 +493,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
 
                 engine = Engine(config, memory=MemoryStore(config.paths.memory_db), index_dir=index_dir)
                 try:
+                    engine.warm_up()  # a missing index or model stops the run before any question
                     for it in todo:
                         row = _ask_row(engine, it, run_name, loop)
                         append_row(results, row)
@@ -606,7 +671,7 @@ def cmd_batch(args: argparse.Namespace, config: Config) -> int:
         spec = spec.model_copy(update={"index": str(Path(args.index).resolve())})
     summaries = run_batch(spec, base, config, limit=args.limit, workers=args.workers,
                           loop=False if args.no_retry else None, progress=sys.stderr.isatty() and not args.json,
-                          offset=args.offset, cli_overrides=args.overrides)
+                          offset=args.offset, cli_overrides=args.overrides, guard_index=bool(args.index))
     if args.json:
         print(json.dumps(summaries))
     else:
@@ -622,6 +687,11 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
               sirag eval --dataset ../shared/data/qa/squad2_dev_normans.json --limit 40
               sirag eval configs/batch-sherlock-dev.yaml --retrieval-only
     """
+    if args.file and args.dataset:
+        raise BatchError("give a batch YAML file or --dataset FILE, not both (a batch file names its questions)")
+    if args.separate_no_retry_run and not args.compare_no_retry:
+        raise BatchError("--separate-no-retry-run only changes how --compare-no-retry runs the loop-off side; "
+                         "add --compare-no-retry")
     if args.file:
         spec, base = load_batch(args.file)
         if args.name:  # a second run of the same batch under another name (its own folder)
@@ -641,21 +711,25 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
         base = Path.cwd()
     else:
         raise BatchError("sirag eval needs a batch YAML file or --dataset FILE (with --corpus DIR unless it is SQuAD)")
+    if args.compare_no_retry and (args.no_retry or not spec.loop):
+        raise BatchError("--compare-no-retry compares the loop with no loop, but this run has the loop off "
+                         "(--no-retry or the batch file's loop: false); drop one of them")
     if args.retrieval_only:
         from .evaluation.retrieval_eval import retrieval_eval
 
         table = retrieval_eval(spec, base, config, limit=args.limit, ks=(1, 3, 5, 10), cli_overrides=args.overrides,
-                               offset=args.offset)
+                               offset=args.offset, guard_index=bool(args.index))
         print(json.dumps(table) if args.json else table["markdown"])
         return 0
     progress = sys.stderr.isatty() and not args.json
     summaries = run_batch(spec, base, config, limit=args.limit, workers=args.workers,
                           loop=False if args.no_retry else None, progress=progress, offset=args.offset,
-                          cli_overrides=args.overrides)
+                          cli_overrides=args.overrides, guard_index=bool(args.index))
     if args.compare_no_retry and not args.no_retry:
         if args.separate_no_retry_run:
             summaries += run_batch(spec, base, config, limit=args.limit, workers=args.workers, loop=False,
-                                   progress=progress, offset=args.offset, cli_overrides=args.overrides)
+                                   progress=progress, offset=args.offset, cli_overrides=args.overrides,
+                                   guard_index=bool(args.index))
         else:
             out_root = _resolve(base, spec.output_dir)
             for s in list(summaries):
@@ -706,7 +780,8 @@ def add_batch_commands(sub, common, registry: dict, command) -> None:
         sp = sub.add_parser(name, parents=[common], help=doc.splitlines()[0], description=doc,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
         sp.add_argument("file", nargs="?" if name == "eval" else None, help="batch YAML file")
-        sp.add_argument("--limit", type=int_at_least(1), help="only the first N questions (after --offset)")
+        sp.add_argument("--limit", type=int_at_least(1), help="only the first N questions (after --offset); the summary "
+                                                              "covers every question the run has answered")
         sp.add_argument("--offset", type=int_at_least(0), help="skip the first N questions")
         sp.add_argument("--workers", type=int_at_least(1), default=1, help="worker processes sharing the memory store")
         sp.add_argument("--no-retry", action="store_true", help="run with the loop off")

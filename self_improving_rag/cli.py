@@ -359,7 +359,7 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
         for row in data:
             print("  ".join(f"{k}={_short(v)}" for k, v in row.items()))
         if not data:
-            print("(nothing yet)")
+            print(f"(no outcome matches {args.arg!r})" if action == "search" else "(nothing yet)")
     else:
         for k, v in data.items():
             print(f"{k}: {_short(v)}")

@@ -29,6 +29,11 @@ def check_question(question: str) -> str:
     if not isinstance(question, str) or not question.strip():
         raise InputError("the question is empty; ask a question in words, e.g. sirag ask \"Who is Holmes?\"")
     q = " ".join(question.split())
+    try:
+        q.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError("the question holds bytes that are not valid UTF-8 (a terminal or file in another "
+                         "encoding); type it again, or convert the text to UTF-8") from None
     if len(q) > MAX_QUESTION_CHARS:
         raise InputError(f"the question has {len(q)} characters, more than {MAX_QUESTION_CHARS}; shorten it to one question")
     if not any(ch.isalnum() for ch in q):

@@ -1,7 +1,8 @@
-"""Collecting worker results: a failing question stops the queue, finished rows are kept."""
+"""Batch results: a failing worker stops the queue and finished rows are kept; damaged result files."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -39,3 +40,19 @@ def test_all_rows_are_kept_when_nothing_fails():
     with ThreadPoolExecutor(max_workers=2) as pool:
         drain([pool.submit(dict, id=i) for i in range(5)], kept.append)
     assert sorted(r["id"] for r in kept) == list(range(5))
+
+
+def test_results_file_a_torn_last_line_is_cut_a_damaged_middle_line_is_named(tmp_path):
+    from self_improving_rag.batch import read_done
+    from self_improving_rag.errors import BatchError
+
+    path = tmp_path / "results.jsonl"
+    rows = [json.dumps({"id": i}) + "\n" for i in ("a", "b", "c")]
+    path.write_text("".join(rows) + '{"id": "d", "answ')
+    assert list(read_done(path)) == ["a", "b", "c"]
+    assert path.read_text() == "".join(rows)
+    damaged = rows[0] + "X" + rows[1] + rows[2]
+    path.write_text(damaged)
+    with pytest.raises(BatchError, match="line 2 is damaged"):
+        read_done(path)
+    assert path.read_text() == damaged, "nothing is cut when rows follow the damage"

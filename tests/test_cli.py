@@ -55,6 +55,10 @@ def test_ingest_ask_json_and_memory(tmp_path):
     r = run(["memory", "stats", "--json"], tmp_path, ov)
     stats = json.loads(r.stdout)
     assert stats["outcomes"] == 2
+    r = run(["memory", "search", "lighthouse"], tmp_path, ov)
+    assert r.returncode == 0 and "lighthouse" in r.stdout.lower()
+    r = run(["memory", "search", "xyzzyq"], tmp_path, ov)
+    assert r.returncode == 0 and r.stdout.strip() == "(no outcome matches 'xyzzyq')"
     oid = data["outcome_id"]
     r = run(["feedback", oid[:10], "--correct"], tmp_path, ov)
     assert r.returncode == 0, r.stderr

@@ -102,7 +102,7 @@ def test_made_up_claim_is_flagged(make_engine):
     assert any("Portugal" in c for c in att.signals.faithfulness.detail["unsupported"])
 
 
-@pytest.mark.parametrize("question", ["", "   ", "?!?", "x" * 100_000])
+@pytest.mark.parametrize("question", ["", "   ", "?!?", "x" * 100_000, "Who is \udce9 Holmes?"])
 def test_bad_questions(make_engine, question):
     engine, _, _ = make_engine([GOOD])
     with pytest.raises(InputError):

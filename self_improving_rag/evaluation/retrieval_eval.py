@@ -28,21 +28,27 @@ def _hit(item: QAItem, doc_id: str, text: str) -> bool:
 
 def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, ks=(1, 3, 5, 10),
                    chunkers=None, retrievers=("dense", "bm25", "hybrid"), rerank=(False, True),
-                   cli_overrides=(), offset: int | None = None) -> dict:
-    from ..batch import _resolve, ensure_index, load_items, resolved_config, squad_corpus
+                   cli_overrides=(), offset: int | None = None, guard_index: bool = False) -> dict:
+    from ..batch import _check_index_sources, _resolve, ensure_index, load_items, resolved_config, squad_corpus
+    from ..errors import BatchError
     from ..retrieval.embedder import embedder_from_config
     from ..retrieval.searcher import Searcher
 
     items = load_items(spec, base)[spec.offset if offset is None else offset:]
     items = items[: limit or spec.limit] if (limit or spec.limit) else items
     items = [it for it in items if it.answerable and (it.evidence or it.context)]
+    if not items:
+        raise BatchError(f"batch {spec.name}: no question to score retrieval on: --retrieval-only needs answerable "
+                         "questions with evidence quotes (JSONL 'evidence') or SQuAD paragraphs")
     out_root = _resolve(base, spec.output_dir)
     index_dir = str(_resolve(base, spec.index)) if spec.index else str(out_root / spec.name / "index")
     corpus = [_resolve(base, c) for c in spec.corpus]
     if not corpus and items and items[0].context is not None:
-        corpus = [squad_corpus(_resolve(base, spec.questions.file), Path(index_dir).parent / "corpus")]
+        corpus = [squad_corpus(_resolve(base, spec.questions.file), out_root / spec.name / "corpus")]
     cfg = resolved_config(config, spec, {}, index_dir, cli_overrides)
     if corpus:
+        if guard_index:
+            _check_index_sources(index_dir, corpus)
         ensure_index(cfg, corpus, index_dir, progress=False)
     embedder = embedder_from_config(cfg)
     searcher = Searcher(cfg, embedder, index_dir)

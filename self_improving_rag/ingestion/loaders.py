@@ -11,6 +11,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import io
+import os
 import re
 import unicodedata
 from pathlib import Path
@@ -135,6 +136,13 @@ def iter_source_files(paths: list[Path]) -> tuple[list[Path], list[str]]:
             continue
         for file in found:
             absolute = file.absolute()
+            try:
+                str(absolute).encode("utf-8")
+            except UnicodeEncodeError:  # the index, the memory and JSON output all need UTF-8 names
+                shown = os.fsencode(absolute).decode("utf-8", "replace")
+                problems.append(f"{shown}: the file name is not valid UTF-8; rename it (e.g. with convmv) "
+                                "to ingest it")
+                continue
             if absolute not in seen:
                 seen.add(absolute)
                 files.append(absolute)

@@ -413,3 +413,15 @@ def test_iter_source_files_reports_explicit_problems(tmp_path: Path) -> None:
 
 def test_iter_source_files_empty_folder(tmp_path: Path) -> None:
     assert iter_source_files([tmp_path]) == ([], [])
+
+
+def test_a_file_name_that_is_not_utf8_is_skipped_with_its_own_message(tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "ok.txt").write_text("The keeper lit the lamp.\n", encoding="utf-8")
+    with open(os.fsencode(folder) + b"/bad\xff.txt", "wb") as fh:
+        fh.write(b"The miller pressed cider.\n")
+    files, problems = iter_source_files([folder])
+    assert [f.name for f in files] == ["ok.txt"]
+    assert len(problems) == 1 and "not valid UTF-8" in problems[0] and "rename" in problems[0]
+    problems[0].encode("utf-8")  # printable as it is

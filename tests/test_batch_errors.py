@@ -1,0 +1,115 @@
+"""Batch and eval runs: setup failures stop the run, grids are checked first, user folders are safe."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from tests.conftest import fake_overrides, write_corpus
+from tests.test_cli import run
+
+ROWS = [
+    {"id": "a", "question": "Who built the lighthouse of Marrow Point?", "answers": ["Clara Venn"],
+     "evidence": ["built in 1852 by the engineer Clara Venn"]},
+    {"id": "b", "question": "How many apple trees grow in the orchard?", "answers": ["sixty"]},
+]
+
+
+def _batch(tmp_path, **extra):
+    docs = write_corpus(tmp_path / "docs")
+    spec = {"name": "t", "corpus": [str(docs)], "index": str(tmp_path / "index"),
+            "questions": {"inline": ROWS}, "output_dir": str(tmp_path / "runs"),
+            "overrides": {"generator.replies": ["Clara Venn built it [1]."]}, **extra}
+    f = tmp_path / "batch.yaml"
+    f.write_text(yaml.safe_dump(spec))
+    return f
+
+
+def _one_error_line(r):
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), r.stderr
+    return lines[0]
+
+
+def test_a_setup_failure_stops_the_run_and_is_not_written_as_answers(tmp_path):
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    ov = fake_overrides(tmp_path)
+    # No corpus and no index: every question would fail the same way.
+    r = run(["eval", "--dataset", str(qa), "--output-dir", str(tmp_path / "runs"), "--name", "noidx",
+             "--index", str(tmp_path / "missing-index")], tmp_path, ov)
+    assert "no index" in _one_error_line(r)
+    results = tmp_path / "runs" / "noidx" / "results.jsonl"
+    assert not results.exists() or results.read_text() == ""
+    # Rows an earlier version wrote for such failures are asked again once the cause is fixed.
+    results.parent.mkdir(parents=True, exist_ok=True)
+    stale = {"id": "a", "question": ROWS[0]["question"], "answer": None, "refused": True, "attempts": [],
+             "error": "no index in ...", "refusal_reason": "error: no index in ...", "sources": []}
+    results.write_text(json.dumps(stale) + "\n")
+    r = run(["eval", "--dataset", str(qa), "--output-dir", str(tmp_path / "runs"), "--name", "noidx",
+             "--corpus", str(write_corpus(tmp_path / "docs")), "--json"], tmp_path,
+            ov + ['generator.replies=["Clara Venn built it [1]."]'])
+    assert r.returncode == 0, r.stderr
+    rows = {}
+    for line in results.read_text().splitlines():
+        row = json.loads(line)
+        rows[row["id"]] = row
+    assert rows["a"]["attempts"] and "error" not in rows["a"] and rows["a"]["grade"]["correct"] is True
+
+
+def test_grid_values_are_checked_before_any_run_and_stay_inside_the_output_folder(tmp_path):
+    ov = fake_overrides(tmp_path)
+    f = _batch(tmp_path, grid={"strategy.top_k": [3, "abc"]})
+    r = run(["batch", str(f)], tmp_path, ov)
+    assert "strategy.top_k" in _one_error_line(r)
+    assert not (tmp_path / "runs").exists(), "no grid point may run before all are checked"
+    f = _batch(tmp_path, grid={"generator.replies": [["../../../escaped [1]"], ["plain [1]"]]})
+    r = run(["batch", str(f), "--json"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    made = sorted(p.parent for p in tmp_path.rglob("results.jsonl"))
+    assert len(made) == 2 and all(p.parent == tmp_path / "runs" for p in made), made
+
+
+def test_index_named_on_the_command_line_is_not_overwritten_with_other_documents(tmp_path):
+    ov = fake_overrides(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "mill.txt").write_text("The miller Anna Grove pressed cider in the red barn.\n")
+    assert run(["ingest", str(other), "--index", str(tmp_path / "mine")], tmp_path, ov).returncode == 0
+    manifest = sorted((tmp_path / "mine").rglob("manifest.json"))
+    before = [m.read_bytes() for m in manifest]
+    f = _batch(tmp_path)
+    r = run(["batch", str(f), "--index", str(tmp_path / "mine")], tmp_path, ov)
+    assert "--index" in _one_error_line(r) and "replace" in r.stderr
+    assert [m.read_bytes() for m in sorted((tmp_path / "mine").rglob("manifest.json"))] == before
+    r = run(["eval", str(f), "--retrieval-only", "--index", str(tmp_path / "mine")], tmp_path, ov)
+    assert "--index" in _one_error_line(r)
+
+
+def test_a_finished_run_says_that_new_settings_are_not_used(tmp_path):
+    ov = fake_overrides(tmp_path)
+    f = _batch(tmp_path)
+    assert run(["batch", str(f)], tmp_path, ov).returncode == 0
+    r = run(["batch", str(f), "--json"], tmp_path, ov + ["strategy.top_k=7"])
+    assert r.returncode == 0 and "finished" in r.stderr and "strategy.top_k: 5 -> 7" in r.stderr
+    assert json.loads(r.stdout)[0]["n"] == 2
+
+
+def test_eval_refuses_options_that_would_be_ignored(tmp_path):
+    ov = fake_overrides(tmp_path)
+    f = _batch(tmp_path)
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text(json.dumps(ROWS[0]) + "\n")
+    for args, word in ((["--dataset", str(qa)], "not both"), (["--separate-no-retry-run"], "--compare-no-retry"),
+                       (["--compare-no-retry", "--no-retry"], "loop off")):
+        r = run(["eval", str(f), *args], tmp_path, ov)
+        assert word in _one_error_line(r), args
+    f2 = _batch(tmp_path, loop=False)
+    r = run(["eval", str(f2), "--compare-no-retry"], tmp_path, ov)
+    assert "loop off" in _one_error_line(r)
+    # Retrieval scoring needs evidence quotes or SQuAD paragraphs.
+    f3 = _batch(tmp_path, questions={"inline": [ROWS[1]]})
+    r = run(["eval", str(f3), "--retrieval-only"], tmp_path, ov)
+    assert "evidence" in _one_error_line(r)
+    assert not (tmp_path / "runs").exists()
