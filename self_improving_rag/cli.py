@@ -76,9 +76,21 @@ def _output_file(path: str, option: str, config: Config) -> Path:
 
 
 def _engine(args: argparse.Namespace, config: Config, record: bool = True):
+    """The engine; without ``record`` (--no-memory) the store is still read, read-only, for the
+    calibration fit and the learned strategy choices, but nothing is written to it."""
     from .engine import Engine
+    from .errors import MemoryStoreError
 
-    memory = _memory(config) if record else None
+    if record:
+        memory = _memory(config)
+    elif Path(config.paths.memory_db).is_file():
+        try:
+            memory = _memory(config, read_only=True)
+        except MemoryStoreError as exc:
+            log.warning("memory not read (%s): default confidence weights and strategy", exc)
+            memory = None
+    else:
+        memory = None
     return Engine(config, memory=memory, index_dir=args.index, record=record)
 
 
@@ -482,7 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("question", nargs="+", help="the question (use - to read it from stdin)")
         if name == "ask":
             sp.add_argument("--no-retry", action="store_true", help="one attempt only (the loop off)")
-            sp.add_argument("--no-memory", action="store_true", help="do not record this question in memory")
+            sp.add_argument("--no-memory", action="store_true",
+                            help="do not record this question in memory (its calibration fit and learned strategy "
+                                 "choices are still used)")
             sp.add_argument("--stream", action="store_true", help="stream each attempt's tokens to stderr")
         else:
             sp.add_argument("--chunker", choices=["fixed", "section", "semantic"])

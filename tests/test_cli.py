@@ -59,6 +59,18 @@ def test_ingest_ask_json_and_memory(tmp_path):
     assert r.returncode == 0 and "lighthouse" in r.stdout.lower()
     r = run(["memory", "search", "xyzzyq"], tmp_path, ov)
     assert r.returncode == 0 and r.stdout.strip() == "(no outcome matches 'xyzzyq')"
+    # --no-memory writes nothing but still scores with the stored calibration fit.
+    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS
+    from self_improving_rag.memory import MemoryStore
+
+    store = MemoryStore(tmp_path / "memory" / "memory.db")
+    store.save_calibration({**DEFAULT_WEIGHTS, "bias": -8.0}, 20, {})
+    store.close()
+    r = run(["ask", "Who built the lighthouse of Marrow Point?", "--json", "--no-memory"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["refused"] is True
+    r = run(["memory", "stats", "--json"], tmp_path, ov)
+    assert json.loads(r.stdout)["outcomes"] == 2
     oid = data["outcome_id"]
     r = run(["feedback", oid[:10], "--correct"], tmp_path, ov)
     assert r.returncode == 0, r.stderr

@@ -21,6 +21,7 @@ from ..retrieval.embedder import Embedder
 from ..retrieval.index import FORMAT_VERSION, CorpusIndex, EmbeddingCache
 from ..types import Chunk
 from .chunkers import make_chunker
+from .chunkers.base import CHUNKING_VERSION
 from .loaders import load_document, iter_source_files
 from .sentences import split_sentences
 
@@ -52,6 +53,7 @@ def chunker_params(config: Config, embed_limit: int) -> dict[str, dict]:
         params = getattr(config.ingestion, name).model_dump()
         out[name] = make_chunker(name, params, embed_limit).params()
         out[name]["vectors"] = "pooled" if name in config.ingestion.pooled_vectors else "full"
+        out[name]["algorithm"] = CHUNKING_VERSION
     return out
 
 

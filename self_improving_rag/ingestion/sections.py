@@ -304,8 +304,8 @@ def _numbered_candidate(
         if kind == "letter":  # a letter's next line is its addressee, not a title
             return _Candidate(index, index + 1, kind, number, label)
         return _with_next_line_title(lines, index, kind, number, label, spaced)
-    if rest.endswith((",", ";", ":")) or len(_prose_words(rest)) >= 2:
-        return None  # a sentence that happens to start with "Part II, ..."
+    if rest.endswith((",", ";", ":")) or len(_prose_words(rest)) >= 2 or rest[:1].islower():
+        return None  # a sentence that happens to start with "Part II, ..." or "Part 3 of the ..."
     title = _clean_title(rest)
     return _Candidate(index, index + 1, kind, number, f"{label}: {title}" if title else label)
 

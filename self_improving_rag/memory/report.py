@@ -153,13 +153,14 @@ def _chart_confidence(store: MemoryStore) -> str:
 def _chart_reliability(store: MemoryStore) -> tuple[str, str]:
     rel = store.reliability(10)
     if not rel["n"]:
-        return _empty("no outcomes recorded"), ""
+        return _empty("no answered outcomes yet (refusals have no confidence to check)"), ""
     if rel["target"] == "feedback":
         note = f"Accuracy from the latest feedback label of {rel['n']} labelled answered outcomes."
     else:
         note = (
-            "No feedback labels yet: accuracy is self-assessed, the engine's own verdict (chosen attempt "
-            f"attributed NONE) over {rel['n']} outcomes. Add labels with feedback for a real check."
+            "No labels on answered outcomes yet (labels on refusals do not count): accuracy is "
+            "self-assessed, the engine's own verdict (chosen attempt attributed NONE) over "
+            f"{rel['n']} answered outcomes. Label answers with feedback for a real check."
         )
     bins = [b for b in rel["bins"] if b["n"]]
     fig = _figure(5.5, 4.5)

@@ -20,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..errors import ModelNotFoundError
+from ..errors import ConfigError, ModelNotFoundError
 
 _WORD = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 
@@ -133,6 +133,32 @@ class _PackagedModelEmbedder:
         assert self._tokenizer is not None  # set by warm_up
         return self._tokenizer
 
+    def _check_max_tokens(self, model_dir: Path) -> None:
+        """Chunks are sized to ``max_tokens``: past the model's own input limit the rest of a chunk
+        would be cut off silently and be invisible to dense retrieval."""
+        try:
+            limit = json.loads((model_dir / "sentence_bert_config.json").read_text(encoding="utf-8"))["max_seq_length"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return  # no stated limit: the tokenizer truncates at max_tokens
+        if isinstance(limit, int) and self.max_tokens > limit:
+            raise ConfigError(f"embedder.max_tokens={self.max_tokens} is more than the embedding model's limit of "
+                              f"{limit} word pieces ({model_dir / 'sentence_bert_config.json'}): the rest of each "
+                              f"chunk would be invisible to dense retrieval; set embedder.max_tokens to {limit} or less")
+
+
+def model_fingerprint(model_dir: str | Path) -> str:
+    """A short id of a local model directory's contents (configs, tokenizer, size and head of the
+    weights), so that an index or a cached vector never mixes two models that share a folder name."""
+    d = Path(model_dir)
+    h = hashlib.sha256()
+    for name in ("config.json", "tokenizer.json", "sentence_bert_config.json", "modules.json"):
+        f = d / name
+        h.update(name.encode() + b"\0" + (f.read_bytes() if f.is_file() else b""))
+    for f in sorted(d.glob("*.safetensors")) + sorted(d.glob("pytorch_model.bin")):
+        with f.open("rb") as fh:
+            h.update(f"{f.name}:{f.stat().st_size}".encode() + fh.read(4 * 2**20))
+    return h.hexdigest()[:10]
+
 
 class SentenceTransformerEmbedder(_PackagedModelEmbedder):
     """all-MiniLM-L6-v2 from its packaged directory, on the CPU."""
@@ -152,6 +178,7 @@ class SentenceTransformerEmbedder(_PackagedModelEmbedder):
         from ..generation.registry import embedder_model_dir
 
         path = self.model_dir or str(embedder_model_dir())
+        self._check_max_tokens(Path(path))
         self._offline()
         try:
             from sentence_transformers import SentenceTransformer
@@ -306,6 +333,7 @@ class OnnxEmbedder(_PackagedModelEmbedder):
 
         hf_logging.set_verbosity_error()
         model_dir = Path(self.model_dir) if self.model_dir else embedder_model_dir()
+        self._check_max_tokens(model_dir)
         target = Path(os.path.expanduser(self.cache_dir)) / "onnx" / f"{model_dir.name}-{_onnx_cache_key(model_dir)}" / "model-int8.onnx"
         if not target.is_file():
             export_int8_onnx(model_dir, target)
@@ -364,13 +392,14 @@ def make_embedder(name: str, batch_size: int = 64, max_tokens: int = 256, backen
         dim = int(name.split("-", 1)[1]) if "-" in name else 64
         return HashEmbedder(dim=dim, max_tokens=max_tokens)
     if os.path.isdir(os.path.expanduser(name)):
+        model_dir = os.path.expanduser(name)
+        ident = f"{os.path.basename(os.path.normpath(name))}-{model_fingerprint(model_dir)}"
         if backend == "onnx-int8":
-            e = OnnxEmbedder(model_dir=os.path.expanduser(name), batch_size=batch_size, max_tokens=max_tokens,
-                             cache_dir=cache_dir)
-            e.name = os.path.basename(os.path.normpath(name)) + "+onnx-int8"
+            e = OnnxEmbedder(model_dir=model_dir, batch_size=batch_size, max_tokens=max_tokens, cache_dir=cache_dir)
+            e.name = ident + "+onnx-int8"
             return e
-        e = SentenceTransformerEmbedder(model_dir=os.path.expanduser(name), batch_size=batch_size, max_tokens=max_tokens)
-        e.name = os.path.basename(os.path.normpath(name))
+        e = SentenceTransformerEmbedder(model_dir=model_dir, batch_size=batch_size, max_tokens=max_tokens)
+        e.name = ident
         return e
     raise ModelNotFoundError(f"unknown embedder '{name}'; use all-minilm-l6-v2, hash, or a local sentence-transformers directory")
 

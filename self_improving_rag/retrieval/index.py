@@ -198,6 +198,11 @@ class CorpusIndex:
         for name, params in chunker_params.items():
             built = m.get("chunkers", {}).get(name)
             if built is not None and built != params:
+                others = {k for k in set(built) | set(params) if built.get(k) != params.get(k)}
+                if others == {"algorithm"}:  # same settings, older chunking code (a missing key is version 1)
+                    raise IndexMismatchError(
+                        f"index {self.root} was chunked by an older sirag (chunking version "
+                        f"{built.get('algorithm', 1)}, this one writes {params.get('algorithm')}); {how}")
                 raise IndexMismatchError(
                     f"index {self.root} built chunker '{name}' with {built}, the config asks for {params}; {how}"
                 )

@@ -37,7 +37,8 @@ def refine_passage_spans(
     With ``every_passage`` each passage's best sentence is taken first, in rank order, so no
     retrieved passage vanishes; then the other sentences, best first. Each sentence brings
     ``context_sentences`` neighbours on both sides (or comes alone when they do not fit) until
-    ``budget_tokens`` is spent. The first
+    ``budget_tokens`` is spent (the budget counts the sentences' tokens; the "…" that
+    :func:`join_spans` puts where text was left out adds one token per gap). The first
     text always keeps its best sentence, so a refined context is never empty.
     """
     if mode not in REFINE_MODES:

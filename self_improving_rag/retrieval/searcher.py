@@ -149,7 +149,12 @@ class Searcher:
             if idx in judged:
                 scores["llm_relevance"] = judged[idx]
             hits.append(Hit(chunk=ci.chunks[idx], score=final_by_idx.get(idx, fused_score), scores=scores, rank=rank))
-        texts = [self._with_neighbours(ci, h.chunk, strategy.neighbors) for h in hits]
+        # A neighbour that is a hit itself, or already joined an earlier passage, is not repeated.
+        taken = {h.chunk.chunk_id for h in hits}
+        texts = []
+        for h in hits:
+            texts.append(self._with_neighbours(ci, h.chunk, strategy.neighbors, taken))
+            taken.update(texts[-1][1])
         notes: list[str] = []
         if strategy.neighbors:
             sent_scores = self.reranker.sentence_scores(qvec, [t_[0] for t_ in texts])
@@ -202,13 +207,15 @@ class Searcher:
             new_final[o[0]] = c
         return [o for _, _, o in ranked] + tail, judged, new_final
 
-    def _with_neighbours(self, ci: ChunkerIndex, chunk: Chunk, n: int) -> tuple[str, tuple[str, ...], int, int]:
-        """The chunk's text extended with up to ``n`` adjacent chunks of the same section."""
+    def _with_neighbours(self, ci: ChunkerIndex, chunk: Chunk, n: int,
+                         taken: set[str] = frozenset()) -> tuple[str, tuple[str, ...], int, int]:
+        """The chunk's text extended with up to ``n`` adjacent chunks of the same section that are
+        not in ``taken`` (the other hits, and neighbours that earlier passages hold)."""
         group = [chunk]
         for step in (-1, 1):
             for d in range(1, n + 1):
                 j = ci.neighbours.get((chunk.doc_id, chunk.position + step * d))
-                if j is None or ci.chunks[j].section != chunk.section:
+                if j is None or ci.chunks[j].section != chunk.section or ci.chunks[j].chunk_id in taken:
                     break
                 group.append(ci.chunks[j])
         group.sort(key=lambda c: c.start)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -466,3 +467,35 @@ def test_semantic_properties(doc: Document, max_tokens: int, data, percentile: f
     _check_within_sections(doc, chunks, min_tokens)
     _check_breadcrumb(chunks)
     assert [c.chunk_id for c in chunks] == [c.chunk_id for c in chunker.chunk(doc, TOK, EMBEDDER.embed)]
+
+
+class _PieceTokenizer:
+    """Word pieces of at most three characters, like a WordPiece vocabulary meeting rare words."""
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        out = []
+        for m in re.finditer(r"\w+|[^\w\s]", text):
+            out += [(k, min(k + 3, m.end())) for k in range(m.start(), m.end(), 3)]
+        return out
+
+    def count(self, text: str) -> int:
+        return len(self.spans(text))
+
+
+def test_split_long_cuts_between_words_not_inside_them() -> None:
+    from self_improving_rag.ingestion.chunkers.base import Unit, split_long
+
+    tok = _PieceTokenizer()
+    text = " ".join(["pneumonoultramicroscopic", "floccinaucinihilipilification", "antidisestablishment"] * 12)
+    pieces = split_long(text, Unit(0, len(text), tok.count(text)), 40, tok)
+    assert len(pieces) > 1
+    words = set(text.split())
+    for p in pieces:
+        chunk = text[p.start:p.end]
+        assert set(chunk.split()) <= words, chunk  # whole words only
+        assert p.n_tokens == tok.count(chunk) <= 40
+    assert " ".join(text[p.start:p.end] for p in pieces) == text
+    # A single word longer than the limit is still cut (there is no better place).
+    word = "x" * 300
+    long_word = split_long(word, Unit(0, 300, tok.count(word)), 40, tok)
+    assert all(p.n_tokens <= 40 for p in long_word) and "".join(word[p.start:p.end] for p in long_word) == word

@@ -370,3 +370,10 @@ def test_pdf_headings_need_no_blank_lines() -> None:
     # In PDFs a "Chapter 3" line inside running text is a heading; a bare "IV" is not.
     assert _titles(sections) == ["Chapter 1: The Arrival", "Chapter 2: The Departure", "Chapter 3"]
     assert _titles(detect_sections(text, "text", "T")) == []
+
+
+def test_a_wrapped_line_of_prose_starting_with_part_n_is_not_a_heading() -> None:
+    page = "Some running text of the page that wraps onto the next line\nand keeps going here.\n"
+    text = "Chapter 1\nThe Arrival\n" + page + "as told in\nPart 3 of the series.\n" + page + "Chapter 2\n" + page
+    sections = detect_sections(text, "pdf", "T")
+    assert _titles(sections) == ["Chapter 1: The Arrival", "Chapter 2"]

@@ -91,6 +91,19 @@ def test_reliability_uses_feedback_when_labelled(tmp_path: Path) -> None:
     assert re.search(r"latest feedback label of 10 labelled answered outcomes", page)
 
 
+def test_reliability_notes_for_refusals_only(tmp_path: Path) -> None:
+    with MemoryStore(tmp_path / "sirag.db") as store:
+        refused = [store.record(make_answer(f"r{i}", refused=True, confidence=0.1)) for i in range(3)]
+        page = write_html_report(store, tmp_path / "r.html").read_text(encoding="utf-8")
+        assert "no answered outcomes yet" in page and "no outcomes recorded" not in page
+        store.record(make_answer("a", confidence=0.9))
+        for oid in refused:
+            store.add_feedback(oid, True, source="user")
+        page = write_html_report(store, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "No labels on answered outcomes yet (labels on refusals do not count)" in page
+    assert "over 1 answered outcomes" in page
+
+
 def test_report_rejects_bad_arguments(tmp_path: Path) -> None:
     with MemoryStore(tmp_path / "sirag.db") as store:
         with pytest.raises(ValueError):

@@ -111,6 +111,18 @@ def test_check_compatible_rejects_other_chunker_params(built_index: Path, fake_c
     assert "'section'" in str(info.value)
 
 
+def test_an_index_chunked_by_older_code_is_named_as_such(built_index: Path, fake_config, hash_embedder) -> None:
+    index = CorpusIndex(built_index)
+    path = index.current_dir() / "manifest.json"
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    for params in manifest["chunkers"].values():
+        params.pop("algorithm")  # as written before chunking versions were recorded
+    path.write_text(json.dumps(manifest), encoding="utf-8")
+    with pytest.raises(IndexMismatchError, match=r"chunked by an older sirag \(chunking version 1, this one writes "
+                                                 r"\d+\); re-ingest with: sirag ingest --rebuild"):
+        index.check_compatible("hash-64", 64, _params(fake_config, hash_embedder))
+
+
 def test_check_compatible_rejects_another_format(built_index: Path, fake_config, hash_embedder) -> None:
     index = CorpusIndex(built_index)
     path = index.current_dir() / "manifest.json"
@@ -248,3 +260,31 @@ def test_dense_index_moves_to_the_gpu_only_when_faiss_has_one(monkeypatch) -> No
     monkeypatch.setattr(faiss, "index_cpu_to_all_gpus", lambda index: moved.append(index) or "gpu-index")
     assert on_gpu_if_available(flat) == "gpu-index" and moved == [flat]
     assert on_gpu_if_available(hnsw) is hnsw  # GPU FAISS has no HNSW: it stays on the CPU
+
+
+def test_two_local_model_folders_with_one_name_are_two_embedders(tmp_path: Path) -> None:
+    from self_improving_rag.retrieval.embedder import make_embedder
+
+    names = []
+    for variant, backend in (("a", "onnx-int8"), ("b", "onnx-int8"), ("a", "torch")):
+        d = tmp_path / variant / "model"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "config.json").write_text(json.dumps({"hidden_size": 384, "variant": variant}))
+        names.append(make_embedder(str(d), backend=backend).name)
+    assert names[0] != names[1], "another model in a folder of the same name must not reuse its vectors"
+    assert names[0].startswith("model-") and names[0].endswith("+onnx-int8") and names[2] == names[0][:-len("+onnx-int8")]
+
+
+def test_max_tokens_above_the_embedding_model_limit_is_refused() -> None:
+    from self_improving_rag.errors import ConfigError
+    from self_improving_rag.generation.registry import embedder_model_dir
+    from self_improving_rag.retrieval.embedder import OnnxEmbedder, SentenceTransformerEmbedder
+
+    try:
+        model_dir = embedder_model_dir()
+    except Exception:
+        pytest.skip("the packaged embedder is not installed")
+    for cls in (OnnxEmbedder, SentenceTransformerEmbedder):
+        cls(max_tokens=256)._check_max_tokens(model_dir)
+        with pytest.raises(ConfigError, match="embedder.max_tokens=512 .* limit of 256"):
+            cls(max_tokens=512)._check_max_tokens(model_dir)

@@ -447,6 +447,23 @@ def test_neighbours_add_adjacent_text_of_the_same_section(index_tmp: Path) -> No
         s.close()
 
 
+def test_neighbours_never_repeat_a_chunk_across_passages(index_tmp: Path) -> None:
+    s = _searcher(index_tmp, "retrieval.refine=false")
+    try:
+        queries = ["Mrs. Alder sells smoked herring and Dr. Pim buys two pounds for his cat",
+                   "Every Thursday the fish market opens at dawn on the north quay", LIGHTHOUSE_Q,
+                   "market herring quay fish cat"]
+        for chunker in ("semantic", "fixed", "section"):
+            for q in queries:
+                res = s.search(q, Strategy(chunker=chunker, top_k=4, neighbors=2))
+                ids = [cid for p in res.passages for cid in p.chunk_ids]
+                assert len(ids) == len(set(ids)), (chunker, q, [p.chunk_ids for p in res.passages])
+                # Every hit still leads its own passage.
+                assert [p.chunk_ids.count(h.chunk.chunk_id) for p, h in zip(res.passages, res.hits)] == [1] * len(res.hits)
+    finally:
+        s.close()
+
+
 def test_searcher_loads_each_chunker_once(searcher: Searcher) -> None:
     assert searcher.chunker("section") is searcher.chunker("section")
     assert set(searcher.available_chunkers()) == {"fixed", "section", "semantic"}

@@ -34,6 +34,13 @@ class Chunker(Protocol):
     def chunk(self, doc: Document, tokenizer: TokenCounter, embed: EmbedFn | None = None) -> list[Chunk]: ...
 
 
+#: Recorded with every chunker's parameters in the index manifest; bump it when chunking code
+#: changes what the same parameters produce, so that an index built by the older code is
+#: re-chunked (ingest) or named as built differently (search), never mixed silently.
+#: 2: split_long cuts between words.
+CHUNKING_VERSION = 2
+
+
 def leaf_spans(doc: Document) -> list[tuple[int, int, tuple[str, ...]]]:
     """Leaf section spans tiling the document (the whole text when it has no sections)."""
     from ..sections import section_spans
@@ -52,18 +59,33 @@ def sentence_units(text: str, start: int, end: int, tokenizer: TokenCounter) -> 
 
 
 def split_long(text: str, unit: Unit, max_tokens: int, tokenizer: TokenCounter) -> list[Unit]:
-    """Cut a unit longer than ``max_tokens`` at token boundaries."""
+    """Cut a unit longer than ``max_tokens`` into pieces of at most ``max_tokens`` tokens, each cut
+    between two words (not between the word pieces of one word), unless a single word is longer
+    than ``max_tokens``."""
     if unit.n_tokens <= max_tokens:
         return [unit]
-    spans = tokenizer.spans(text[unit.start:unit.end])
+    piece = text[unit.start:unit.end]
+    spans = tokenizer.spans(piece)
+
+    def between_words(k: int) -> bool:  # may the text be cut before token k?
+        prev_end, start = spans[k - 1][1], spans[k][0]
+        return start > prev_end or not (piece[prev_end - 1].isalnum() and piece[start].isalnum())
+
     out = []
-    for i in range(0, len(spans), max_tokens):
-        group = spans[i:i + max_tokens]
-        s = unit.start + group[0][0]
-        e = unit.start + (spans[i + max_tokens][0] if i + max_tokens < len(spans) else unit.end - unit.start)
+    i, n = 0, len(spans)
+    while i < n:
+        j = min(i + max_tokens, n)
+        if j < n:
+            k = j
+            while k > i + 1 and not between_words(k):
+                k -= 1
+            j = k if k > i + 1 or between_words(k) else j
+        s = unit.start + spans[i][0]
+        e = unit.start + (spans[j][0] if j < n else len(piece))
         s, e = trim(text, s, e)
         if e > s:
-            out.append(Unit(s, e, len(group)))
+            out.append(Unit(s, e, j - i))
+        i = j
     return out
 
 

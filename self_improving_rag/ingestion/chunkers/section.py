@@ -11,8 +11,9 @@ class SectionChunker:
     """Chunks inside each leaf section; long sections split at paragraphs, then sentences.
 
     A section smaller than ``min_tokens`` is merged with the following one when both share
-    a parent, so a lone chapter title never becomes a chunk of its own. The breadcrumb is
-    prepended to the embedded text (kept apart from the raw text).
+    a parent, so a title-only section never becomes a chunk of its own (a heading paragraph
+    inside a section still stands alone when the paragraph after it fills a whole chunk). The
+    breadcrumb is prepended to the embedded text (kept apart from the raw text).
     """
 
     name = "section"
