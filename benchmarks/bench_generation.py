@@ -66,7 +66,7 @@ def main() -> None:
     for name in ("smollm2-135m-instruct", "qwen2.5-coder-1.5b-instruct-q4_k_m"):
         figures.update(bench_model(name))
     figures["ask_peak_rss_mb"] = ask_peak_rss_mb()
-    report("generation", figures)
+    report("generation", figures, [("peak resident memory of one ask <= 2.5 GB", "ask_peak_rss_mb", "<=", 2560.0)])
 
 
 if __name__ == "__main__":

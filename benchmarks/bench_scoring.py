@@ -30,7 +30,8 @@ def main() -> None:
     engine.close()
     report("scoring", {"attempts": len(items), "generate_ms_total": gen_ms, "score_ms_total": score_ms,
                        "score_share_of_generation": score_ms / gen_ms if gen_ms else None,
-                       "max_share_per_attempt": max(ratios) if ratios else None})
+                       "max_share_per_attempt": max(ratios) if ratios else None},
+           [("all scoring <= 15% of the generator's time for the same attempt", "max_share_per_attempt", "<=", 0.15)])
 
 
 if __name__ == "__main__":

@@ -13,10 +13,15 @@ SHARED = REPO.parent / "shared"
 OUT = REPO / "benchmarks" / "results"
 
 
+#: Exit codes run_all.py tells apart from a crash (1).
+EXIT_TARGET_MISSED = 3
+EXIT_SKIPPED = 4
+
+
 def need_shared() -> None:
     if not (SHARED / "data").is_dir():
         print(f"skipped: {SHARED} not found (the benchmarks read ../shared/data)")
-        sys.exit(0)
+        sys.exit(EXIT_SKIPPED)
 
 
 def peak_rss_mb() -> float:
@@ -24,13 +29,29 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def report(name: str, figures: dict) -> None:
+def report(name: str, figures: dict, targets: list[tuple[str, str, str, float]] = ()) -> None:
+    """Write and print the figures, then each target as PASS or MISS: ``targets`` holds
+    (what, figure key, "<=" or ">=", bound). A missed target ends the script with
+    EXIT_TARGET_MISSED, after everything is written."""
     OUT.mkdir(parents=True, exist_ok=True)
+    checks = []
+    for what, key, op, bound in targets:
+        value = figures[key]
+        ok = value <= bound if op == "<=" else value >= bound
+        checks.append({"target": what, "figure": key, "value": value, "op": op, "bound": bound, "met": ok})
     figures = {"benchmark": name, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **figures}
+    if checks:
+        figures["targets"] = checks
     (OUT / f"{name}.json").write_text(json.dumps(figures, indent=2))
     print(f"== {name}")
     for k, v in figures.items():
-        print(f"  {k}: {round(v, 3) if isinstance(v, float) else v}")
+        if k != "targets":
+            print(f"  {k}: {round(v, 3) if isinstance(v, float) else v}")
+    for c in checks:
+        print(f"  {'PASS' if c['met'] else 'MISS'} {c['target']}: {c['figure']} = {c['value']:.3f} "
+              f"(target {c['op']} {c['bound']})")
+    if not all(c["met"] for c in checks):
+        sys.exit(EXIT_TARGET_MISSED)
 
 
 def ensure_sherlock_index() -> Path:

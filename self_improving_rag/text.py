@@ -7,7 +7,8 @@ from functools import lru_cache
 
 import Stemmer
 
-_TOKEN = re.compile(r"(?u)\b\w\w+\b|\b\d\b")
+# A decimal number ("3.5") is one token: "3.5 pounds" and "5.3 pounds" must not share their terms.
+_TOKEN = re.compile(r"(?u)\b\d+(?:\.\d+)+\b|\b\w\w+\b|\b\d\b")
 
 # A compact English stop list: function words that carry no evidence of content.
 STOP_WORDS = frozenset("""
@@ -29,7 +30,7 @@ def stemmer() -> Stemmer.Stemmer:
 
 
 def words(text: str) -> list[str]:
-    """Lower-cased word tokens (two or more characters, or a single digit)."""
+    """Lower-cased word tokens (two or more characters, a single digit, or a decimal number)."""
     return _TOKEN.findall(text.lower())
 
 

@@ -52,6 +52,18 @@ The cider is pressed in the old barn and stored in oak barrels.
 }
 
 
+#: Set by .ci/run: what CI provides (../shared, the model packages) must be there, so a test
+#: that needs it fails instead of skipping.
+IN_CI = bool(os.environ.get("SIRAG_CI"))
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip on a developer machine that lacks ../shared or a model package; fail in CI."""
+    if IN_CI:
+        pytest.fail(f"{reason} (SIRAG_CI is set: CI must provide it)")
+    pytest.skip(reason)
+
+
 def write_corpus(root: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for name, text in DOCS.items():
@@ -129,7 +141,7 @@ def make_engine(fake_config, built_index, hash_embedder, tmp_path):
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
     if not (SHARED / "data").is_dir():
-        pytest.skip(f"shared data not found at {SHARED}: the slow tests need ../shared next to the repository")
+        skip_or_fail(f"shared data not found at {SHARED}: the slow tests need ../shared next to the repository")
     return SHARED
 
 

@@ -28,8 +28,12 @@ from .calibration import confidence as calibrated_confidence
 # evidence: they never count as support for a claim.
 _INSTRUCTION = re.compile(
     r"\b(ignore|disregard|forget)\b.{0,40}\b(question|instruction|instructions|above|previous|prompt|rules)\b"
-    r"|\byou (must|should|will) (answer|reply|say|respond)\b|\b(answer|reply|respond) (only )?with\b"
-    r"|\bsystem prompt\b|^\W*(answer|reply|say)\b",
+    r"|\byou (must|should|will) (answer|reply|say|respond)\b"
+    # An imperative at the start of a sentence ("Answer only with ...", "Say that ...",
+    # "Answer (with [n] citations): yes"), not prose ("Holmes would answer with a shrug") or an
+    # FAQ line ("Answer: The warranty ...").
+    r"|^\W*(answer|reply|respond|say)\s*(\(|(only\s+)?(with|that)\b)"
+    r"|\bsystem prompt\b",
     re.IGNORECASE,
 )
 
@@ -102,16 +106,28 @@ def grounding_score(relevances: list[float], threshold: float) -> Signal:
                   {"relevance": [round(r, 3) for r in relevances]})
 
 
+_LEADING_CITATION = re.compile(r"^\s*(?:\[\d{1,3}(?:\s*[,;-]\s*\d{1,3})*\]\s*)+")
+#: A ';' between clauses, not one inside a citation such as "[1; 2]".
+_CLAIM_SEPARATOR = re.compile(r";(?![^\[\]]*\])")
+
+
 def split_claims(answer: str) -> list[tuple[str, tuple[int, ...]]]:
     """The answer's claims (sentences, split at ';') without citations, each with the passage
     numbers it cites; a claim without its own citation inherits those of its sentence."""
     text = answer.strip()
     if not text:
         return []
-    claims = []
+    claims: list[tuple[str, tuple[int, ...]]] = []
     for s, e in split_sentences(text):
-        sentence_cites = parse_citations(text[s:e])
-        for part in text[s:e].split(";"):
+        sentence = text[s:e]
+        # A citation written after the full stop ("Paris. [1] London. [2]") opens the next
+        # sentence but belongs to the claim before it.
+        lead = _LEADING_CITATION.match(sentence)
+        if lead and claims and not claims[-1][1]:
+            claims[-1] = (claims[-1][0], parse_citations(lead.group()))
+            sentence = sentence[lead.end():]
+        sentence_cites = parse_citations(sentence)
+        for part in _CLAIM_SEPARATOR.split(sentence):
             c = strip_citations(part).strip(" .")
             if re.search(r"\w", c):
                 claims.append((c, parse_citations(part) or sentence_cites))

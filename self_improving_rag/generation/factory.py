@@ -31,5 +31,5 @@ def make_generator(config: Config):
         return TransformersGenerator(model=g.model, gguf_file=g.gguf_file, load_in_4bit=g.load_in_4bit,
                                      compute_dtype=g.compute_dtype, device_map=g.device_map,
                                      max_memory=g.max_memory, temperature=g.temperature,
-                                     max_tokens=g.max_tokens, seed=g.seed)
+                                     max_tokens=g.max_tokens, seed=g.seed, n_threads=g.n_threads)
     raise ValueError(f"unknown generator backend {g.backend!r}")

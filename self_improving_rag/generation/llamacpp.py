@@ -9,6 +9,7 @@ verification and retry calls only pay for what changed.
 
 from __future__ import annotations
 
+import codecs
 import logging
 import time
 
@@ -129,7 +130,8 @@ class LlamaCppGenerator:
         logprobs: list[float] = []
         finish = "length"
         vocab = llm._model.vocab
-        text_so_far = b""
+        # A character can span several tokens: decode the stream incrementally, not token by token.
+        stream = codecs.getincrementaldecoder("utf-8")(errors="replace")
         first_token_ms = None
         for _ in range(max_tokens):
             logits = self._logits()
@@ -148,9 +150,9 @@ class LlamaCppGenerator:
             logprobs.append(float(logits[tok]) - lse)
             out_ids.append(tok)
             if on_token is not None:
-                piece = llm.detokenize([tok], prev_tokens=out_ids[:-1])
-                text_so_far += piece
-                on_token(piece.decode("utf-8", errors="ignore"))
+                piece = stream.decode(llm.detokenize([tok], prev_tokens=out_ids[:-1]))
+                if piece:
+                    on_token(piece)
             llm.eval([tok])
         t2 = time.perf_counter()
         text = llm.detokenize(out_ids).decode("utf-8", errors="replace").strip()

@@ -79,16 +79,25 @@ class OpenAIHTTPGenerator:
             text = (choice["message"]["content"] or "").strip()
         except (KeyError, IndexError, TypeError) as exc:
             raise GenerationError(f"generator.backend=openai: unexpected reply shape from {self.base_url}") from exc
-        if not text:
-            raise GenerationError("generator.backend=openai: the model produced no text")
-        lps = tuple(float(t["logprob"]) for t in ((choice.get("logprobs") or {}).get("content") or []) if "logprob" in t)
-        usage = data.get("usage") or {}
-        if on_token is not None:
+        finish = choice.get("finish_reason") or "stop"
+        # An empty reply that ended by itself is an answer of nothing (the engine reads it as a
+        # decline, as with llama.cpp); one cut at max_tokens is a failure.
+        if not text and finish == "length":
+            raise GenerationError("generator.backend=openai: the model produced no text within max_tokens")
+        lps = tuple(float(t["logprob"]) for t in ((choice.get("logprobs") or {}).get("content") or [])
+                    if isinstance(t, dict) and isinstance(t.get("logprob"), (int, float)))
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+
+        def used(key: str, estimate) -> int:  # a server may leave usage out, or send null
+            value = usage.get(key)
+            return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else estimate()
+
+        if on_token is not None and text:
             on_token(text)
-        return Generation(text=text, token_logprobs=lps, prompt_tokens=int(usage.get("prompt_tokens", 0)),
-                          completion_tokens=int(usage.get("completion_tokens", len(lps))),
-                          timings_ms={"generate": (time.perf_counter() - t0) * 1000},
-                          finish_reason=choice.get("finish_reason") or "stop")
+        return Generation(text=text, token_logprobs=lps,
+                          prompt_tokens=used("prompt_tokens", lambda: sum(self.count_tokens(m["content"]) for m in messages)),
+                          completion_tokens=used("completion_tokens", lambda: len(lps) or self.count_tokens(text)),
+                          timings_ms={"generate": (time.perf_counter() - t0) * 1000}, finish_reason=finish)
 
     def yes_probability(self, messages) -> float | None:
         data = self._post({"model": self.model, "messages": messages, "temperature": 0.0, "max_tokens": 1,

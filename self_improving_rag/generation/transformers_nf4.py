@@ -15,7 +15,7 @@ class TransformersGenerator:
 
     def __init__(self, model: str, gguf_file: str | None = None, load_in_4bit: bool = True,
                  compute_dtype: str = "bfloat16", device_map: str = "auto", max_memory: dict | None = None,
-                 temperature: float = 0.0, max_tokens: int = 160, seed: int = 0) -> None:
+                 temperature: float = 0.0, max_tokens: int = 160, seed: int = 0, n_threads: int | None = None) -> None:
         self.model_id = model
         self.gguf_file = gguf_file
         self.load_in_4bit = load_in_4bit
@@ -25,6 +25,7 @@ class TransformersGenerator:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.seed = seed
+        self.n_threads = n_threads
         self.name = f"transformers:{model}"
         self._model = None
         self._tok = None
@@ -37,6 +38,8 @@ class TransformersGenerator:
             from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
         except ImportError as exc:
             raise GenerationError("the transformers backend needs: pip install 'self_improving_rag[transformers]'") from exc
+        if self.n_threads:
+            torch.set_num_threads(self.n_threads)  # generator.n_threads, as for llama.cpp (CPU runs)
         dtype = getattr(torch, self.compute_dtype)
         kwargs: dict = {"torch_dtype": dtype}
         if self.load_in_4bit and not self.gguf_file:
@@ -82,19 +85,25 @@ class TransformersGenerator:
         with torch.no_grad():
             out = self._model.generate(ids, max_new_tokens=self.max_tokens if max_tokens is None else max_tokens,
                                        do_sample=self.temperature > 0, temperature=self.temperature or None,
-                                       output_scores=True, return_dict_in_generate=True,
+                                       output_logits=True, return_dict_in_generate=True,
                                        pad_token_id=self._tok.eos_token_id)
-        new = out.sequences[0, ids.shape[1]:]
-        lps = []
-        for step, tok in enumerate(new.tolist()):
-            lps.append(float(torch.log_softmax(out.scores[step][0].float(), -1)[tok]))
+        new = out.sequences[0, ids.shape[1]:].tolist()
+        # The end token is not part of the answer (llama.cpp leaves it out too); log-probs come from
+        # the raw logits, before a repetition penalty or other processing changes them.
+        eos = getattr(self._model.generation_config, "eos_token_id", None)
+        stops = {self._tok.eos_token_id, *(eos if isinstance(eos, (list, tuple)) else [eos])} - {None}
+        finish = "length"
+        if new and new[-1] in stops:
+            new, finish = new[:-1], "stop"
+        lps = [float(torch.log_softmax(out.logits[step][0].float(), -1)[tok]) for step, tok in enumerate(new)]
         text = self._tok.decode(new, skip_special_tokens=True).strip()
-        if not text:
-            raise GenerationError("the transformers model produced no text")
-        if on_token is not None:
+        if not text and finish == "length":
+            raise GenerationError("the transformers model produced no text within max_tokens")
+        if on_token is not None and text:
             on_token(text)
         return Generation(text=text, token_logprobs=tuple(lps), prompt_tokens=int(ids.shape[1]),
-                          completion_tokens=len(lps), timings_ms={"generate": (time.perf_counter() - t0) * 1000})
+                          completion_tokens=len(lps), timings_ms={"generate": (time.perf_counter() - t0) * 1000},
+                          finish_reason=finish)
 
     def yes_probability(self, messages) -> float | None:
         import torch

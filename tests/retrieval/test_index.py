@@ -280,10 +280,13 @@ def test_max_tokens_above_the_embedding_model_limit_is_refused() -> None:
     from self_improving_rag.generation.registry import embedder_model_dir
     from self_improving_rag.retrieval.embedder import OnnxEmbedder, SentenceTransformerEmbedder
 
+    from self_improving_rag.errors import ModelNotFoundError
+    from tests.conftest import skip_or_fail
+
     try:
         model_dir = embedder_model_dir()
-    except Exception:
-        pytest.skip("the packaged embedder is not installed")
+    except ModelNotFoundError:
+        skip_or_fail("the packaged embedder is not installed")
     for cls in (OnnxEmbedder, SentenceTransformerEmbedder):
         cls(max_tokens=256)._check_max_tokens(model_dir)
         with pytest.raises(ConfigError, match="embedder.max_tokens=512 .* limit of 256"):
