@@ -225,7 +225,10 @@ class SignalScorer:
         use_judge = self.config.judge == "llm" and self.generator is not None
         checks = [] if refused else self._check_claims(question, answer, passages, sentences, sentence_vecs,
                                                          use_judge, prompt)
-        faithfulness = faithfulness_score(checks, refused, "llm-judge+lexical" if use_judge else "lexical")
+        # The judge counts only if it judged something: a backend without log-probs returns None.
+        judged = use_judge and any(c.judge is not None for c in checks)
+        faithfulness = faithfulness_score(checks, refused, "llm-judge+lexical" if judged or (use_judge and not checks)
+                                          else "lexical")
         features = {
             "coverage": coverage.value, "grounding": grounding.value, "faithfulness": faithfulness.value,
             "redundancy": redundancy.value, "refusal": 1.0 if refused else 0.0,

@@ -172,8 +172,14 @@ class LlamaCppGenerator:
         self._fit(tokens, 1)
         self._prefill(tokens)
         logits = self._logits()
-        yes = [t for w in ("yes", "Yes", " yes", " Yes", "YES") for t in self.tokenize(w)[:1]]
-        no = [t for w in ("no", "No", " no", " No", "NO") for t in self.tokenize(w)[:1]]
-        py = np.logaddexp.reduce(logits[list(set(yes))])
-        pn = np.logaddexp.reduce(logits[list(set(no))])
+        yes, no = self._answer_tokens("yes"), self._answer_tokens("no")
+        py = np.logaddexp.reduce(logits[yes])
+        pn = np.logaddexp.reduce(logits[no])
         return float(1.0 / (1.0 + np.exp(pn - py)))
+
+    def _answer_tokens(self, word: str) -> list[int]:
+        """The token ids that spell ``word`` whole ("yes", "Yes", " yes", ...). A spelling the
+        vocabulary splits ("YES" as "Y" + "ES") is left out: its first piece is not the word."""
+        spellings = (word, word.capitalize(), " " + word, " " + word.capitalize(), word.upper())
+        whole = sorted({ids[0] for ids in map(self.tokenize, spellings) if len(ids) == 1})
+        return whole or self.tokenize(word)[:1]

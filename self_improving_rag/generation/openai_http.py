@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -43,6 +44,20 @@ class OpenAIHTTPGenerator:
     def count_tokens(self, text: str) -> int:
         return max(1, len(text) // 4)
 
+    def _post_once(self, payload: dict) -> tuple[int, bytes]:
+        """One POST whose whole reply must arrive within timeout_s (httpx's own timeout applies to
+        each read, so a server sending a byte at a time could hold the engine indefinitely)."""
+        import httpx
+
+        deadline = time.monotonic() + self.timeout_s
+        body = bytearray()
+        with self._client.stream("POST", "/chat/completions", json=payload) as r:
+            for chunk in r.iter_bytes():
+                body += chunk
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout(f"the reply took longer than {self.timeout_s:g} s")
+        return r.status_code, bytes(body)
+
     def _post(self, payload: dict) -> dict:
         import httpx
 
@@ -50,7 +65,7 @@ class OpenAIHTTPGenerator:
         last: Exception | None = None
         for attempt in range(self.retries + 1):
             try:
-                r = self._client.post("/chat/completions", json=payload)
+                r = self._post_once(payload)
             except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as exc:
                 last = exc
                 if attempt < self.retries:
@@ -59,11 +74,12 @@ class OpenAIHTTPGenerator:
             except httpx.TimeoutException as exc:
                 raise GenerationError(f"generator.backend=openai: {self.base_url} did not answer within "
                                       f"{self.timeout_s:g} s; raise generator.timeout_s or check the server") from exc
-            if r.status_code >= 400:
-                raise GenerationError(f"generator.backend=openai: {self.base_url} answered HTTP {r.status_code}: "
-                                      f"{r.text[:200]!r}; check generator.model and the server")
+            status, body = r
+            if status >= 400:
+                raise GenerationError(f"generator.backend=openai: {self.base_url} answered HTTP {status}: "
+                                      f"{body[:200].decode('utf-8', 'replace')!r}; check generator.model and the server")
             try:
-                return r.json()
+                return json.loads(body)
             except ValueError as exc:
                 raise GenerationError(f"generator.backend=openai: {self.base_url} returned a non-JSON reply") from exc
         raise GenerationError(f"generator.backend=openai: cannot reach the server at {self.base_url} ({last}); "

@@ -139,6 +139,15 @@ def test_scorer_checks_cited_passage_first_then_all_and_limits_judged_claims() -
     assert sig.coverage.detail["soft"] is not None and sig.coverage.detail["best_sentence"]
 
 
+def test_the_method_says_lexical_when_the_judge_gave_no_judgement() -> None:
+    emb = HashEmbedder(dim=64)
+    r = _retrieval(["The lighthouse of Marrow Point was built by Clara Venn."])
+    for p, method in ((None, "lexical"), (0.9, "llm-judge+lexical")):
+        scorer = SignalScorer(ScoringConfig(judge="llm"), emb.embed, Judge(p))
+        sig = scorer.score(Q, r, None, "Clara Venn built it [1].", refused=False, citations=(1,))
+        assert sig.faithfulness.detail["method"] == method and method in sig.faithfulness.reason
+
+
 def test_scorer_flags_an_invented_claim_by_text() -> None:
     emb = HashEmbedder(dim=64)
     scorer = SignalScorer(ScoringConfig(judge="none"), emb.embed, None)

@@ -56,6 +56,19 @@ class FakeOpenAI:
                 if mode == "slow":
                     fake.release.wait(10)
                     return
+                if mode == "trickle":  # a byte every 50 ms: each read is quick, the reply is not
+                    data = json.dumps(fake.reply(body)).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    for i in range(len(data)):
+                        if fake.release.is_set():
+                            return
+                        self.wfile.write(data[i:i + 1])
+                        self.wfile.flush()
+                        time.sleep(0.05)
+                    return
                 if mode == "error":
                     self._send(500, b'{"error": "model exploded"}')
                     return
@@ -219,6 +232,18 @@ def test_unreachable_server_error_is_chained() -> None:
     with pytest.raises(GenerationError) as err:
         gen.generate(MESSAGES)
     assert isinstance(err.value.__cause__, httpx.ConnectError)
+
+
+def test_timeout_bounds_the_whole_reply_not_each_read(fake_server) -> None:
+    fake_server.mode = "trickle"
+    gen = _gen(fake_server, timeout_s=1.0, retries=0)
+    t0 = time.perf_counter()
+    try:
+        with pytest.raises(GenerationError, match="did not answer within 1 s"):
+            gen.generate(MESSAGES)
+    finally:
+        fake_server.release.set()
+    assert time.perf_counter() - t0 < 2.5
 
 
 def test_timeout_is_a_generation_error(fake_server) -> None:
