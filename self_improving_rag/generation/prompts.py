@@ -22,9 +22,12 @@ REFUSAL_PHRASE = "I cannot answer this from the documents."
 _CITATION = re.compile(r"\[(\d{1,3}(?:\s*[,;-]\s*\d{1,3})*)\]")
 _REFUSAL_PATTERNS = re.compile(
     r"(cannot answer|can't answer|can not answer|unable to answer|not (?:stated|mentioned|contained|provided|given|found|answerable)"
-    r"|no (?:information|mention|answer)|(?:do|does|did)(?:n't| not) (?:contain|mention|say|state|provide|specify|know|have enough)"
-    r"|(?:is|are|was|were)(?:n't| not) (?:stated|mentioned|given|provided|specified|available|in the)"
-    r"|not possible to (?:answer|determine)|(?:cannot|can't|can not|unable to) (?:determine|tell|say|find)"
+    r"|no (?:information|mention|answer)|(?:do|does|did)(?:n't| not) (?:contain|mention|say|state|provide|specify|have enough)"
+    r"|\b(?:i|we) (?:do|did)(?:n't| not) know"
+    r"|(?:is|are|was|were)(?:n't| not) (?:stated|mentioned|given|provided|specified|available)"
+    r"|(?:is|are|was|were)(?:n't| not) (?:in|found in) the (?:passages?|documents?|texts?|context)"
+    r"|not possible to (?:answer|determine)"
+    r"|\b(?:i|we) (?:cannot|can't|can not|am unable to|are unable to|could not|couldn't) (?:determine|tell|say|find)"
     r"|insufficient information|not enough information|cannot be determined|can't be determined"
     r"|none of the (?:passages|documents|texts)|^unknown\W*$)",
     re.IGNORECASE,

@@ -127,6 +127,9 @@ def test_refusals_are_recognised(text: str) -> None:
         "The witness was unable to answer [1].",
         "No information was given to the police [1].",
         "Insufficient information led to his arrest [1].",
+        "Holmes was not in the room.",  # uncited, but a statement about the story, not the passages
+        "The police were unable to find the killer.",
+        "Watson didn't know the killer's name.",
     ],
 )
 def test_answers_are_not_refusals(text: str) -> None:
