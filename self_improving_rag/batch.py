@@ -286,7 +286,8 @@ def grade(row: dict) -> dict:
             out["contains"] = contains_gold(pred, golds) if pred else 0.0
             out["correct"] = bool(not row["refused"] and (out["contains"] or out["em"] or out["f1"] >= 0.6))
     else:
-        out["correct"] = bool(row["refused"])
+        # A question the engine failed on (an error row) was not refused by judgement.
+        out["correct"] = bool(row["refused"]) and "error" not in row
     return out
 
 
@@ -382,19 +383,23 @@ def _worker_ask(item: QAItem, run_id: str) -> dict:
 
 def _ask_row(engine, item: QAItem, run_id: str, loop: bool) -> dict:
     """One question's result row. A question the engine cannot take (InputError: empty, too long)
-    becomes an error row; any other error (the generator, the model, the index, the memory)
-    stops the run instead of being written as a refusal, so a resume asks the question again."""
-    from .errors import InputError
+    or whose prompt the generator failed on (GenerationError: too long for n_ctx, nothing
+    produced, refused by the server) becomes an error row, asked again on resume unless it is an
+    InputError. Any other error (the generator unavailable, the index, the memory) stops the run
+    instead of being written for every question."""
+    from .errors import GenerationError, GeneratorUnavailableError, InputError
 
     try:
         ans = engine.ask(item.question, loop=loop, run_id=run_id, item_id=item.id)
         data = ans.to_json()
         # Texts of the first attempt's hits, for evidence recall (not part of the ask contract).
         data["attempts"][0]["hit_texts"] = [p.text for p in ans.attempts[0].passages]
-    except InputError as exc:
+    except GeneratorUnavailableError:
+        raise
+    except (InputError, GenerationError) as exc:
         data = {"question": item.question, "answer": None, "refused": True, "refusal_reason": f"error: {exc}",
                 "confidence": 0.0, "sources": [], "attempts": [], "timings_ms": {}, "error": str(exc),
-                "error_type": "InputError"}
+                "error_type": type(exc).__name__}
     row = {"id": item.id, "gold_answers": list(item.answers), "answerable": item.answerable, **data}
     row["evidence_hit"] = _evidence_hit(item, data)
     row["grade"] = grade(row)
@@ -410,6 +415,20 @@ def ensure_index(config: Config, corpus: list[Path], index_dir: str, progress: b
 
     embedder = embedder_from_config(config)
     ingest([str(p) for p in corpus], config, embedder, index_dir=index_dir, progress=progress)
+
+
+def run_inputs(spec: BatchSpec, base: Path, items: list[QAItem]) -> tuple[Path, str, list[Path]]:
+    """The output folder, the index folder and the corpus paths of a batch. A SQuAD file without
+    a corpus gets its paragraphs written under the output folder, in a folder named after the
+    dataset (shared by every run of it, so one index serves them all; never beside a user's
+    index)."""
+    out_root = _resolve(base, spec.output_dir)
+    index_dir = str(_resolve(base, spec.index)) if spec.index else str(out_root / spec.name / "index")
+    corpus = [_resolve(base, c) for c in spec.corpus]
+    if not corpus and spec.questions.file and items and items[0].context is not None:
+        squad = _resolve(base, spec.questions.file)
+        corpus = [squad_corpus(squad, out_root / "corpora" / re.sub(r"[^\w.-]", "_", squad.stem))]
+    return out_root, index_dir, corpus
 
 
 def squad_corpus(squad_file: Path, out_dir: Path) -> Path:
@@ -441,12 +460,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     if not items:
         raise BatchError(f"batch {spec.name}: no questions to run")
     loop = spec.loop if loop is None else loop
-    out_root = _resolve(base, spec.output_dir)
-    index_dir = str(_resolve(base, spec.index)) if spec.index else str(out_root / spec.name / "index")
-    corpus = [_resolve(base, c) for c in spec.corpus]
-    if not corpus and spec.questions.file and items and items[0].context is not None:
-        # The paragraphs are written in the run's own folder, never beside a user's index.
-        corpus = [squad_corpus(_resolve(base, spec.questions.file), out_root / spec.name / "corpus")]
+    out_root, index_dir, corpus = run_inputs(spec, base, items)
     # Every grid point is checked before the first one runs: a typo in the last value must not
     # cost the earlier runs' hours.
     runs = []
@@ -725,7 +739,7 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
     summaries = run_batch(spec, base, config, limit=args.limit, workers=args.workers,
                           loop=False if args.no_retry else None, progress=progress, offset=args.offset,
                           cli_overrides=args.overrides, guard_index=bool(args.index))
-    if args.compare_no_retry and not args.no_retry:
+    if args.compare_no_retry:
         if args.separate_no_retry_run:
             summaries += run_batch(spec, base, config, limit=args.limit, workers=args.workers, loop=False,
                                    progress=progress, offset=args.offset, cli_overrides=args.overrides,

@@ -34,7 +34,12 @@ class ModelNotFoundError(SiragError):
 
 
 class GenerationError(SiragError):
-    """The generator failed to load, timed out, or produced nothing."""
+    """The generator failed on one prompt (too long, nothing produced, refused by the server)."""
+
+
+class GeneratorUnavailableError(GenerationError):
+    """The generator cannot be used at all: not installed, not loadable, or its server is
+    unreachable, failing or not answering. A batch stops on it instead of failing every question."""
 
 
 class MemoryStoreError(SiragError):

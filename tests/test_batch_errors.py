@@ -113,3 +113,45 @@ def test_eval_refuses_options_that_would_be_ignored(tmp_path):
     r = run(["eval", str(f3), "--retrieval-only"], tmp_path, ov)
     assert "evidence" in _one_error_line(r)
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_failure_on_one_prompt_is_a_row_a_generator_that_cannot_run_stops():
+    import pytest
+
+    from self_improving_rag.batch import _ask_row, grade
+    from self_improving_rag.errors import GenerationError, GeneratorUnavailableError
+    from self_improving_rag.evaluation.datasets import QAItem
+
+    class Engine:
+        def __init__(self, exc):
+            self.exc = exc
+
+        def ask(self, *a, **k):
+            raise self.exc
+
+    item = QAItem(id="q", question="Who?", answers=(), answerable=False)
+    row = _ask_row(Engine(GenerationError("prompt of 5000 tokens exceeds n_ctx=4096")), item, "run", True)
+    assert row["error_type"] == "GenerationError" and row["attempts"] == []
+    assert row["grade"]["correct"] is False, "a failed question is not a rightly refused one"
+    assert grade({k: v for k, v in row.items() if k != "error"})["correct"] is True  # a real refusal would be
+    with pytest.raises(GeneratorUnavailableError):
+        _ask_row(Engine(GeneratorUnavailableError("cannot reach the server")), item, "run", True)
+
+
+def test_runs_of_one_squad_file_under_two_names_share_its_corpus_and_index(tmp_path):
+    doc = {"version": "v2.0", "data": [{"title": "Harbour", "paragraphs": [
+        {"context": "The lighthouse of Marrow Point was built in 1852 by the engineer Clara Venn.",
+         "qas": [{"id": "q1", "question": "Who built the lighthouse?", "is_impossible": False,
+                  "answers": [{"text": "Clara Venn", "answer_start": 60}]}]},
+        {"context": "The orchard behind the mill has sixty apple trees.",
+         "qas": [{"id": "q2", "question": "How many apple trees?", "is_impossible": False,
+                  "answers": [{"text": "sixty", "answer_start": 31}]}]}]}]}
+    squad = tmp_path / "squad.json"
+    squad.write_text(json.dumps(doc))
+    ov = fake_overrides(tmp_path)
+    for name in ("a", "b"):
+        r = run(["eval", "--dataset", str(squad), "--index", str(tmp_path / "idx"), "--name", name,
+                 "--output-dir", str(tmp_path / "runs"), "--retrieval-only", "--json"], tmp_path, ov)
+        assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in (tmp_path / "runs" / "corpora" / "squad").iterdir()) == [
+        "harbour_p00.txt", "harbour_p01.txt"]

@@ -29,7 +29,7 @@ def _hit(item: QAItem, doc_id: str, text: str) -> bool:
 def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, ks=(1, 3, 5, 10),
                    chunkers=None, retrievers=("dense", "bm25", "hybrid"), rerank=(False, True),
                    cli_overrides=(), offset: int | None = None, guard_index: bool = False) -> dict:
-    from ..batch import _check_index_sources, _resolve, ensure_index, load_items, resolved_config, squad_corpus
+    from ..batch import _check_index_sources, ensure_index, load_items, resolved_config, run_inputs
     from ..errors import BatchError
     from ..retrieval.embedder import embedder_from_config
     from ..retrieval.searcher import Searcher
@@ -40,11 +40,7 @@ def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, k
     if not items:
         raise BatchError(f"batch {spec.name}: no question to score retrieval on: --retrieval-only needs answerable "
                          "questions with evidence quotes (JSONL 'evidence') or SQuAD paragraphs")
-    out_root = _resolve(base, spec.output_dir)
-    index_dir = str(_resolve(base, spec.index)) if spec.index else str(out_root / spec.name / "index")
-    corpus = [_resolve(base, c) for c in spec.corpus]
-    if not corpus and items and items[0].context is not None:
-        corpus = [squad_corpus(_resolve(base, spec.questions.file), out_root / spec.name / "corpus")]
+    _, index_dir, corpus = run_inputs(spec, base, items)
     cfg = resolved_config(config, spec, {}, index_dir, cli_overrides)
     if corpus:
         if guard_index:

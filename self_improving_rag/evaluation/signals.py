@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 
 from ..config import ScoringConfig
-from ..generation.prompts import build_judge_messages, parse_citations, strip_citations
+from ..generation.prompts import _CITATION, build_judge_messages, parse_citations, strip_citations
 from ..ingestion.sentences import split_sentences
 from ..retrieval.reranker import sigmoid
 from ..text import capitalised_terms, content_terms
@@ -106,7 +106,7 @@ def grounding_score(relevances: list[float], threshold: float) -> Signal:
                   {"relevance": [round(r, 3) for r in relevances]})
 
 
-_LEADING_CITATION = re.compile(r"^\s*(?:\[\d{1,3}(?:\s*[,;-]\s*\d{1,3})*\]\s*)+")
+_LEADING_CITATION = re.compile(rf"^\s*(?:{_CITATION.pattern}\s*)+")
 #: A ';' between clauses, not one inside a citation such as "[1; 2]".
 _CLAIM_SEPARATOR = re.compile(r";(?![^\[\]]*\])")
 
@@ -226,9 +226,8 @@ class SignalScorer:
         checks = [] if refused else self._check_claims(question, answer, passages, sentences, sentence_vecs,
                                                          use_judge, prompt)
         # The judge counts only if it judged something: a backend without log-probs returns None.
-        judged = use_judge and any(c.judge is not None for c in checks)
-        faithfulness = faithfulness_score(checks, refused, "llm-judge+lexical" if judged or (use_judge and not checks)
-                                          else "lexical")
+        judged = use_judge and (not checks or any(c.judge is not None for c in checks))
+        faithfulness = faithfulness_score(checks, refused, "llm-judge+lexical" if judged else "lexical")
         features = {
             "coverage": coverage.value, "grounding": grounding.value, "faithfulness": faithfulness.value,
             "redundancy": redundancy.value, "refusal": 1.0 if refused else 0.0,

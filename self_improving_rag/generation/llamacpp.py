@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from ..errors import GenerationError
+from ..errors import GenerationError, GeneratorUnavailableError
 from ..types import Generation
 from .base import TokenCallback
 
@@ -54,7 +54,7 @@ class LlamaCppGenerator:
             from llama_cpp import Llama
             from llama_cpp.llama_chat_format import Jinja2ChatFormatter
         except ImportError as exc:
-            raise GenerationError(
+            raise GeneratorUnavailableError(
                 "the llama.cpp backend needs llama-cpp-python; install it with: "
                 "CMAKE_ARGS=\"-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON\" pip install llama-cpp-python"
             ) from exc
@@ -64,10 +64,10 @@ class LlamaCppGenerator:
                         n_threads_batch=self.n_threads, n_batch=self.n_batch, seed=self.seed,
                         logits_all=False, verbose=False)
         except (ValueError, RuntimeError, OSError) as exc:
-            raise GenerationError(f"cannot load model {self.model_path} ({exc}); check the file or choose another --set generator.model=...") from exc
+            raise GeneratorUnavailableError(f"cannot load model {self.model_path} ({exc}); check the file or choose another --set generator.model=...") from exc
         template = llm.metadata.get("tokenizer.chat_template")
         if not template:
-            raise GenerationError(f"model {self.model_path} has no chat template in its metadata; use an instruct GGUF")
+            raise GeneratorUnavailableError(f"model {self.model_path} has no chat template in its metadata; use an instruct GGUF")
         eos_id, bos_id = llm.token_eos(), llm.token_bos()
         eos = llm._model.token_get_text(eos_id) if eos_id != -1 else ""
         bos = llm._model.token_get_text(bos_id) if bos_id != -1 else ""

@@ -7,7 +7,7 @@ import math
 import os
 import time
 
-from ..errors import GenerationError
+from ..errors import GenerationError, GeneratorUnavailableError
 from ..types import Generation
 from .base import TokenCallback
 
@@ -72,17 +72,19 @@ class OpenAIHTTPGenerator:
                     time.sleep(min(4.0, 0.5 * 2 ** attempt))
                 continue
             except httpx.TimeoutException as exc:
-                raise GenerationError(f"generator.backend=openai: {self.base_url} did not answer within "
+                raise GeneratorUnavailableError(f"generator.backend=openai: {self.base_url} did not answer within "
                                       f"{self.timeout_s:g} s; raise generator.timeout_s or check the server") from exc
             status, body = r
             if status >= 400:
-                raise GenerationError(f"generator.backend=openai: {self.base_url} answered HTTP {status}: "
+                # 5xx: the server is failing (every question would); 4xx: this request was refused.
+                error = GeneratorUnavailableError if status >= 500 else GenerationError
+                raise error(f"generator.backend=openai: {self.base_url} answered HTTP {status}: "
                                       f"{body[:200].decode('utf-8', 'replace')!r}; check generator.model and the server")
             try:
                 return json.loads(body)
             except ValueError as exc:
                 raise GenerationError(f"generator.backend=openai: {self.base_url} returned a non-JSON reply") from exc
-        raise GenerationError(f"generator.backend=openai: cannot reach the server at {self.base_url} ({last}); "
+        raise GeneratorUnavailableError(f"generator.backend=openai: cannot reach the server at {self.base_url} ({last}); "
                               "start it or set generator.base_url") from last
 
     def generate(self, messages, max_tokens=None, on_token: TokenCallback | None = None) -> Generation:

@@ -32,8 +32,18 @@ _REFUSAL_PATTERNS = re.compile(
     r"|none of the (?:passages|documents|texts)|^unknown\W*$)",
     re.IGNORECASE,
 )
-#: A reply that cites a passage is an answer ("The will was not found [2].") unless it speaks of
-#: the passages themselves ("The passages do not say [1].").
+#: Declines whatever the reply cites: first-person ones ("I don't know [1].") and a sentence that
+#: is nothing but a decline ("Cannot be determined [3].", "Not stated [1].", "Unknown [1].").
+_FIRM_REFUSAL = re.compile(
+    r"^(?:i|we)\b.{0,40}\b(?:cannot|can't|can not|unable to|do not|don't|did not|didn't|could not|couldn't)"
+    r" (?:answer|know|determine|tell|say|find)"
+    r"|^(?:it |this |that |the answer |the name |the date |the information )?(?:is |was )?(?:not (?:stated|mentioned|specified|given|known)"
+    r"|cannot be determined|can't be determined|not possible to (?:answer|determine)|unknown|no answer"
+    r"|insufficient information|not enough information)\W*$",
+    re.IGNORECASE,
+)
+#: Otherwise a reply that cites a passage is an answer ("The will was not found [2].") unless it
+#: speaks of the passages themselves ("The passages do not say [1].").
 _SOURCE_WORDS = re.compile(r"\b(?:passages?|documents?|context|texts?|sources?|provided information)\b", re.IGNORECASE)
 _CONTROL = re.compile(r"<\|[^|>]{1,40}\|>|\[/?INST\]|</?s>")
 
@@ -137,7 +147,11 @@ def is_refusal(text: str) -> bool:
     from ..ingestion.sentences import split_sentences
 
     spans = split_sentences(t)  # "Mr. Holmes's address is not mentioned." is one sentence
-    first = t[spans[0][0]:spans[0][1]] if spans else t
+    first = strip_citations(t[spans[0][0]:spans[0][1]] if spans else t).strip()
+    if len(t) >= 240:
+        return False
+    if _FIRM_REFUSAL.search(first):
+        return True
     if _CITATION.search(t) and not _SOURCE_WORDS.search(first):
         return False
-    return bool(_REFUSAL_PATTERNS.search(first.strip())) and len(t) < 240
+    return bool(_REFUSAL_PATTERNS.search(first))

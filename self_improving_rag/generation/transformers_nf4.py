@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from ..errors import GenerationError
+from ..errors import GenerationError, GeneratorUnavailableError
 from ..types import Generation
 from .base import TokenCallback
 
@@ -37,7 +37,7 @@ class TransformersGenerator:
             import torch
             from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
         except ImportError as exc:
-            raise GenerationError("the transformers backend needs: pip install 'self_improving_rag[transformers]'") from exc
+            raise GeneratorUnavailableError("the transformers backend needs: pip install 'self_improving_rag[transformers]'") from exc
         if self.n_threads:
             torch.set_num_threads(self.n_threads)  # generator.n_threads, as for llama.cpp (CPU runs)
         dtype = getattr(torch, self.compute_dtype)
@@ -58,7 +58,7 @@ class TransformersGenerator:
             self._model = AutoModelForCausalLM.from_pretrained(self.model_id, trust_remote_code=False,
                                                                local_files_only=True, **kwargs)
         except (OSError, ValueError, ImportError, RuntimeError) as exc:
-            raise GenerationError(f"cannot load {self.model_id} with transformers ({exc}); check generator.model "
+            raise GeneratorUnavailableError(f"cannot load {self.model_id} with transformers ({exc}); check generator.model "
                                   "(a local directory: nothing is downloaded)") from exc
         self._model.eval()
 

@@ -218,14 +218,10 @@ ONNX_EXPORT_VERSION = 1  # bump when the export or quantisation recipe changes
 def _onnx_cache_key(model_dir: Path) -> str:
     import onnxruntime
 
-    h = hashlib.sha256()
-    for name in ("config.json", "tokenizer.json"):
-        f = model_dir / name
-        h.update(f.read_bytes() if f.is_file() else b"")
-    for f in sorted(model_dir.glob("*.safetensors")) + sorted(model_dir.glob("pytorch_model.bin")):
-        h.update(f"{f.name}:{f.stat().st_size}".encode())
-    h.update(f"ort={onnxruntime.__version__};recipe={ONNX_EXPORT_VERSION}".encode())
-    return h.hexdigest()[:16]
+    # The model's own fingerprint (as in the embedder's name), so two models that share a folder
+    # name, a config and a weight size never share an exported file.
+    key = f"{model_fingerprint(model_dir)};ort={onnxruntime.__version__};recipe={ONNX_EXPORT_VERSION}"
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def export_int8_onnx(model_dir: Path, target: Path) -> Path:

@@ -105,6 +105,14 @@ def test_strip_citations() -> None:
         "This information is not available in the passages.",
         "Unknown.",
         "The passages do not say [1].",
+        # Declines that cite a passage anyway.
+        "I don't know [1].",
+        "Cannot be determined [3].",
+        "It is not possible to determine [1].",
+        "No answer [1].",
+        "Not stated [1].",
+        "The name is not mentioned [1].",
+        "Unknown [1].",
     ],
 )
 def test_refusals_are_recognised(text: str) -> None:

@@ -79,7 +79,8 @@ def split_long(text: str, unit: Unit, max_tokens: int, tokenizer: TokenCounter) 
             k = j
             while k > i + 1 and not between_words(k):
                 k -= 1
-            j = k if k > i + 1 or between_words(k) else j
+            if between_words(k):  # else one word is longer than max_tokens: cut it at the limit
+                j = k
         s = unit.start + spans[i][0]
         e = unit.start + (spans[j][0] if j < n else len(piece))
         s, e = trim(text, s, e)
