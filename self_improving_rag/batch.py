@@ -501,6 +501,13 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
                       "them", file=sys.stderr)
             bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=run_name, unit="q",
                        disable=not progress or None)
+
+            def keep(row: dict) -> None:
+                append_row(results, row)
+                if on_row:
+                    on_row(row)
+                bar.update(1)
+
             if todo and workers <= 1:
                 from .engine import Engine
                 from .memory import MemoryStore
@@ -509,11 +516,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
                 try:
                     engine.warm_up()  # a missing index or model stops the run before any question
                     for it in todo:
-                        row = _ask_row(engine, it, run_name, loop)
-                        append_row(results, row)
-                        if on_row:
-                            on_row(row)
-                        bar.update(1)
+                        keep(_ask_row(engine, it, run_name, loop))
                 finally:
                     engine.close()
             elif todo:
@@ -522,15 +525,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
                 with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
                                          initializer=_worker_init,
                                          initargs=(config.model_dump(mode="json"), index_dir, loop)) as pool:
-                    futs = [pool.submit(_worker_ask, it, run_name) for it in todo]
-
-                    def keep(row: dict) -> None:
-                        append_row(results, row)
-                        if on_row:
-                            on_row(row)
-                        bar.update(1)
-
-                    drain(futs, keep)
+                    drain([pool.submit(_worker_ask, it, run_name) for it in todo], keep)
         finally:
             if bar is not None:
                 bar.close()

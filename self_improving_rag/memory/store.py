@@ -927,7 +927,7 @@ class MemoryStore:
         answered = [0] * bins
         refused = [0] * bins
         for r in self._rows("SELECT confidence, refused FROM outcomes WHERE confidence IS NOT NULL"):
-            i = bin_index(min(max(float(r["confidence"]), 0.0), 1.0), bins)
+            i = bin_index(float(r["confidence"]), bins)  # clipped to the first and last bin
             (refused if r["refused"] else answered)[i] += 1
         return {"edges": [i / bins for i in range(bins + 1)], "answered": answered, "refused": refused}
 
