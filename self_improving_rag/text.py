@@ -24,6 +24,26 @@ yours yourself yourselves did does said says say tell told one upon also may mig
 QUESTION_WORDS = frozenset("what which who whom whose when where why how name names named".split())
 
 
+# Numbers written as words and as digits are one term when an answer is compared with text
+# ("7 [3]" is supported by "seven wives"; "fourteen pounds" is the gold "14 pounds").
+_CARDINALS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+              "fifteen sixteen seventeen eighteen nineteen twenty").split()
+_ORDINALS = ("zeroth first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth "
+             "thirteenth fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth twentieth").split()
+_SUFFIX = {1: "st", 2: "nd", 3: "rd"}
+NUMBER_WORDS: dict[str, str] = {
+    **{w: str(i) for i, w in enumerate(_CARDINALS)},
+    **{w: f"{i}{_SUFFIX.get(i if i < 4 or i > 20 else 0, 'th')}" for i, w in enumerate(_ORDINALS) if i},
+    **{w: str(10 * i) for i, w in enumerate("thirty forty fifty sixty seventy eighty ninety".split(), start=3)},
+    "hundred": "100", "thousand": "1000",
+}
+
+
+def number_word_to_digits(word: str) -> str:
+    """``word`` (lower case) written in digits when it is a number word, else unchanged."""
+    return NUMBER_WORDS.get(word, word)
+
+
 @lru_cache(maxsize=1)
 def stemmer() -> Stemmer.Stemmer:
     return Stemmer.Stemmer("english")
@@ -37,6 +57,14 @@ def words(text: str) -> list[str]:
 def content_terms(text: str) -> list[str]:
     """Stemmed words of ``text`` without stop words, in order."""
     ws = [w for w in words(text) if w not in STOP_WORDS]
+    return stemmer().stemWords(ws) if ws else []
+
+
+def claim_terms(text: str) -> list[str]:
+    """Content terms for comparing an answer with text: as :func:`content_terms`, with number
+    words in digits ("seven" and "7" are one term; "one" stays a stop word). Not used for the
+    BM25 index, whose stored terms must not change."""
+    ws = [number_word_to_digits(w) for w in words(text) if w not in STOP_WORDS]
     return stemmer().stemWords(ws) if ws else []
 
 

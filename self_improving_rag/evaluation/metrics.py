@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from ..text import number_word_to_digits
+
 __all__ = [
     "bin_index",
     "normalize_answer",
@@ -58,15 +60,20 @@ def normalize_answer(s: str) -> str:
 
     Steps: Unicode NFKC; lowercase; delete punctuation (ASCII ``string.punctuation`` and
     every Unicode ``P*`` character, so curly quotes and ellipses go too; long dashes
-    become a space); drop the articles *a*, *an*, *the*; collapse whitespace.
+    become a space); drop the articles *a*, *an*, *the*; collapse whitespace; number words
+    up to twenty, the tens, "hundred", "thousand" and the ordinals to twentieth in digits
+    ("seven" → "7", "third" → "3rd"). The last step is not in the official SQuAD script: "7"
+    answers "how many wives" as well as "seven" does.
 
     >>> normalize_answer("“The Book of Life,”")
     'book of life'
+    >>> normalize_answer("about seven")
+    'about 7'
     """
     s = unicodedata.normalize("NFKC", s).lower()
     s = "".join(_strip_punct_char(ch) for ch in s)
     s = _ARTICLES.sub(" ", s)
-    return " ".join(s.split())
+    return " ".join(number_word_to_digits(w) for w in s.split())
 
 
 def _gold_list(golds: Sequence[str] | str) -> list[str]:

@@ -16,7 +16,7 @@ from ..config import ScoringConfig
 from ..generation.prompts import _CITATION, build_judge_messages, parse_citations, strip_citations
 from ..ingestion.sentences import split_sentences
 from ..retrieval.reranker import sigmoid
-from ..text import capitalised_terms, content_terms
+from ..text import capitalised_terms, claim_terms, content_terms
 from ..types import Generation, Passage, RetrievalResult, Signal, Signals
 from .calibration import answer_words
 from .calibration import confidence as calibrated_confidence
@@ -134,12 +134,19 @@ def split_claims(answer: str) -> list[tuple[str, tuple[int, ...]]]:
     return claims
 
 
-def lexical_support(claim: str, passage_text: str) -> float:
-    """Share of the claim's content terms found in the passage."""
-    terms = set(content_terms(claim))
+def lexical_support(claim: str, passage_text: str, question: str = "") -> float:
+    """Share of the claim's new content terms found in the passage.
+
+    New terms are those the question does not already hold: "The mustang Lucy rode was named
+    Poncho" restates the question and adds one fact, Poncho, which is what the passage must
+    contain (a claim made only of the question's words keeps all its terms). Numbers written
+    as words and as digits are one term ("7" is supported by "seven")."""
+    terms = set(claim_terms(claim))
+    new = terms - set(claim_terms(question))
+    terms = new or terms
     if not terms:
         return 1.0
-    return len(terms & set(content_terms(passage_text))) / len(terms)
+    return len(terms & set(claim_terms(passage_text))) / len(terms)
 
 
 @dataclass(frozen=True)
@@ -264,7 +271,7 @@ class SignalScorer:
             pools = [cited, tuple(by_num)] if cited else [tuple(by_num)]
             best = None
             for pool in pools:
-                lex = max(lexical_support(claim, evidence[n]) for n in pool)
+                lex = max(lexical_support(claim, evidence[n], question) for n in pool)
                 idx = [i for i, o in enumerate(owner) if o in pool]
                 sim = float(sims[ci, idx].max()) if idx else 0.0
                 cand = (lex, sim)

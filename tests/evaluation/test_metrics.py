@@ -39,6 +39,9 @@ from self_improving_rag.evaluation.metrics import (
         ("crest-fallen", "crestfallen"),  # ASCII hyphen deleted, as in SQuAD
         ("theatre", "theatre"),  # articles only as whole words
         ("", ""),
+        ("Seven wives", "7 wives"),  # number words in digits
+        ("the Third pillar", "3rd pillar"),
+        ("twenty-one", "twentyone"),  # a hyphenated number stays one (unmapped) word
     ],
 )
 def test_normalize_answer(raw: str, expected: str) -> None:
@@ -49,6 +52,13 @@ def test_exact_match_uses_best_gold() -> None:
     assert exact_match("the Eloi.", ["Morlocks", "Eloi"]) == 1.0
     assert exact_match("Eloi people", ["Eloi"]) == 0.0
     assert exact_match("Eloi", "The Eloi") == 1.0  # a bare string is one gold
+
+
+def test_numbers_in_words_or_digits_grade_alike() -> None:
+    assert exact_match("7", ["seven"]) == 1.0
+    assert contains_gold("about 7 lawsuits", ["about seven"]) == 1.0
+    assert contains_gold("fourteen pounds a week", ["14 pounds"]) == 1.0
+    assert exact_match("8", ["seven"]) == 0.0
 
 
 def test_token_f1_hand_computed() -> None:
