@@ -105,6 +105,16 @@ class TransformersGenerator:
                           completion_tokens=len(lps), timings_ms={"generate": (time.perf_counter() - t0) * 1000},
                           finish_reason=finish)
 
+    def _answer_tokens(self, word: str) -> list[int]:
+        """The token ids that spell ``word`` whole ("yes", "Yes", " yes", ...). A spelling the
+        vocabulary splits is left out (its first piece, "Y" of "Y" + "ES", is not the word);
+        if every spelling is split, the first piece of the plain word stands in."""
+        spellings = (word, word.capitalize(), " " + word, " " + word.capitalize(), word.upper())
+        pieces = [self._tok(w, add_special_tokens=False)["input_ids"] for w in spellings]
+        unk = getattr(self._tok, "unk_token_id", None)
+        whole = sorted({ids[0] for ids in pieces if len(ids) == 1 and ids[0] != unk})
+        return whole or pieces[0][:1]
+
     def yes_probability(self, messages) -> float | None:
         import torch
 
@@ -112,10 +122,8 @@ class TransformersGenerator:
         ids = self._inputs(messages)
         with torch.no_grad():
             logits = self._model(ids).logits[0, -1].float()
-        def first(w):
-            t = self._tok(w, add_special_tokens=False)["input_ids"]
-            return t[0] if t else None
-        yes = [t for t in {first(w) for w in ("yes", "Yes", " yes", " Yes")} if t is not None]
-        no = [t for t in {first(w) for w in ("no", "No", " no", " No")} if t is not None]
+        yes, no = self._answer_tokens("yes"), self._answer_tokens("no")
+        if not yes or not no:
+            return None
         py, pn = torch.logsumexp(logits[yes], 0), torch.logsumexp(logits[no], 0)
         return float(torch.sigmoid(py - pn))

@@ -650,7 +650,8 @@ class MemoryStore:
             """
         )
         q = self._count("SELECT COUNT(*) AS n FROM questions")
-        a = self._count("SELECT COUNT(*) AS n, AVG(total_ms) AS ms FROM attempts")
+        # Outcomes recorded without attempts (possible through the API) do not lower the mean.
+        a = self._count("SELECT COUNT(*) AS n, COUNT(DISTINCT outcome_id) AS outcomes, AVG(total_ms) AS ms FROM attempts")
         first = self._count(
             """
             SELECT COUNT(*) AS n, COALESCE(SUM(a.failure = 'NONE'), 0) AS ok FROM attempts a
@@ -680,7 +681,7 @@ class MemoryStore:
             "success_rate": _rate(int(o["successes"]), n_out),
             "mean_confidence": o["mean_confidence"],
             "attempts": n_att,
-            "mean_attempts": n_att / n_out if n_out else None,
+            "mean_attempts": n_att / int(a["outcomes"]) if int(a["outcomes"]) else None,
             "mean_attempt_ms": a["ms"],
             "first_attempt_success_rate": _rate(int(first["ok"]), int(first["n"])),
             "feedback": {k: int(v) for k, v in f.items()},

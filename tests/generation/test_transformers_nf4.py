@@ -220,6 +220,13 @@ def test_generate_with_chat_template_returns_real_tokens(chat_gen) -> None:
 
 
 @needs_accelerate
+def test_answer_tokens_are_whole_spellings_only(plain_gen) -> None:
+    tok = plain_gen._tok
+    # "YES" is unknown to this vocabulary: its <unk> id must not count as a yes.
+    assert plain_gen._answer_tokens("yes") == sorted({tok.convert_tokens_to_ids(w) for w in ("yes", "Yes")})
+    assert tok.unk_token_id not in plain_gen._answer_tokens("no")
+
+
 def test_yes_probability_with_chat_template(chat_gen) -> None:
     p = chat_gen.yes_probability(MESSAGES)
     assert p is not None and 0.0 <= p <= 1.0

@@ -320,6 +320,11 @@ def test_stats_strategies_failures(store: MemoryStore) -> None:
     assert (stats["answered"], stats["refused"], stats["attempts"]) == (8, 1, 12)
     assert stats["mean_attempts"] == pytest.approx(12 / 9)
     assert stats["first_attempt_success_rate"] == pytest.approx(5 / 9)
+    # An outcome recorded without attempts (API use) counts as an outcome, not in the mean.
+    store.record(make_answer("no attempts", attempts=(), refused=True))
+    stats = store.stats()
+    assert stats["outcomes"] == 10 and stats["attempts"] == 12
+    assert stats["mean_attempts"] == pytest.approx(12 / 9)
 
     by_key = {s["strategy_key"]: s for s in store.strategies()}
     assert by_key[STRATEGY_A.key]["attempts"] == 9 and by_key[STRATEGY_A.key]["successes"] == 5
