@@ -323,10 +323,15 @@ def summarise(rows: list[dict]) -> dict:
             s["aurc"] = rc.get("aurc")
             s["accuracy_at_80_coverage"] = rc.get("accuracy_at_coverage")
             s["risk_coverage_curve"] = rc.get("curve")
+        # Confidence is the probability that an *answer* is correct: measured on the answers
+        # (what `sirag calibrate` fits and reports). The all-rows figures also count a right
+        # refusal as "correct" at its (low) confidence, which no confidence can be calibrated for.
         answered_rows = [r for r in ans if not r["refused"]]
         if answered_rows:
-            s["confidence_auroc_answered"] = auroc([float(r["confidence"]) for r in answered_rows],
-                                                   [1 if r["grade"]["correct"] else 0 for r in answered_rows])
+            a_conf = [float(r["confidence"]) for r in answered_rows]
+            a_ok = [1 if r["grade"]["correct"] else 0 for r in answered_rows]
+            s["confidence_auroc_answered"] = auroc(a_conf, a_ok)
+            s["ece_answered"] = expected_calibration_error(a_conf, a_ok)
         s["confidence_auroc"] = auroc(conf, ok)
         s["ece"] = expected_calibration_error(conf, ok)
         s["reliability"] = reliability_bins(conf, ok)
@@ -617,7 +622,7 @@ def _record_gold(config: Config, run_name: str, rows: list[dict]) -> None:
 
 COMPARE_KEYS = ("n", "correct_or_rightly_refused", "em", "f1", "contains", "first_attempt_success",
                 "attempts_per_question", "prompt_tokens_per_question", "aurc", "ece", "confidence_auroc",
-                "faithfulness_mean", "evidence_in_context_first_attempt")
+                "ece_answered", "confidence_auroc_answered", "faithfulness_mean", "evidence_in_context_first_attempt")
 
 
 def write_comparison(summaries: list[dict], stem: Path) -> None:

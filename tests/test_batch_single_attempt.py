@@ -283,3 +283,22 @@ def test_command_line_set_wins_over_the_batch_file_and_a_grid_point_wins_over_bo
     assert (cfg.strategy.top_k, cfg.strategy.prompt, cfg.paths.index_dir) == (3, "strict", "idx")
     assert resolved_config(Config(), spec, {"strategy.top_k": 9}, "idx", ["strategy.top_k=3"]).strategy.top_k == 9
     assert resolved_config(Config(), spec, {}, "idx").strategy.top_k == 7
+
+
+def _row(answerable: bool, refused: bool, answer: str | None, conf: float) -> dict:
+    attempt = {"number": 1, "failure": "NONE", "prompt_tokens": 10,
+               "signals": {"faithfulness": {"value": None if refused else 1.0}}}
+    return {"answerable": answerable, "refused": refused, "answer": answer, "gold_answers": ["Clara Venn"] if answerable else [],
+            "confidence": conf, "attempts": [attempt], "chosen_attempt": None if refused else 1,
+            "timings_ms": {"total": 1.0}}
+
+
+def test_summary_measures_calibration_on_answers_apart_from_refusals():
+    rows = [_row(True, False, "Clara Venn [1]", 0.9), _row(True, False, "Tobias Lune [1]", 0.2),
+            _row(False, True, None, 0.1), _row(False, True, None, 0.3)]
+    s = batch.summarise(rows)
+    # The answers alone: right at 0.9, wrong at 0.2, ranked perfectly; ECE = (0.1 + 0.2) / 2.
+    assert s["confidence_auroc_answered"] == 1.0
+    assert s["ece_answered"] == pytest.approx(0.15)
+    # All rows also count the two right refusals as "correct" at confidences 0.1 and 0.3.
+    assert s["ece"] > 0.4
