@@ -430,13 +430,15 @@ def _print_calibration(result: dict) -> None:
 
     held = result["held_out"]
     print(f"labelled answered outcomes: {result['n']}")
-    print(f"{'':46s} AUROC   ECE    Brier")
+    print(f"{'':46s} AUROC   ECE    Brier  ECE if calibrated")
     rows = [(f"held-out half ({held['n_test']}), default weights", held["before"]),
             (f"held-out half ({held['n_test']}), fitted on the other {held['n_train']}", held["after"]),
             ("all labels, default weights", result["in_sample_before"]),
             ("all labels, fitted on all (in-sample)", result["in_sample_after"])]
     for name, m in rows:
-        print(f"{name:46s} {fmt(m['auroc'])}  {fmt(m['ece'])}  {fmt(m['brier'])}")
+        print(f"{name:46s} {fmt(m['auroc'])}  {fmt(m['ece'])}  {fmt(m['brier'])}  {fmt(m.get('ece_floor'))}")
+    print("(ECE if calibrated: what perfectly calibrated confidences would measure on this few labels; "
+          "an ECE near it is sampling noise)")
     print("weights: " + ", ".join(f"{k} {v:+.2f}" for k, v in result["weights"].items()))
     if "fit_id" in result:
         print(f"stored as fit {result['fit_id']}: used by every later answer (the latest fit wins)")

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from self_improving_rag.evaluation.metrics import auroc, expected_calibration_error
+from self_improving_rag.evaluation.metrics import auroc, ece_noise_floor, expected_calibration_error
 
 __all__ = [
     "FEATURES",
@@ -219,15 +219,17 @@ def evaluate_fit(
 ) -> dict[str, Any]:
     """Score ``weights`` on labelled rows: AUROC and ECE of the confidences, and Brier score.
 
-    brier = mean_j (p_j − y_j)². AUROC is ``None`` when the labels hold one class and
-    everything is ``None`` for no rows; ``notes`` says why.
+    brier = mean_j (p_j − y_j)². ``ece_floor`` is the ECE these confidences would show if they
+    were perfectly calibrated, on this many labels (:func:`ece_noise_floor`): an ECE near it is
+    sampling noise. AUROC is ``None`` when the labels hold one class and everything is ``None``
+    for no rows; ``notes`` says why.
     """
     X, y = _design(rows, labels)
     w = _weight_vector(DEFAULT_WEIGHTS if weights is None else weights)
     notes: dict[str, str] = {}
     if X.shape[0] == 0:
         notes["all"] = "undefined: no rows"
-        return {"auroc": None, "ece": None, "brier": None, "n": 0, "notes": notes}
+        return {"auroc": None, "ece": None, "ece_floor": None, "brier": None, "n": 0, "notes": notes}
     p = _sigmoid(X @ w)
     score = auroc(p.tolist(), y.astype(bool).tolist())
     if score is None:
@@ -235,6 +237,7 @@ def evaluate_fit(
     return {
         "auroc": score,
         "ece": expected_calibration_error(p.tolist(), y.tolist()),
+        "ece_floor": ece_noise_floor(p.tolist()),
         "brier": float(np.mean((p - y) ** 2)),
         "n": int(X.shape[0]),
         "notes": notes,

@@ -14,6 +14,7 @@ from self_improving_rag.evaluation.metrics import (
     contains_gold,
     evidence_hit,
     exact_match,
+    ece_noise_floor,
     expected_calibration_error,
     mrr,
     normalize_answer,
@@ -346,3 +347,18 @@ def test_bins_hold_their_lower_edge_despite_float_rounding():
         (hit,) = [b for b in bins if b["count"]]
         assert hit["lo"] == pytest.approx(value)
     assert bin_index(1.0, 10) == 9 and bin_index(0.0, 10) == 0 and bin_index(0.1, 10) == 1
+
+
+def test_ece_noise_floor_shrinks_with_more_labels() -> None:
+    import numpy as np
+
+    assert ece_noise_floor([]) is None
+    # Certain confidences (0 or 1) draw labels that always agree with them: no noise.
+    assert ece_noise_floor([0.0, 1.0, 1.0, 0.0]) == pytest.approx(0.0)
+    rng = np.random.default_rng(1)
+    few, many = rng.uniform(0.05, 0.95, 22).tolist(), rng.uniform(0.05, 0.95, 500).tolist()
+    # One label at 0.5: |y - 0.5| is 0.5 whatever y is.
+    assert ece_noise_floor([0.5]) == pytest.approx(0.5)
+    assert 0.15 < ece_noise_floor(few) < 0.3
+    assert ece_noise_floor(many) < 0.07
+    assert ece_noise_floor(few, seed=3) == pytest.approx(ece_noise_floor(few, seed=3))  # seeded
