@@ -88,16 +88,12 @@ def test_decimal_numbers_are_one_term() -> None:
     assert lexical_support("It cost 3.5 pounds", "In all it cost 3.5 pounds") == 1.0
 
 
-def test_lexical_support_counts_what_the_claim_adds_to_the_question() -> None:
-    question = "What was the name of the mustang Lucy Ferrier was riding?"
-    passage = "Her mustang, Poncho, reared among the cattle."
-    claim = "The mustang Lucy Ferrier was riding was named Poncho"
-    # Only "Poncho" is new; the restated premise ("Lucy Ferrier", "riding") is the question's.
-    assert lexical_support(claim, passage, question) == 1.0
+def test_lexical_support_counts_the_restated_premise() -> None:
+    # An answer restating the question must find the question's subject in the passages too:
+    # a made-up answer to a false-premise question is not supported by one matching name.
+    passage = "They stayed at the Northumberland Hotel in London."
+    claim = "The ship they sailed round the world on was the Northumberland Hotel"
     assert lexical_support(claim, passage) < 0.5
-    assert lexical_support("The mustang Lucy Ferrier was riding was named Dobbin", passage, question) == 0.0
-    # A claim made only of the question's words keeps all its terms.
-    assert lexical_support("Lucy Ferrier was riding", "The fish market", question) == 0.0
 
 
 def test_numbers_in_words_and_digits_support_each_other() -> None:
