@@ -26,7 +26,7 @@ from typing import Any, Callable
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .config import Config, _merge, config_from_dict, default_config_text, parse_override, to_yaml
+from .config import Config, _merge, config_from_dict, default_config_text, parse_override, pins_strategy, to_yaml
 from .errors import BatchError, ConfigError, SiragError
 from .evaluation.datasets import QAItem, load_qa, squad_contexts
 
@@ -139,6 +139,9 @@ def resolved_config(base_config: Config, spec: BatchSpec, point: dict[str, Any],
         data = _merge(data, parse_override(item))
     for k, v in point.items():
         data = _merge(data, parse_override(f"{k}={json.dumps(v)}"))
+    explicit = [*spec.overrides, *cli_overrides, *point]
+    if pins_strategy(explicit):  # a strategy the file or the grid asks for is used, not memory's choice
+        data = _merge(data, {"policy": {"first_from_memory": False}})
     data = _merge(data, {"paths": {"index_dir": index_dir}})
     try:
         return config_from_dict(data, f"batch {spec.name}")
@@ -212,7 +215,8 @@ def _check_index_sources(index_dir: str, corpus: list[Path]) -> None:
     if sources and sources != wanted:
         raise BatchError(f"the index {index_dir} (--index) was built from {', '.join(sources)}, not from this "
                          f"batch's corpus ({', '.join(wanted)}); ingesting the corpus there would replace its "
-                         "documents. Pass another --index (a new folder is built), or --corpus with the same files")
+                         "documents. Pass another --index (a new folder is built), or make the corpus the same files "
+                         "(the batch file's corpus:, or eval's --corpus)")
 
 
 def read_done(path: Path) -> dict[str, dict]:
@@ -436,6 +440,14 @@ def run_inputs(spec: BatchSpec, base: Path, items: list[QAItem]) -> tuple[Path, 
     return out_root, index_dir, corpus
 
 
+def check_documents(spec: BatchSpec, index_dir: str, corpus: list[Path]) -> None:
+    """Before anything is written: a batch needs documents to answer from, or an index of them."""
+    if not corpus and not spec.index and not Path(index_dir).is_dir():
+        raise BatchError(f"batch {spec.name}: no corpus and no index: these questions carry no passages of their "
+                         "own (only SQuAD files do); give the documents with corpus: in the batch file or "
+                         "eval's --corpus DIR, or an index built from them with --index DIR")
+
+
 def squad_corpus(squad_file: Path, out_dir: Path) -> Path:
     """Write the SQuAD paragraphs as one text file each (the corpus of a SQuAD evaluation)."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -477,6 +489,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
         dup = next(n for n in names if names.count(n) > 1)
         raise BatchError(f"batch {spec.name}: two grid points share the run folder {dup}; make the grid's values "
                          "differ in letters or digits")
+    check_documents(spec, index_dir, corpus)
     if guard_index and corpus:
         _check_index_sources(index_dir, corpus)
     summaries = []

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import __version__
-from .config import Config, load_config
+from .config import Config, load_config, pins_strategy
 from .errors import InputError, SiragError
 
 log = logging.getLogger("sirag")
@@ -103,7 +103,8 @@ def cmd_ingest(args: argparse.Namespace, config: Config) -> int:
     Example: sirag ingest ../shared/data/corpora/sherlock --index index/sherlock
     The index then holds exactly the given paths: to add a document, list the earlier paths
     too (their unchanged files reuse their chunks and embeddings); a file not listed, or
-    removed, has its chunks dropped.
+    removed, has its chunks dropped, and the documents dropped are named. A path that does
+    not exist stops the ingest with nothing changed.
     """
     from .ingestion.pipeline import ingest
     from .retrieval.embedder import embedder_from_config
@@ -112,11 +113,14 @@ def cmd_ingest(args: argparse.Namespace, config: Config) -> int:
     embedder = embedder_from_config(config)
     report = ingest(args.paths, config, embedder, index_dir=args.index, rebuild=args.rebuild,
                     progress=not args.json and sys.stderr.isatty())
-    stats = None
+    stats, stats_error = None, None
     if args.stats or png:  # --stats-png implies --stats
         from .ingestion.stats import chunk_stats
 
-        stats = chunk_stats(args.index or config.paths.index_dir, png=png)
+        try:
+            stats = chunk_stats(args.index or config.paths.index_dir, png=png)
+        except (SiragError, OSError) as exc:  # the index is built: say so before the error
+            stats_error = exc
     if args.json:
         _print_json({**report.to_json(), **({"stats": stats} if stats else {})})
     else:
@@ -129,6 +133,12 @@ def cmd_ingest(args: argparse.Namespace, config: Config) -> int:
             _print_stats(stats)
     for p in report.problems:
         print(f"warning: {p}", file=sys.stderr)
+    if report.removed_documents:
+        print(f"note: removed {len(report.removed_documents)} document(s) that are not among the paths given: "
+              f"{', '.join(report.removed_documents)} (to keep a document, list its path too)", file=sys.stderr)
+    if stats_error is not None:
+        print(f"error: the index was built, but the chunk statistics were not: {stats_error}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -242,7 +252,9 @@ def cmd_ask(args: argparse.Namespace, config: Config) -> int:
 
     Example: sirag ask "What did Holmes call the magazine article's title?" --json
     The loop retries with another strategy when the checks fail, or refuses; --no-retry
-    answers in one attempt. Every attempt is recorded in the memory store.
+    answers in one attempt. Every attempt is recorded in the memory store, whose record
+    chooses the first strategy per kind of question; a strategy given with --set (e.g.
+    --set strategy.top_k=8) is used for the first attempt instead.
     """
     from .engine import check_question
 
@@ -509,7 +521,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("memory", cmd_memory)
     sp.add_argument("action", choices=["stats", "strategies", "failures", "show", "search", "export", "report"])
     sp.add_argument("arg", nargs="?", help="outcome id for show, text for search")
-    sp.add_argument("--limit", type=int_at_least(1), default=20)
+    sp.add_argument("--limit", type=int_at_least(1), default=20,
+                    help="matches shown by `memory search` (default 20); the other actions show everything")
     sp.add_argument("--csv", metavar="FILE", help="export: write CSV here")
     sp.add_argument("--json-file", metavar="FILE", help="export: write JSON here")
     sp.add_argument("--html", metavar="FILE", help="report: write the HTML report here")
@@ -541,6 +554,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # --memory is a --set of paths.memory_db; batch and eval re-apply these over a batch file's overrides.
         args.overrides = [*args.overrides, *([f"paths.memory_db={args.memory}"] if args.memory else [])]
+        if pins_strategy(args.overrides):
+            args.overrides.append("policy.first_from_memory=false")
         config = load_config(args.config, args.overrides)
         from .logging_setup import setup_logging
 

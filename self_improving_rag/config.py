@@ -169,6 +169,14 @@ class LoopConfig(_Model):
     show_passages_on_refusal: int = Field(3, ge=0, le=20)
 
 
+def pins_strategy(keys) -> bool:
+    """Whether explicit settings (``--set`` keys, a batch file's overrides, a grid point) set a
+    strategy.* key without saying where the first strategy comes from: then it is pinned
+    (policy.first_from_memory false), so memory does not replace what was asked for."""
+    keys = [str(k).split("=", 1)[0].strip() for k in keys]
+    return any(k.startswith("strategy.") for k in keys) and "policy.first_from_memory" not in keys
+
+
 class PolicyConfig(_Model):
     method: Literal["thompson", "ucb", "fixed"] = "thompson"
     seed: int = 0
@@ -177,6 +185,10 @@ class PolicyConfig(_Model):
     # repair becomes a candidate first choice for its query class) or first attempts only (then
     # only strategies that were once chosen first can ever be chosen first again).
     learn_from: Literal["all_attempts", "first_attempts"] = "all_attempts"
+    # False: every question's first attempt uses `strategy` as configured, memory choosing only
+    # the repairs. Set for you when a command line (--set), a batch file's overrides or a grid
+    # point sets a strategy.* key: an explicit strategy is honoured, not replaced by memory.
+    first_from_memory: bool = True
     # Labelled outcomes (gold from `sirag eval`, `sirag feedback`) count by their label instead
     # of the attempt's own checks: the policy learns what was right, not what passed.
     use_labels: bool = True

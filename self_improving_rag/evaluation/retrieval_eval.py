@@ -29,7 +29,7 @@ def _hit(item: QAItem, doc_id: str, text: str) -> bool:
 def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, ks=(1, 3, 5, 10),
                    chunkers=None, retrievers=("dense", "bm25", "hybrid"), rerank=(False, True),
                    cli_overrides=(), offset: int | None = None, guard_index: bool = False) -> dict:
-    from ..batch import _check_index_sources, ensure_index, load_items, resolved_config, run_inputs
+    from ..batch import _check_index_sources, check_documents, ensure_index, load_items, resolved_config, run_inputs
     from ..errors import BatchError
     from ..retrieval.embedder import embedder_from_config
     from ..retrieval.searcher import Searcher
@@ -42,6 +42,7 @@ def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, k
                          "questions with evidence quotes (JSONL 'evidence') or SQuAD paragraphs")
     _, index_dir, corpus = run_inputs(spec, base, items)
     cfg = resolved_config(config, spec, {}, index_dir, cli_overrides)
+    check_documents(spec, index_dir, corpus)
     if corpus:
         if guard_index:
             _check_index_sources(index_dir, corpus)

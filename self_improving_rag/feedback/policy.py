@@ -108,7 +108,7 @@ class StrategyPolicy:
 
     def first(self, question: str, features: QueryFeatures) -> Strategy:
         """The first strategy for a question of this class."""
-        if self.memory is None or self.config.method == "fixed":
+        if self.memory is None or self.config.method == "fixed" or not self.config.first_from_memory:
             return self.default
         counts = self.memory.strategy_counts(features.query_class,
                                              first_only=self.config.learn_from == "first_attempts",

@@ -131,6 +131,9 @@ def iter_source_files(paths: list[Path]) -> tuple[list[Path], list[str]]:
                 problems.append(_unsupported_message(path))
                 continue
             found = [path]
+        elif path.exists():
+            problems.append(f"{path}: not a regular file or folder (a pipe, device or socket); give a document file")
+            continue
         else:
             problems.append(f"{path}: no such file or folder; check the path")
             continue

@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import __version__
 from ..config import Config
-from ..errors import IngestionError
+from ..errors import IngestionError, SiragError
 from ..retrieval.embedder import Embedder
 from ..retrieval.index import FORMAT_VERSION, CorpusIndex, EmbeddingCache
 from ..types import Chunk
@@ -37,6 +37,9 @@ class IngestReport:
     problems: list[str] = field(default_factory=list)
     chunks: dict[str, int] = field(default_factory=dict)
     reused_documents: int = 0
+    # Documents the index held before and no longer holds (not among the paths given, or
+    # unreadable now), by document id.
+    removed_documents: list[str] = field(default_factory=list)
     embedded_texts: int = 0
     cached_texts: int = 0
     timings_ms: dict[str, float] = field(default_factory=dict)
@@ -149,6 +152,13 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
     t0 = time.perf_counter()
     root = Path(index_dir if index_dir is not None else config.paths.index_dir)
     report = IngestReport(index_dir=str(root))
+    # A mistyped path must not quietly drop that document from an index that holds it.
+    missing = [str(p) for p in paths if not Path(p).exists()]
+    if missing:
+        raise IngestionError(
+            f"no such file or folder: {', '.join(missing)}; nothing was changed. Fix the path or leave it out "
+            "(the index holds exactly the paths given, so a missing one would remove its documents)"
+        )
     files, problems = iter_source_files([Path(p) for p in paths])
     report.problems.extend(problems)
     if not files:
@@ -165,6 +175,12 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
     with _ingest_lock(root):
         previous: dict = {}
         prev_chunks: dict[str, dict[str, list[Chunk]]] = {}
+        held_before: set[str] = set()
+        if index.current_dir() is not None:
+            try:
+                held_before = set(index.manifest().get("files", {}))
+            except (SiragError, OSError, ValueError):
+                pass  # an unreadable manifest is rebuilt below; nothing to compare with
         if not rebuild and index.current_dir() is not None:
             m = index.manifest()
             same_embedder = m.get("embedder", {}).get("name") == embedder.name
@@ -268,6 +284,7 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
         finally:
             cache.close()
     report.documents = [{"doc_id": k, **v} for k, v in files_meta.items()]
+    report.removed_documents = sorted(held_before - set(files_meta))
     report.timings_ms["total"] = (time.perf_counter() - t0) * 1000
     return report
 

@@ -282,6 +282,8 @@ def write_html_report(store: MemoryStore, path: Path, *, window: int = 20) -> Pa
     try:
         tmp.write_text(page, encoding="utf-8")
         os.replace(tmp, path)
+    except OSError as exc:  # name the file the user asked for, not the temporary one
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
     finally:
         tmp.unlink(missing_ok=True)
     return path

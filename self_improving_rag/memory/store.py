@@ -126,6 +126,7 @@ class MemoryStore:
         self.memory = str(path) == ":memory:"
         self.path = Path(path)
         self.read_only = read_only
+        self._immutable = False  # read-only through immutable=1 (see _open)
         # One connection shared by threads; the lock keeps their transactions apart.
         self._lock = threading.RLock()
         self.db = self._open()
@@ -158,7 +159,7 @@ class MemoryStore:
                 raise MemoryStoreError(
                     f"no memory database at {self.path}; record an answer first or pass the right --memory path"
                 )
-            uri = self.path.resolve().as_uri() + "?mode=ro"
+            uri = self.path.resolve().as_uri() + ("?immutable=1" if self._immutable else "?mode=ro")
             return sqlite3.connect(uri, uri=True, **kwargs)
         parent = self.path.parent
         try:
@@ -170,8 +171,8 @@ class MemoryStore:
             ) from exc
         if self.path.exists() and not os.access(self.path, os.W_OK):
             raise MemoryStoreError(
-                f"memory database {self.path} is read-only; fix its permissions, pass --memory with a "
-                "writable path, or open it read-only"
+                f"memory database {self.path} is read-only; fix its permissions or pass --memory with a "
+                "writable path (`sirag memory` and `sirag ask --no-memory` only read it and work as it is)"
             )
         # WAL keeps -wal and -shm files beside the database, so the directory must be writable too.
         if not os.access(parent, os.W_OK):
@@ -182,6 +183,20 @@ class MemoryStore:
         return sqlite3.connect(str(self.path), **kwargs)
 
     def _open(self) -> Database:
+        if self.read_only and not self.memory:
+            try:
+                return self._open_once()
+            except MemoryStoreError:
+                # mode=ro still needs to create the -shm file of a WAL database: in a read-only
+                # folder that fails. immutable=1 reads the file as it is (fine for analysis; a
+                # writer elsewhere would not be seen).
+                if not self.path.is_file() or os.access(self.path.parent, os.W_OK):
+                    raise
+                self._immutable = True
+                return self._open_once()
+        return self._open_once()
+
+    def _open_once(self) -> Database:
         try:
             conn = self._connect()
         except sqlite3.OperationalError as exc:
@@ -832,6 +847,8 @@ class MemoryStore:
                 else:
                     json.dump(self._nest(ocols, acols, rows), fh, ensure_ascii=False, indent=1)
             os.replace(tmp, path)
+        except OSError as exc:  # name the file the user asked for, not the temporary one
+            raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
         finally:
             tmp.unlink(missing_ok=True)
         return n_outcomes

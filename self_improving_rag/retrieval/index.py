@@ -48,24 +48,66 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 class EmbeddingCache:
-    """Vectors keyed by embedder and text hash, so no text is embedded twice."""
+    """Vectors keyed by embedder and text hash, so no text is embedded twice.
+
+    Only a cache: a damaged file is moved aside (``<name>.damaged-<time>``) and a new one
+    started, and where the file cannot be written (a read-only index folder) it is read as it
+    is, new vectors kept in memory for this process, so searching a read-only index works.
+    """
 
     def __init__(self, path: Path, embedder_name: str) -> None:
         self.path = path
         self.embedder_name = embedder_name
-        self._db = sqlite3.connect(str(path), timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, vec BLOB NOT NULL)")
         self.hits = 0
         self.misses = 0
+        self._extra: dict[str, bytes] = {}  # vectors that could not be written to the file
+        self.writable = True
+        self._db = self._open()
+
+    def _open(self) -> sqlite3.Connection | None:
+        try:
+            return self._connect()
+        except sqlite3.OperationalError as exc:  # cannot create, open or write the file
+            log.warning("embedding cache %s cannot be written (%s); reading it as it is, new vectors are "
+                        "not saved", self.path, exc)
+            self.writable = False
+            try:
+                db = sqlite3.connect(f"{self.path.absolute().as_uri()}?immutable=1", uri=True)
+                db.execute("SELECT 1 FROM vectors LIMIT 1")
+                return db
+            except sqlite3.Error:
+                return None
+        except sqlite3.DatabaseError as exc:  # not a database, or damaged
+            aside = self.path.with_name(f"{self.path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+            log.warning("embedding cache %s is damaged (%s); moved it to %s and started an empty one "
+                        "(it only saves re-embedding)", self.path, exc, aside.name)
+            try:
+                os.replace(self.path, aside)
+                for suffix in ("-wal", "-shm"):
+                    Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+                return self._connect()
+            except (OSError, sqlite3.Error):
+                self.writable = False
+                return None
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(str(self.path), timeout=30)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, vec BLOB NOT NULL)")
+        except sqlite3.Error:
+            db.close()
+            raise
+        return db
 
     def _key(self, text: str) -> str:
         return hashlib.sha256(f"{self.embedder_name}\x00{text}".encode()).hexdigest()
 
     def get_many(self, texts: list[str]) -> dict[str, np.ndarray]:
         keys = {self._key(t): t for t in texts}
-        found: dict[str, np.ndarray] = {}
-        items = list(keys)
+        found: dict[str, np.ndarray] = {keys[k]: np.frombuffer(self._extra[k], dtype=np.float32)
+                                        for k in keys if k in self._extra}
+        items = [k for k in keys if k not in self._extra] if self._db is not None else []
         for i in range(0, len(items), 500):
             batch = items[i:i + 500]
             q = f"SELECT key, vec FROM vectors WHERE key IN ({','.join('?' * len(batch))})"
@@ -74,11 +116,16 @@ class EmbeddingCache:
         return found
 
     def put_many(self, items: dict[str, np.ndarray]) -> None:
-        with self._db:
-            self._db.executemany(
-                "INSERT OR REPLACE INTO vectors (key, vec) VALUES (?, ?)",
-                [(self._key(t), np.asarray(v, dtype=np.float32).tobytes()) for t, v in items.items()],
-            )
+        rows = [(self._key(t), np.asarray(v, dtype=np.float32).tobytes()) for t, v in items.items()]
+        if self.writable and self._db is not None:
+            try:
+                with self._db:
+                    self._db.executemany("INSERT OR REPLACE INTO vectors (key, vec) VALUES (?, ?)", rows)
+                return
+            except sqlite3.OperationalError as exc:  # e.g. the folder became read-only
+                log.warning("embedding cache %s cannot be written (%s); new vectors are not saved", self.path, exc)
+                self.writable = False
+        self._extra.update(rows)
 
     def embed(self, texts: list[str], embed_fn, progress=None) -> np.ndarray:
         """Vectors for ``texts``, embedding only the ones not cached (each distinct text once)."""
@@ -100,7 +147,8 @@ class EmbeddingCache:
         return np.vstack([found[t] for t in texts]).astype(np.float32)
 
     def close(self) -> None:
-        self._db.close()
+        if self._db is not None:
+            self._db.close()
 
 
 @dataclass

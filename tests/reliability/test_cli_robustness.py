@@ -1,0 +1,230 @@
+"""What a user meets at the edges: mistyped paths, damaged or read-only files, explicit settings.
+
+Each case found by driving the CLI as a new user would (fakes only: hash embedder, scripted
+generator)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import self_improving_rag
+from self_improving_rag.config import pins_strategy
+from self_improving_rag.errors import InputError
+from self_improving_rag.feedback.policy import QueryFeatures, StrategyPolicy
+from self_improving_rag.memory.store import MemoryStore
+from self_improving_rag.retrieval.index import EmbeddingCache
+from tests.conftest import fake_overrides, write_corpus
+
+
+def run(args, cwd, overrides=()):
+    cmd = [sys.executable, "-m", "self_improving_rag.cli", *args]
+    for o in overrides:
+        cmd += ["--set", o]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def _doc_ids(tmp_path: Path) -> list[str]:
+    r = run(["stats", "--json"], tmp_path, fake_overrides(tmp_path))
+    assert r.returncode == 0, r.stderr
+    return sorted(json.loads(r.stdout)["documents"]["section"])
+
+
+# -- ingest --------------------------------------------------------------------------------
+
+def test_a_mistyped_path_changes_nothing(tmp_path):
+    docs = write_corpus(tmp_path / "docs")
+    extra = tmp_path / "extra.txt"
+    extra.write_text("The ferry to Gull Island leaves at noon.\n\nIt returns at six.", encoding="utf-8")
+    ov = fake_overrides(tmp_path)
+    assert run(["ingest", str(docs), str(extra)], tmp_path, ov).returncode == 0
+    before = _doc_ids(tmp_path)
+    assert "extra" in before
+    r = run(["ingest", str(docs), str(tmp_path / "extr.txt")], tmp_path, ov)
+    assert r.returncode == 2
+    assert "extr.txt" in r.stderr and "nothing was changed" in r.stderr and "Traceback" not in r.stderr
+    assert _doc_ids(tmp_path) == before
+
+
+def test_documents_left_out_are_named(tmp_path):
+    docs = write_corpus(tmp_path / "docs")
+    extra = tmp_path / "extra.txt"
+    extra.write_text("The ferry to Gull Island leaves at noon.\n\nIt returns at six.", encoding="utf-8")
+    ov = fake_overrides(tmp_path)
+    assert run(["ingest", str(docs), str(extra)], tmp_path, ov).returncode == 0
+    r = run(["ingest", str(docs)], tmp_path, ov)
+    assert r.returncode == 0
+    assert "removed 1 document(s)" in r.stderr and "extra" in r.stderr
+    r = run(["ingest", str(docs), "--json"], tmp_path, ov)
+    assert json.loads(r.stdout)["removed_documents"] == []
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_special_file_is_named_as_such(tmp_path):
+    docs = write_corpus(tmp_path / "docs")
+    pipe = tmp_path / "pipe.txt"
+    os.mkfifo(pipe)
+    r = run(["ingest", str(docs), str(pipe)], tmp_path, fake_overrides(tmp_path))
+    assert r.returncode == 0
+    assert "not a regular file or folder" in r.stderr and "no such file" not in r.stderr
+
+
+def test_stats_png_failure_still_reports_the_built_index(tmp_path, monkeypatch, capsys):
+    from self_improving_rag import cli
+    from self_improving_rag.ingestion import stats
+
+    def fail(*a, **k):
+        raise PermissionError(13, "Permission denied", str(tmp_path / "h.png"))
+
+    monkeypatch.setattr(stats, "chunk_stats", fail)
+    docs = write_corpus(tmp_path / "docs")
+    argv = ["ingest", str(docs), "--stats-png", str(tmp_path / "h.png")]
+    for o in fake_overrides(tmp_path):
+        argv += ["--set", o]
+    assert cli.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert "indexed 2 document(s)" in out
+    assert "the index was built, but the chunk statistics were not" in err and "h.png" in err
+
+
+# -- the embedding cache -------------------------------------------------------------------
+
+def _vecs(texts):
+    return np.ones((len(texts), 4), np.float32)
+
+
+def test_a_damaged_embedding_cache_is_moved_aside(tmp_path):
+    path = tmp_path / "embeddings.sqlite"
+    path.write_text("not a database")
+    cache = EmbeddingCache(path, "hash")
+    assert cache.embed(["a", "b"], _vecs).shape == (2, 4) and cache.writable
+    cache.close()
+    assert [p.name for p in tmp_path.glob("embeddings.sqlite.damaged-*")]
+    again = EmbeddingCache(path, "hash")
+    again.embed(["a"], _vecs)
+    assert again.hits == 1
+    again.close()
+
+
+def test_an_unwritable_embedding_cache_is_read_as_it_is(tmp_path, monkeypatch):
+    path = tmp_path / "embeddings.sqlite"
+    cache = EmbeddingCache(path, "hash")
+    cache.embed(["a"], _vecs)
+    cache.close()
+
+    def refuse(self):
+        raise sqlite3.OperationalError("unable to open database file")
+
+    monkeypatch.setattr(EmbeddingCache, "_connect", refuse)
+    ro = EmbeddingCache(path, "hash")
+    assert not ro.writable
+    out = ro.embed(["a", "new text"], lambda ts: np.zeros((len(ts), 4), np.float32))
+    assert out[0].tolist() == [1, 1, 1, 1] and out[1].tolist() == [0, 0, 0, 0]  # old from file, new in memory
+    assert (ro.hits, ro.misses) == (1, 1)
+    assert ro.embed(["new text"], None).shape == (1, 4)  # kept for this process
+    ro.close()
+
+
+# -- a read-only memory store --------------------------------------------------------------
+
+def test_a_memory_store_in_a_read_only_folder_can_be_read(tmp_path, monkeypatch):
+    from tests.memory.memory_testkit import make_answer
+
+    db = tmp_path / "mem" / "memory.db"
+    with MemoryStore(db) as store:
+        store.record(make_answer("Who built it?"))
+    real_connect, real_access = sqlite3.connect, os.access
+
+    def connect(target, *a, **k):  # mode=ro needs the -shm file, which a read-only folder refuses
+        if "mode=ro" in str(target):
+            raise sqlite3.OperationalError("unable to open database file")
+        return real_connect(target, *a, **k)
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    monkeypatch.setattr(os, "access", lambda p, m: False if Path(p) == db.parent else real_access(p, m))
+    with MemoryStore(db, read_only=True) as ro:
+        assert ro.stats()["outcomes"] == 1
+
+
+# -- explicit strategies -------------------------------------------------------------------
+
+def test_explicit_strategy_keys_pin_the_first_attempt():
+    assert pins_strategy(["strategy.top_k=8"])
+    assert pins_strategy({"strategy.chunker": "fixed"})
+    assert not pins_strategy(["strategy.top_k=8", "policy.first_from_memory=true"])
+    assert not pins_strategy(["retrieval.rrf_k=30", "paths.memory_db=x.db"])
+
+
+def test_a_pinned_first_strategy_ignores_memory(make_engine, fake_config):
+    from tests.memory.memory_testkit import STRATEGY_A, make_answer, make_attempt
+
+    engine, _, store = make_engine(["Clara Venn [1]."])
+    other = replace(STRATEGY_A, top_k=9)
+    for i in range(6):  # a record in which another strategy always succeeds first
+        store.record(make_answer(f"who {i}", attempts=(make_attempt(1, strategy=other, answer="x"),)))
+    features = QueryFeatures(query_class="who", n_words=3, n_names=0, multi_part=False)
+    default = fake_config.strategy.to_strategy()
+    learned = StrategyPolicy(fake_config.policy, default, store, ("section", "semantic", "fixed"))
+    assert learned.first("who 9", features) == other
+    pinned_cfg = fake_config.policy.model_copy(update={"first_from_memory": False})
+    pinned = StrategyPolicy(pinned_cfg, default, store, ("section", "semantic", "fixed"))
+    assert pinned.first("who 9", features) == default
+
+
+def test_a_pinned_chunker_the_index_lacks_is_refused(make_engine, fake_config):
+    cfg = fake_config.model_copy(update={
+        "strategy": fake_config.strategy.model_copy(update={"chunker": "fixed"}),
+        "policy": fake_config.policy.model_copy(update={"first_from_memory": False}),
+        "ingestion": fake_config.ingestion.model_copy(update={"chunkers": ["section"]}),
+    })
+    engine, _, _ = make_engine(["Clara Venn [1]."], config=cfg)
+    engine.searcher.available_chunkers = lambda: ["section"]
+    with pytest.raises(InputError, match="no 'fixed' chunker"):
+        engine.warm_up()
+
+
+# -- batch and eval ------------------------------------------------------------------------
+
+def test_eval_of_jsonl_questions_without_documents_says_so(tmp_path):
+    qa = tmp_path / "qs.jsonl"
+    qa.write_text(json.dumps({"id": "a", "question": "Who built it?", "answers": ["Clara"]}) + "\n")
+    r = run(["eval", "--dataset", str(qa)], tmp_path, fake_overrides(tmp_path))
+    assert r.returncode == 2
+    assert "no corpus and no index" in r.stderr and "--corpus" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_export_errors_name_the_file_asked_for(tmp_path, monkeypatch):
+    from tests.memory.memory_testkit import make_answer
+
+    with MemoryStore(tmp_path / "m.db") as store:
+        store.record(make_answer("Who built it?"))
+
+        def deny(src, dst):
+            raise PermissionError(13, "Permission denied", str(src))
+
+        monkeypatch.setattr(os, "replace", deny)
+        with pytest.raises(PermissionError) as info:
+            store.export("csv", tmp_path / "out.csv")
+    assert info.value.filename == str(tmp_path / "out.csv")
+    assert not list(tmp_path.glob(".out.csv.*.tmp"))
+
+
+# -- the console script ----------------------------------------------------------------------
+
+def test_ctrl_c_while_loading_ends_quietly(monkeypatch, capsys):
+    from self_improving_rag import cli
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "main", interrupted)
+    assert self_improving_rag.entry() == 130
+    assert "interrupted" in capsys.readouterr().err
