@@ -68,6 +68,10 @@ def _output_file(path: str, option: str, config: Config) -> Path:
     blocker = next((a for a in p.parents if a.exists() and not a.is_dir()), None)
     if blocker is not None:
         raise InputError(f"{option} {path}: {blocker} is a file, not a folder; write elsewhere")
+    want, got = _OUTPUT_SUFFIX.get(option), p.suffix.lower()
+    if want and got != want and got in set(_OUTPUT_SUFFIX.values()):  # e.g. --csv out.json: surely a slip
+        raise InputError(f"{option} {path}: a {got} name for a {want} file; name it ...{want}, or use the "
+                         f"option of that format")
     store = Path(config.paths.memory_db).resolve()
     if p.resolve() in {store, Path(f"{store}-wal"), Path(f"{store}-shm"), Path(f"{store}-journal")}:
         raise InputError(f"{option} {path} is the memory database itself; writing there would destroy it; "
@@ -334,6 +338,14 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
     from .errors import MemoryStoreError
 
     action = args.action
+    # Options of one action given to another are mistakes, not something to ignore.
+    if args.arg is not None and action not in ("show", "search"):
+        raise InputError(f"sirag memory {action} takes no argument (got {args.arg!r}); only show ID and "
+                         "search TEXT do")
+    stray = [flag for flag, value, owner in (("--csv", args.csv, "export"), ("--json-file", args.json_file, "export"),
+                                             ("--html", args.html, "report")) if value and action != owner]
+    if stray:
+        raise InputError(f"{', '.join(stray)} belong(s) to sirag memory export/report, not to memory {action}")
     # Analysis only reads: the store is opened read-only unless its schema needs an upgrade first.
     try:
         store = _existing_memory(config, "memory", read_only=True)
@@ -377,8 +389,10 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
             raise InputError(f"unknown memory action {action!r}")
     finally:
         store.close()
-    if args.json or action in ("show",):
+    if args.json:
         _print_json(data)
+    elif action == "show":
+        print(json.dumps(data, ensure_ascii=False, indent=2))
     elif isinstance(data, list):
         for row in data:
             print("  ".join(f"{k}={_short(v)}" for k, v in row.items()))
@@ -393,7 +407,12 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
 def _short(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.3f}"
-    s = str(v)
+    if isinstance(v, dict):
+        s = ", ".join(f"{k} {_short(x)}" for k, x in v.items())
+    elif isinstance(v, list):
+        s = "; ".join(_short(x) for x in v)
+    else:
+        s = str(v)
     return s if len(s) < 120 else s[:117] + "..."
 
 

@@ -14,7 +14,8 @@ from .errors import InputError
 from .evaluation.signals import SignalScorer
 from .feedback.attribution import attribute
 from .feedback.policy import StrategyPolicy, query_features
-from .generation.prompts import REFUSAL_PHRASE, build_messages, is_refusal, load_template, parse_citations
+from .generation.prompts import (REFUSAL_PHRASE, build_messages, drop_unknown_citations, is_refusal, load_template,
+                                 parse_citations)
 from .retrieval.embedder import Embedder, embedder_from_config
 from .retrieval.searcher import Searcher
 from .types import Answer, AttemptRecord, Generation, Strategy
@@ -211,6 +212,7 @@ class Engine:
             raw = REFUSAL_PHRASE
         refused = is_refusal(raw) or restates_question(question, raw)
         citations = parse_citations(raw, len(retrieval.passages))
+        shown = drop_unknown_citations(raw, len(retrieval.passages))  # what the user reads
         t = time.perf_counter()
         assert self._scorer is not None
         signals = self._scorer.score(question, retrieval, generation, raw, refused, citations, strategy.prompt)
@@ -218,7 +220,7 @@ class Engine:
         attribution = attribute(signals, self._thresholds)
         timings["total"] = sum(timings.values())
         return AttemptRecord(
-            number=number, strategy=strategy, repair=repair, answer=None if refused else raw, raw_answer=raw,
+            number=number, strategy=strategy, repair=repair, answer=None if refused else shown, raw_answer=raw,
             citations=citations, signals=signals, attribution=attribution, prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens, timings_ms=timings, passages=retrieval.passages,
         )

@@ -60,6 +60,16 @@ def content_terms(text: str) -> list[str]:
     return stemmer().stemWords(ws) if ws else []
 
 
+def term_words(text: str) -> dict[str, str]:
+    """Each content term of ``text`` with the first word that gave it ("xyzzi" -> "xyzzy"), for
+    messages that name terms: users read their own words, not stems."""
+    out: dict[str, str] = {}
+    for w in words(text):
+        if w not in STOP_WORDS:
+            out.setdefault(stemmer().stemWord(w), w)
+    return out
+
+
 def claim_terms(text: str) -> list[str]:
     """Content terms for comparing an answer with text: as :func:`content_terms`, with number
     words in digits ("seven" and "7" are one term; "one" stays a stop word). Not used for the

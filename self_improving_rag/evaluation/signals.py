@@ -16,7 +16,7 @@ from ..config import ScoringConfig
 from ..generation.prompts import _CITATION, build_judge_messages, parse_citations, strip_citations
 from ..ingestion.sentences import split_sentences
 from ..retrieval.reranker import sigmoid
-from ..text import capitalised_terms, claim_terms, content_terms
+from ..text import capitalised_terms, claim_terms, content_terms, term_words
 from ..types import Generation, Passage, RetrievalResult, Signal, Signals
 from .calibration import answer_words
 from .calibration import confidence as calibrated_confidence
@@ -58,10 +58,12 @@ def coverage_score(question: str, context: str) -> Signal:
     weights = {t: (2.0 if t in names else 1.0) for t in q_terms}
     found = [t for t in q_terms if t in ctx]
     missing = [t for t in q_terms if t not in ctx]
+    shown = term_words(question)
+    missing_words = [shown.get(t, t) for t in missing]  # the question's own words, for messages
     value = sum(weights[t] for t in found) / sum(weights.values())
     reason = (f"{len(found)}/{len(q_terms)} question terms in the context"
-              + (f"; missing: {', '.join(repr(m) for m in missing[:5])}" if missing else ""))
-    return Signal("coverage", value, reason, {"found": found, "missing": missing})
+              + (f"; missing: {', '.join(repr(m) for m in missing_words[:5])}" if missing else ""))
+    return Signal("coverage", value, reason, {"found": found, "missing": missing, "missing_words": missing_words})
 
 
 def soft_coverage(question_vec: np.ndarray, sentence_vecs: np.ndarray, sentences: list[str],

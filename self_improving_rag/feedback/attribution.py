@@ -72,7 +72,7 @@ def _weak_reason(signals: Signals, thr: ThresholdsConfig) -> str:
     parts = []
     cov = signals.coverage
     if cov.value is not None and cov.value < thr.coverage:
-        missing = cov.detail.get("missing", [])
+        missing = cov.detail.get("missing_words") or cov.detail.get("missing", [])
         m = f": the passages do not mention {', '.join(repr(x) for x in missing[:3])}" if missing else ""
         parts.append(f"coverage {cov.value:.2f} < {thr.coverage:.2f}{m}")
     grd = signals.grounding

@@ -131,6 +131,17 @@ def parse_citations(text: str, n_passages: int | None = None) -> tuple[int, ...]
     return tuple(out)
 
 
+def drop_unknown_citations(text: str, n_passages: int) -> str:
+    """``text`` without the citation marks that name no passage given ("[9]" of five
+    passages): a reader would look for a source that does not exist. A mark with at least one
+    real passage ("[2, 9]") stays as written."""
+    def keep(m: re.Match) -> str:
+        return m.group(0) if parse_citations(m.group(0), n_passages) else ""
+
+    out = _CITATION.sub(keep, text)
+    return out if out == text else re.sub(r"[ \t]+([.,;:!?])", r"\1", re.sub(r"[ \t]{2,}", " ", out)).strip()
+
+
 def strip_citations(text: str) -> str:
     return " ".join(_CITATION.sub("", text).split()).replace(" .", ".").replace(" ,", ",")
 

@@ -32,6 +32,10 @@ def test_coverage_weights_names_twice() -> None:
     assert sig.detail["missing"] == ["marrow"] and "missing: 'marrow'" in sig.reason
     assert coverage_score(Q, "Nothing here.").value == 0.0
     assert coverage_score("Who is he?", "anything").value is None  # no content words
+    # Messages name the user's words, not their stems ('lighthous', 'xyzzi').
+    sig = coverage_score("Where is the xyzzy lighthouse?", "Nothing here.")
+    assert sig.detail["missing"] == ["xyzzi", "lighthous"]
+    assert sig.detail["missing_words"] == ["xyzzy", "lighthouse"] and "'xyzzy', 'lighthouse'" in sig.reason
 
 
 def test_soft_coverage_is_the_activated_best_sentence_cosine() -> None:

@@ -10,6 +10,7 @@ from self_improving_rag.generation.prompts import (
     PROMPTS,
     REFUSAL_PHRASE,
     build_messages,
+    drop_unknown_citations,
     format_passages,
     is_refusal,
     load_template,
@@ -214,3 +215,19 @@ def test_unknown_template_lists_the_known_ones() -> None:
     with pytest.raises(ValueError) as info:
         load_template("shouty")
     assert all(name in str(info.value) for name in PROMPTS)
+
+
+def test_citations_of_passages_not_given_are_dropped_from_the_answer():
+    assert drop_unknown_citations("Clara Venn [9].", 5) == "Clara Venn."
+    assert drop_unknown_citations("Clara [9] built it [1].", 5) == "Clara built it [1]."
+    assert drop_unknown_citations("Clara Venn [2, 9].", 5) == "Clara Venn [2, 9]."  # one real source: kept
+    assert drop_unknown_citations("Clara Venn [2].", 5) == "Clara Venn [2]."
+    assert drop_unknown_citations("In 1852, by Clara.", 5) == "In 1852, by Clara."
+
+
+def test_the_engine_shows_no_citation_of_a_missing_passage(make_engine):
+    engine, _, _ = make_engine(["Clara Venn built it [42]."])
+    ans = engine.ask("Who built the lighthouse of Marrow Point?", loop=False)
+    att = ans.attempts[0]
+    assert att.answer == "Clara Venn built it." and att.raw_answer == "Clara Venn built it [42]."
+    assert 42 not in att.citations

@@ -228,3 +228,20 @@ def test_ctrl_c_while_loading_ends_quietly(monkeypatch, capsys):
     monkeypatch.setattr(cli, "main", interrupted)
     assert self_improving_rag.entry() == 130
     assert "interrupted" in capsys.readouterr().err
+
+
+def test_memory_options_of_other_actions_are_refused(tmp_path):
+    from tests.memory.memory_testkit import make_answer
+
+    ov = fake_overrides(tmp_path)
+    db = Path([o for o in ov if o.startswith("paths.memory_db=")][0].split("=", 1)[1])
+    with MemoryStore(db) as store:
+        store.record(make_answer("Who built it?"))
+    for args, words in ((["memory", "stats", "foo"], "takes no argument"),
+                        (["memory", "stats", "--csv", str(tmp_path / "x.csv")], "--csv"),
+                        (["memory", "export", "--csv", str(tmp_path / "out.json")], "a .json name for a .csv file")):
+        r = run(args, tmp_path, ov)
+        assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+    assert not (tmp_path / "out.json").exists()
+    r = run(["memory", "stats"], tmp_path, ov)
+    assert r.returncode == 0 and "{'" not in r.stdout  # no Python dict reprs
