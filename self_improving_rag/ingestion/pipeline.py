@@ -6,6 +6,7 @@ import fcntl
 import hashlib
 import json
 import logging
+import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -126,9 +127,10 @@ def _ingest_lock(root: Path) -> Iterator[None]:
 
 
 def _doc_ids(files: list[Path]) -> dict[Path, str]:
-    """The file's stem, lower case with spaces as underscores, as its id; a path hash is appended
-    when two files would get the same id ("My Book.txt" and "my_book.txt" included)."""
-    slugs = {f: f.stem.lower().replace(" ", "_") for f in files}
+    """The file's stem, lower case with each space (or tab, newline, ...) as an underscore, as its
+    id; a path hash is appended when two files would get the same id ("My Book.txt" and
+    "my_book.txt" included)."""
+    slugs = {f: re.sub(r"\s", "_", f.stem.lower()) for f in files}
     counts: dict[str, int] = {}
     for slug in slugs.values():
         counts[slug] = counts.get(slug, 0) + 1

@@ -415,3 +415,12 @@ def test_crash_between_chunkers_keeps_the_previous_index(fake_config, built_inde
     report = ingest([corpus_dir], fake_config, hash_embedder, progress=False)
     assert report.reused_documents == 1
     assert any("new pier" in c.text for c in _chunks(built_index)["semantic"])
+
+
+def test_document_ids_have_no_whitespace():
+    from pathlib import Path
+
+    from self_improving_rag.ingestion.pipeline import _doc_ids
+
+    ids = _doc_ids([Path("/d/My Book.txt"), Path("/d/line\nbreak.txt"), Path("/d/tab\there.md")])
+    assert sorted(ids.values()) == ["line_break", "my_book", "tab_here"]
