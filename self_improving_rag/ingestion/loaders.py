@@ -11,6 +11,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import io
+import logging
 import os
 import re
 import unicodedata
@@ -505,6 +506,9 @@ def _load_pdf(path: Path, raw: bytes, meta: dict[str, Any]) -> tuple[str, str | 
     from pypdf import PdfReader
     from pypdf.errors import PyPdfError
 
+    # pypdf logs its repairs of a damaged file as warnings; the one message the user needs is
+    # ours (below), so only its errors are let through.
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
     try:
         reader = PdfReader(io.BytesIO(raw))
         if reader.is_encrypted and not reader.decrypt(""):
