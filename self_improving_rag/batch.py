@@ -158,6 +158,9 @@ def point_label(point: dict[str, Any]) -> str:
 
 # -- results file -----------------------------------------------------------------------
 
+# Settings added after runs were made, with the behaviour those runs had.
+_ADDED_SINCE = {"policy.first_from_memory": True}
+
 # Settings that do not change what a run answers: a resume may change them.
 _RESUME_FREE = ("paths.memory_db", "paths.log_dir", "paths.model_cache", "generator.n_threads", "generator.timeout_s",
                 "generator.retries", "generator.api_key_env", "embedder.batch_size", "ingestion.gutenberg_mirror",
@@ -184,7 +187,10 @@ def _changed_settings(run_dir: Path, config: Config) -> str:
         return out
 
     a, b = flat(stored), flat(config.model_dump(mode="json"))
-    # A setting the stored file lacks is one added to sirag since: it does not block a resume.
+    # A setting the stored file lacks is one added to sirag since: it does not block a resume,
+    # unless the run now asks for other than what the earlier rows were made with.
+    for key, before in _ADDED_SINCE.items():
+        a.setdefault(key, before)
     changed = sorted(k for k in a if k in b and k not in _RESUME_FREE and a[k] != b[k])
     shown = ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in changed[:4])
     return shown + (", ..." if len(changed) > 4 else "")

@@ -138,8 +138,9 @@ def cmd_ingest(args: argparse.Namespace, config: Config) -> int:
     for p in report.problems:
         print(f"warning: {p}", file=sys.stderr)
     if report.removed_documents:
-        print(f"note: removed {len(report.removed_documents)} document(s) that are not among the paths given: "
-              f"{', '.join(report.removed_documents)} (to keep a document, list its path too)", file=sys.stderr)
+        print(f"note: {len(report.removed_documents)} document(s) the index held are no longer in it: "
+              f"{', '.join(report.removed_documents)} (a file not among the paths given, or one that could not "
+              "be read now, is dropped)", file=sys.stderr)
     if stats_error is not None:
         print(f"error: the index was built, but the chunk statistics were not: {stats_error}", file=sys.stderr)
         return 2

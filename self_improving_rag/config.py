@@ -174,7 +174,9 @@ def pins_strategy(keys) -> bool:
     strategy.* key without saying where the first strategy comes from: then it is pinned
     (policy.first_from_memory false), so memory does not replace what was asked for."""
     keys = [str(k).split("=", 1)[0].strip() for k in keys]
-    return any(k.startswith("strategy.") for k in keys) and "policy.first_from_memory" not in keys
+    # "strategy={...}" and "policy={...}" set the same keys in one go.
+    return (any(k == "strategy" or k.startswith("strategy.") for k in keys)
+            and not any(k in ("policy", "policy.first_from_memory") for k in keys))
 
 
 class PolicyConfig(_Model):

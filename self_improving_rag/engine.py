@@ -98,10 +98,6 @@ class Engine:
         available = tuple(self.searcher.available_chunkers())
         default = self.config.strategy.to_strategy()
         if default.chunker not in available:
-            if not self.config.policy.first_from_memory:  # asked for explicitly: never swapped silently
-                raise InputError(f"the index has no '{default.chunker}' chunker (built: {', '.join(available)}); "
-                                 f"set strategy.chunker to one of them, or re-ingest with ingestion.chunkers "
-                                 f"including {default.chunker}")
             log.warning("the index has no '%s' chunker; the first attempt uses '%s' (set strategy.chunker, or "
                         "re-ingest with ingestion.chunkers including %s)", default.chunker, available[0],
                         default.chunker)

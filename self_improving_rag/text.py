@@ -31,9 +31,11 @@ _CARDINALS = ("zero one two three four five six seven eight nine ten eleven twel
 _ORDINALS = ("zeroth first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth "
              "thirteenth fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth twentieth").split()
 _SUFFIX = {1: "st", 2: "nd", 3: "rd"}
+# "one", "first" and "second" stay words: "no one", "at first", "a second" are rarely numbers.
 NUMBER_WORDS: dict[str, str] = {
-    **{w: str(i) for i, w in enumerate(_CARDINALS)},
-    **{w: f"{i}{_SUFFIX.get(i if i < 4 or i > 20 else 0, 'th')}" for i, w in enumerate(_ORDINALS) if i},
+    **{w: str(i) for i, w in enumerate(_CARDINALS) if w != "one"},
+    **{w: f"{i}{_SUFFIX.get(i if i < 4 or i > 20 else 0, 'th')}" for i, w in enumerate(_ORDINALS)
+       if w not in ("zeroth", "first", "second")},
     **{w: str(10 * i) for i, w in enumerate("thirty forty fifty sixty seventy eighty ninety".split(), start=3)},
     "hundred": "100", "thousand": "1000",
 }

@@ -62,8 +62,9 @@ def normalize_answer(s: str) -> str:
     Steps: Unicode NFKC; lowercase; delete punctuation (ASCII ``string.punctuation`` and
     every Unicode ``P*`` character, so curly quotes and ellipses go too; long dashes
     become a space); drop the articles *a*, *an*, *the*; collapse whitespace; number words
-    up to twenty, the tens, "hundred", "thousand" and the ordinals to twentieth in digits
-    ("seven" → "7", "third" → "3rd"). The last step is not in the official SQuAD script: "7"
+    from two to twenty, the tens, "hundred", "thousand" and the ordinals from third to twentieth
+    in digits ("seven" → "7", "third" → "3rd"; "one", "first" and "second" stay words, as in "no
+    one" or "at first"). The last step is not in the official SQuAD script: "7"
     answers "how many wives" as well as "seven" does.
 
     >>> normalize_answer("“The Book of Life,”")

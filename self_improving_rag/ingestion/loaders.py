@@ -95,7 +95,7 @@ def load_document(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> Document:
         text, title, author = _parse_text(path, decoded, fmt, meta)
     title = title or path.stem
     return Document(
-        doc_id=path.stem.lower().replace(" ", "_"),
+        doc_id=doc_slug(path),
         path=str(path.absolute()),
         text=text,
         title=title,
@@ -499,6 +499,13 @@ def _html_walk(node: Any, out: list[str]) -> None:
 
 
 # ---------------------------------------------------------------- PDF
+
+
+def doc_slug(path: Path) -> str:
+    """A document's id from its file name: the stem in lower case, each space and ASCII
+    whitespace control (tab, newline, ...) an underscore. Other characters, no-break spaces
+    included, stay as they are, so ids made by earlier versions do not change."""
+    return re.sub(r"[ \t\n\r\f\v]", "_", path.stem.lower())
 
 
 def _load_pdf(path: Path, raw: bytes, meta: dict[str, Any]) -> tuple[str, str | None, str]:

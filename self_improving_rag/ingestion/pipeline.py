@@ -6,7 +6,6 @@ import fcntl
 import hashlib
 import json
 import logging
-import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from ..retrieval.index import FORMAT_VERSION, CorpusIndex, EmbeddingCache
 from ..types import Chunk
 from .chunkers import make_chunker
 from .chunkers.base import CHUNKING_VERSION
-from .loaders import load_document, iter_source_files
+from .loaders import doc_slug, iter_source_files, load_document
 from .sentences import split_sentences
 
 log = logging.getLogger(__name__)
@@ -127,10 +126,9 @@ def _ingest_lock(root: Path) -> Iterator[None]:
 
 
 def _doc_ids(files: list[Path]) -> dict[Path, str]:
-    """The file's stem, lower case with each space (or tab, newline, ...) as an underscore, as its
-    id; a path hash is appended when two files would get the same id ("My Book.txt" and
+    """The file's :func:`doc_slug` as its id; a path hash is appended when two files would get the same id ("My Book.txt" and
     "my_book.txt" included)."""
-    slugs = {f: re.sub(r"\s", "_", f.stem.lower()) for f in files}
+    slugs = {f: doc_slug(f) for f in files}
     counts: dict[str, int] = {}
     for slug in slugs.values():
         counts[slug] = counts.get(slug, 0) + 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import logging
 import os
 import random
 import re
@@ -32,6 +33,8 @@ from ..errors import MemoryStoreError
 from ..evaluation.metrics import bin_index
 from ..types import Answer, AttemptRecord
 from .migrations import MIGRATIONS, migration_names
+
+log = logging.getLogger(__name__)
 
 __all__ = ["MemoryStore", "question_id"]
 
@@ -193,6 +196,11 @@ class MemoryStore:
                 if not self.path.is_file() or os.access(self.path.parent, os.W_OK):
                     raise
                 self._immutable = True
+                wal = Path(f"{self.path}-wal")
+                if wal.is_file() and wal.stat().st_size > 0:
+                    log.warning("memory database %s is read in a read-only folder beside an unmerged write-ahead "
+                                "log (%s): its latest records are not seen; open it once where it can be "
+                                "written to merge them", self.path, wal.name)
                 return self._open_once()
         return self._open_once()
 

@@ -50,10 +50,13 @@ def atomic_write_text(path: Path, text: str) -> None:
 class EmbeddingCache:
     """Vectors keyed by embedder and text hash, so no text is embedded twice.
 
-    Only a cache: a damaged file is moved aside (``<name>.damaged-<time>``) and a new one
-    started, and where the file cannot be written (a read-only index folder) it is read as it
-    is, new vectors kept in memory for this process, so searching a read-only index works.
+    Only a cache: a damaged file (found when it opens or when it is read) is moved aside
+    (``<name>.damaged-<time>``) and a new one started, and where the file cannot be written (a
+    read-only index folder) it is read as it is, new vectors kept in memory for this process (at
+    most ``MAX_UNSAVED``), so searching a read-only index works.
     """
+
+    MAX_UNSAVED = 20000  # vectors kept in memory when the file cannot take them (~30 MB at 384 dims)
 
     def __init__(self, path: Path, embedder_name: str) -> None:
         self.path = path
@@ -64,31 +67,46 @@ class EmbeddingCache:
         self.writable = True
         self._db = self._open()
 
+    def _unwritable(self) -> bool:
+        folder = self.path.parent
+        return not os.access(folder, os.W_OK) or (self.path.exists() and not os.access(self.path, os.W_OK))
+
     def _open(self) -> sqlite3.Connection | None:
         try:
             return self._connect()
         except sqlite3.OperationalError as exc:  # cannot create, open or write the file
+            # Only a file that cannot be written is read as it is; "database is locked" and the
+            # like are real errors, not a reason to stop saving vectors quietly.
+            if not self._unwritable() and "readonly" not in str(exc) and "unable to open" not in str(exc):
+                raise
             log.warning("embedding cache %s cannot be written (%s); reading it as it is, new vectors are "
                         "not saved", self.path, exc)
             self.writable = False
+            db = None
             try:
                 db = sqlite3.connect(f"{self.path.absolute().as_uri()}?immutable=1", uri=True)
                 db.execute("SELECT 1 FROM vectors LIMIT 1")
                 return db
             except sqlite3.Error:
+                if db is not None:
+                    db.close()
                 return None
         except sqlite3.DatabaseError as exc:  # not a database, or damaged
-            aside = self.path.with_name(f"{self.path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
-            log.warning("embedding cache %s is damaged (%s); moved it to %s and started an empty one "
-                        "(it only saves re-embedding)", self.path, exc, aside.name)
-            try:
-                os.replace(self.path, aside)
-                for suffix in ("-wal", "-shm"):
-                    Path(f"{self.path}{suffix}").unlink(missing_ok=True)
-                return self._connect()
-            except (OSError, sqlite3.Error):
-                self.writable = False
-                return None
+            return self._restart(exc)
+
+    def _restart(self, exc: Exception) -> sqlite3.Connection | None:
+        """Move a damaged file aside and start an empty cache (or none, if that fails too)."""
+        aside = self.path.with_name(f"{self.path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        log.warning("embedding cache %s is damaged (%s); moved it to %s and started an empty one "
+                    "(it only saves re-embedding)", self.path, exc, aside.name)
+        try:
+            os.replace(self.path, aside)
+            for suffix in ("-wal", "-shm"):
+                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+            return self._connect()
+        except (OSError, sqlite3.Error):
+            self.writable = False
+            return None
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(str(self.path), timeout=30)
@@ -100,6 +118,12 @@ class EmbeddingCache:
             raise
         return db
 
+    def _damaged(self, exc: sqlite3.DatabaseError) -> None:
+        """Damage found while reading or writing: restart the file; what it held is embedded again."""
+        if self._db is not None:
+            self._db.close()
+        self._db = self._restart(exc) if self.writable else None
+
     def _key(self, text: str) -> str:
         return hashlib.sha256(f"{self.embedder_name}\x00{text}".encode()).hexdigest()
 
@@ -108,11 +132,17 @@ class EmbeddingCache:
         found: dict[str, np.ndarray] = {keys[k]: np.frombuffer(self._extra[k], dtype=np.float32)
                                         for k in keys if k in self._extra}
         items = [k for k in keys if k not in self._extra] if self._db is not None else []
-        for i in range(0, len(items), 500):
-            batch = items[i:i + 500]
-            q = f"SELECT key, vec FROM vectors WHERE key IN ({','.join('?' * len(batch))})"
-            for key, blob in self._db.execute(q, batch):
-                found[keys[key]] = np.frombuffer(blob, dtype=np.float32)
+        try:
+            for i in range(0, len(items), 500):
+                batch = items[i:i + 500]
+                q = f"SELECT key, vec FROM vectors WHERE key IN ({','.join('?' * len(batch))})"
+                for key, blob in self._db.execute(q, batch):
+                    found[keys[key]] = np.frombuffer(blob, dtype=np.float32)
+        except sqlite3.OperationalError:
+            raise
+        except sqlite3.DatabaseError as exc:  # "database disk image is malformed"
+            self._damaged(exc)
+            return {t: v for t, v in found.items() if self._key(t) in self._extra}
         return found
 
     def put_many(self, items: dict[str, np.ndarray]) -> None:
@@ -122,9 +152,19 @@ class EmbeddingCache:
                 with self._db:
                     self._db.executemany("INSERT OR REPLACE INTO vectors (key, vec) VALUES (?, ?)", rows)
                 return
-            except sqlite3.OperationalError as exc:  # e.g. the folder became read-only
+            except sqlite3.OperationalError as exc:
+                if not self._unwritable() and "readonly" not in str(exc):
+                    raise
                 log.warning("embedding cache %s cannot be written (%s); new vectors are not saved", self.path, exc)
                 self.writable = False
+            except sqlite3.DatabaseError as exc:
+                self._damaged(exc)
+                if self.writable and self._db is not None:
+                    with self._db:
+                        self._db.executemany("INSERT OR REPLACE INTO vectors (key, vec) VALUES (?, ?)", rows)
+                    return
+        if len(self._extra) + len(rows) > self.MAX_UNSAVED:
+            self._extra.clear()  # a cache, not a store: start over rather than grow without end
         self._extra.update(rows)
 
     def embed(self, texts: list[str], embed_fn, progress=None) -> np.ndarray:

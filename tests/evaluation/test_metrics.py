@@ -60,6 +60,8 @@ def test_numbers_in_words_or_digits_grade_alike() -> None:
     assert contains_gold("about 7 lawsuits", ["about seven"]) == 1.0
     assert contains_gold("fourteen pounds a week", ["14 pounds"]) == 1.0
     assert exact_match("8", ["seven"]) == 0.0
+    # "one" stays a word: "no one knew" does not contain the gold "1".
+    assert contains_gold("no one knew", ["1"]) == 0.0
 
 
 def test_token_f1_hand_computed() -> None:
@@ -361,4 +363,6 @@ def test_ece_noise_floor_shrinks_with_more_labels() -> None:
     assert ece_noise_floor([0.5]) == pytest.approx(0.5)
     assert 0.15 < ece_noise_floor(few) < 0.3
     assert ece_noise_floor(many) < 0.07
-    assert ece_noise_floor(few, seed=3) == pytest.approx(ece_noise_floor(few, seed=3))  # seeded
+    # Seeded: the same figure every time; another seed moves it by sampling noise only.
+    assert ece_noise_floor(few, seed=3) == ece_noise_floor(few, seed=3)
+    assert ece_noise_floor(few, seed=3) == pytest.approx(ece_noise_floor(few, seed=4), abs=0.03)

@@ -18,7 +18,6 @@ import pytest
 
 import self_improving_rag
 from self_improving_rag.config import pins_strategy
-from self_improving_rag.errors import InputError
 from self_improving_rag.feedback.policy import QueryFeatures, StrategyPolicy
 from self_improving_rag.memory.store import MemoryStore
 from self_improving_rag.retrieval.index import EmbeddingCache
@@ -62,7 +61,7 @@ def test_documents_left_out_are_named(tmp_path):
     assert run(["ingest", str(docs), str(extra)], tmp_path, ov).returncode == 0
     r = run(["ingest", str(docs)], tmp_path, ov)
     assert r.returncode == 0
-    assert "removed 1 document(s)" in r.stderr and "extra" in r.stderr
+    assert "1 document(s) the index held are no longer in it: extra" in r.stderr
     r = run(["ingest", str(docs), "--json"], tmp_path, ov)
     assert json.loads(r.stdout)["removed_documents"] == []
 
@@ -112,6 +111,25 @@ def test_a_damaged_embedding_cache_is_moved_aside(tmp_path):
     again.embed(["a"], _vecs)
     assert again.hits == 1
     again.close()
+
+
+def test_damage_found_while_reading_the_cache_is_not_an_error(tmp_path):
+    path = tmp_path / "embeddings.sqlite"
+    texts = [f"sentence {i}" for i in range(3000)]
+    cache = EmbeddingCache(path, "hash")
+    cache.embed(texts, lambda ts: np.ones((len(ts), 96), np.float32))
+    cache.close()
+    for suffix in ("-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    size = path.stat().st_size
+    with path.open("r+b") as fh:  # the header is intact: the file opens, its pages do not read
+        fh.seek(size // 2)
+        fh.write(os.urandom(min(200_000, size // 3)))
+    damaged = EmbeddingCache(path, "hash")
+    out = damaged.embed(texts, lambda ts: np.zeros((len(ts), 96), np.float32))
+    assert out.shape == (3000, 96)
+    assert list(tmp_path.glob("embeddings.sqlite.damaged-*"))
+    damaged.close()
 
 
 def test_an_unwritable_embedding_cache_is_read_as_it_is(tmp_path, monkeypatch):
@@ -179,7 +197,7 @@ def test_a_pinned_first_strategy_ignores_memory(make_engine, fake_config):
     assert pinned.first("who 9", features) == default
 
 
-def test_a_pinned_chunker_the_index_lacks_is_refused(make_engine, fake_config):
+def test_a_chunker_the_index_lacks_is_replaced_with_a_warning(make_engine, fake_config, caplog):
     cfg = fake_config.model_copy(update={
         "strategy": fake_config.strategy.model_copy(update={"chunker": "fixed"}),
         "policy": fake_config.policy.model_copy(update={"first_from_memory": False}),
@@ -187,8 +205,9 @@ def test_a_pinned_chunker_the_index_lacks_is_refused(make_engine, fake_config):
     })
     engine, _, _ = make_engine(["Clara Venn [1]."], config=cfg)
     engine.searcher.available_chunkers = lambda: ["section"]
-    with pytest.raises(InputError, match="no 'fixed' chunker"):
-        engine.warm_up()
+    engine.warm_up()
+    assert "no 'fixed' chunker" in caplog.text
+    assert engine._policy.default.chunker == "section"
 
 
 # -- batch and eval ------------------------------------------------------------------------
@@ -220,14 +239,45 @@ def test_export_errors_name_the_file_asked_for(tmp_path, monkeypatch):
 # -- the console script ----------------------------------------------------------------------
 
 def test_ctrl_c_while_loading_ends_quietly(monkeypatch, capsys):
-    from self_improving_rag import cli
+    class Interrupting:  # Ctrl-C arriving while the CLI module is being imported
+        def find_spec(self, name, path=None, target=None):
+            if name == "self_improving_rag.cli":
+                raise KeyboardInterrupt
+            return None
 
-    def interrupted(*a, **k):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(cli, "main", interrupted)
+    monkeypatch.delitem(sys.modules, "self_improving_rag.cli", raising=False)
+    monkeypatch.delattr(self_improving_rag, "cli", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [Interrupting(), *sys.meta_path])
     assert self_improving_rag.entry() == 130
     assert "interrupted" in capsys.readouterr().err
+
+
+def test_batch_overrides_and_grid_points_pin_the_first_strategy():
+    from self_improving_rag.batch import BatchSpec, resolved_config
+    from self_improving_rag.config import Config
+
+    def spec(**kw):
+        return BatchSpec.model_validate({"name": "b", "questions": {"inline": [{"question": "Who?"}]}, **kw})
+
+    assert resolved_config(Config(), spec(), {}, "idx").policy.first_from_memory
+    assert not resolved_config(Config(), spec(overrides={"strategy.top_k": 6}), {}, "idx").policy.first_from_memory
+    assert not resolved_config(Config(), spec(), {"strategy.chunker": "fixed"}, "idx").policy.first_from_memory
+    assert not resolved_config(Config(), spec(overrides={"strategy": {"top_k": 6}}), {}, "idx").policy.first_from_memory
+    explicit = spec(overrides={"strategy.top_k": 6, "policy.first_from_memory": True})
+    assert resolved_config(Config(), explicit, {}, "idx").policy.first_from_memory
+
+
+def test_a_resumed_run_made_before_pinning_keeps_its_behaviour(tmp_path):
+    from self_improving_rag.batch import _changed_settings
+    from self_improving_rag.config import Config, to_yaml
+
+    old = Config()
+    stored = to_yaml(old).replace("  first_from_memory: true\n", "")  # written before the setting existed
+    assert "first_from_memory" not in stored
+    (tmp_path / "config.yaml").write_text(stored, encoding="utf-8")
+    assert _changed_settings(tmp_path, old) == ""
+    pinned = old.model_copy(update={"policy": old.policy.model_copy(update={"first_from_memory": False})})
+    assert "policy.first_from_memory: True -> False" in _changed_settings(tmp_path, pinned)
 
 
 def test_memory_options_of_other_actions_are_refused(tmp_path):
