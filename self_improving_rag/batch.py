@@ -336,7 +336,8 @@ def summarise(rows: list[dict]) -> dict:
         # Confidence is the probability that an *answer* is correct: measured on the answers
         # (what `sirag calibrate` fits and reports). The all-rows figures also count a right
         # refusal as "correct" at its (low) confidence, which no confidence can be calibrated for.
-        answered_rows = [r for r in ans if not r["refused"]]
+        # Every answer, also those to unanswerable questions (wrong by definition).
+        answered_rows = [r for r in graded if not r["refused"]]
         if answered_rows:
             a_conf = [float(r["confidence"]) for r in answered_rows]
             a_ok = [1 if r["grade"]["correct"] else 0 for r in answered_rows]

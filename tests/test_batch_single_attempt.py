@@ -295,10 +295,11 @@ def _row(answerable: bool, refused: bool, answer: str | None, conf: float) -> di
 
 def test_summary_measures_calibration_on_answers_apart_from_refusals():
     rows = [_row(True, False, "Clara Venn [1]", 0.9), _row(True, False, "Tobias Lune [1]", 0.2),
-            _row(False, True, None, 0.1), _row(False, True, None, 0.3)]
+            _row(False, True, None, 0.1), _row(False, True, None, 0.3), _row(False, False, "Gull Island [1]", 0.6)]
     s = batch.summarise(rows)
-    # The answers alone: right at 0.9, wrong at 0.2, ranked perfectly; ECE = (0.1 + 0.2) / 2.
+    # The answers alone, the one to an unanswerable question included (wrong): right at 0.9,
+    # wrong at 0.2 and 0.6, ranked perfectly; ECE = (0.1 + 0.2 + 0.6) / 3.
     assert s["confidence_auroc_answered"] == 1.0
-    assert s["ece_answered"] == pytest.approx(0.15)
+    assert s["ece_answered"] == pytest.approx(0.3)
     # All rows also count the two right refusals as "correct" at confidences 0.1 and 0.3.
     assert s["ece"] > 0.4
