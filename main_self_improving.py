@@ -2,7 +2,7 @@
 
 import sys
 
-from self_improving_rag.cli import main
+from self_improving_rag import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())
