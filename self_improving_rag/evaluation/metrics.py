@@ -363,7 +363,6 @@ def ece_noise_floor(confidences: Sequence[float], n_bins: int = 10, draws: int =
     _check_bins(conf, n_bins)
     rng = np.random.default_rng(seed)
     idx = bin_index(conf, n_bins)
-    counts = np.bincount(idx, minlength=n_bins)
     sums = np.bincount(idx, weights=conf, minlength=n_bins)
     total = 0.0
     for _ in range(draws):
