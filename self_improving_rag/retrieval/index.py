@@ -147,22 +147,26 @@ class EmbeddingCache:
 
     def put_many(self, items: dict[str, np.ndarray]) -> None:
         rows = [(self._key(t), np.asarray(v, dtype=np.float32).tobytes()) for t, v in items.items()]
-        if self.writable and self._db is not None:
-            try:
-                with self._db:
-                    self._db.executemany("INSERT OR REPLACE INTO vectors (key, vec) VALUES (?, ?)", rows)
+
+        def write() -> bool:
+            if not (self.writable and self._db is not None):
+                return False
+            with self._db:
+                self._db.executemany("INSERT OR REPLACE INTO vectors (key, vec) VALUES (?, ?)", rows)
+            return True
+
+        try:
+            if write():
                 return
-            except sqlite3.OperationalError as exc:
-                if not self._unwritable() and "readonly" not in str(exc):
-                    raise
-                log.warning("embedding cache %s cannot be written (%s); new vectors are not saved", self.path, exc)
-                self.writable = False
-            except sqlite3.DatabaseError as exc:
-                self._damaged(exc)
-                if self.writable and self._db is not None:
-                    with self._db:
-                        self._db.executemany("INSERT OR REPLACE INTO vectors (key, vec) VALUES (?, ?)", rows)
-                    return
+        except sqlite3.OperationalError as exc:
+            if not self._unwritable() and "readonly" not in str(exc):
+                raise
+            log.warning("embedding cache %s cannot be written (%s); new vectors are not saved", self.path, exc)
+            self.writable = False
+        except sqlite3.DatabaseError as exc:
+            self._damaged(exc)  # a fresh file (or none, if that failed too)
+            if write():
+                return
         if len(self._extra) + len(rows) > self.MAX_UNSAVED:
             self._extra.clear()  # a cache, not a store: start over rather than grow without end
         self._extra.update(rows)

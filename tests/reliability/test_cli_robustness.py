@@ -39,12 +39,18 @@ def _doc_ids(tmp_path: Path) -> list[str]:
 
 # -- ingest --------------------------------------------------------------------------------
 
-def test_a_mistyped_path_changes_nothing(tmp_path):
+def _ingest_corpus_and_extra(tmp_path: Path) -> tuple[Path, list[str]]:
+    """An index of the test corpus plus one more document, 'extra'; the corpus folder and settings."""
     docs = write_corpus(tmp_path / "docs")
     extra = tmp_path / "extra.txt"
     extra.write_text("The ferry to Gull Island leaves at noon.\n\nIt returns at six.", encoding="utf-8")
     ov = fake_overrides(tmp_path)
     assert run(["ingest", str(docs), str(extra)], tmp_path, ov).returncode == 0
+    return docs, ov
+
+
+def test_a_mistyped_path_changes_nothing(tmp_path):
+    docs, ov = _ingest_corpus_and_extra(tmp_path)
     before = _doc_ids(tmp_path)
     assert "extra" in before
     r = run(["ingest", str(docs), str(tmp_path / "extr.txt")], tmp_path, ov)
@@ -54,11 +60,7 @@ def test_a_mistyped_path_changes_nothing(tmp_path):
 
 
 def test_documents_left_out_are_named(tmp_path):
-    docs = write_corpus(tmp_path / "docs")
-    extra = tmp_path / "extra.txt"
-    extra.write_text("The ferry to Gull Island leaves at noon.\n\nIt returns at six.", encoding="utf-8")
-    ov = fake_overrides(tmp_path)
-    assert run(["ingest", str(docs), str(extra)], tmp_path, ov).returncode == 0
+    docs, ov = _ingest_corpus_and_extra(tmp_path)
     r = run(["ingest", str(docs)], tmp_path, ov)
     assert r.returncode == 0
     assert "1 document(s) the index held are no longer in it: extra" in r.stderr
