@@ -166,6 +166,9 @@ class LoopConfig(_Model):
     max_attempts: int = Field(3, ge=1, le=20)
     max_seconds: float = Field(180.0, gt=0)
     answer_threshold: float = Field(0.5, ge=0, le=1)
+    # Attempt n must reach answer_threshold + retry_margin * (n - 1): the best of several tries
+    # clears a fixed bar more often by luck than one try does.
+    retry_margin: float = Field(0.1, ge=0, le=1)
     show_passages_on_refusal: int = Field(3, ge=0, le=20)
 
 

@@ -305,3 +305,28 @@ def test_an_attempt_below_the_answer_threshold_is_retried_not_accepted_as_none(t
     assert first.attribution.failure == "LOW_CONFIDENCE"
     assert len(ans.attempts) == cfg.loop.max_attempts and ans.refused
     assert "NONE" not in ans.refusal_reason
+
+
+def test_a_retry_must_clear_a_higher_bar(tmp_path, make_engine):
+    """loop.retry_margin: attempt n needs answer_threshold + retry_margin * (n - 1). A retry that
+    clears the first attempt's bar but not its own is LOW_CONFIDENCE, and the loop goes on."""
+    from self_improving_rag.engine import answer_bar
+
+    question = "Who saved the sailors of the Greyling in the storm?"
+    base = fake_overrides(tmp_path) + ["policy.stop_below=0", "loop.retry_margin=0"]
+    engine, _, _ = make_engine([REFUSE, GOOD], config=load_config(None, base), memory=False)
+    recovered = engine.ask(question)
+    conf = recovered.attempts[1].signals.confidence.value
+    assert not recovered.refused and recovered.chosen_attempt == 2 and 0.5 <= conf < 0.99
+
+    margin = round(conf - 0.5 + 0.005, 4)  # attempt 2's bar sits just above its confidence
+    cfg = load_config(None, fake_overrides(tmp_path) + ["policy.stop_below=0", f"loop.retry_margin={margin}"])
+    assert answer_bar(cfg.loop, 1) == 0.5 and answer_bar(cfg.loop, 2) > conf
+    assert answer_bar(cfg.loop, 50) == 1.0
+    engine, _, _ = make_engine([REFUSE, GOOD, GOOD], config=cfg, memory=False)
+    ans = engine.ask(question)
+    second = ans.attempts[1]
+    assert second.answer is not None and second.signals.confidence.value == pytest.approx(conf)
+    assert second.attribution.failure == "LOW_CONFIDENCE"
+    assert len(ans.attempts) == 3 and ans.refused
+    assert f"{answer_bar(cfg.loop, 2):.2f}" in ans.refusal_reason
