@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed, wait
 from pathlib import Path
@@ -499,13 +500,20 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     check_documents(spec, index_dir, corpus)
     if guard_index and corpus:
         _check_index_sources(index_dir, corpus)
+    cpus = os.cpu_count() or 1
+    if workers > cpus:
+        print(f"note: --workers {workers} is more than this machine's {cpus} CPU(s); each worker loads its own "
+              "models and they share the CPUs, so the run will not be faster (use --workers "
+              f"{cpus} or fewer)", file=sys.stderr)
     summaries = []
     for point, config, run_name in runs:
         run_dir = out_root / run_name
+        created = not run_dir.exists()
         run_dir.mkdir(parents=True, exist_ok=True)
         results = run_dir / "results.jsonl"
         lock = _lock_run(run_dir)
         bar = None
+        failed = True
         try:
             done = read_done(results)
             # Error rows of earlier versions recorded setup failures (no index, generator down) as
@@ -551,10 +559,15 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
                                          initializer=_worker_init,
                                          initargs=(config.model_dump(mode="json"), index_dir, loop)) as pool:
                     drain([pool.submit(_worker_ask, it, run_name) for it in todo], keep)
+            failed = False
         finally:
             if bar is not None:
                 bar.close()
             lock.close()  # closing the file releases the lock
+            if failed and created and (not results.exists() or results.stat().st_size == 0):
+                # This call made the folder and nothing was answered (no index, no model, Ctrl-C
+                # while loading): leave no empty run behind.
+                shutil.rmtree(run_dir, ignore_errors=True)
         rows = list(read_done(results).values())
         summary = {"run": run_name, "grid_point": point, "loop": loop, **summarise(rows)}
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
@@ -817,7 +830,9 @@ def add_batch_commands(sub, common, registry: dict, command) -> None:
         sp.add_argument("--limit", type=int_at_least(1), help="only the first N questions (after --offset); the summary "
                                                               "covers every question the run has answered")
         sp.add_argument("--offset", type=int_at_least(0), help="skip the first N questions")
-        sp.add_argument("--workers", type=int_at_least(1), default=1, help="worker processes sharing the memory store")
+        sp.add_argument("--workers", type=int_at_least(1, 64), default=1,
+                        help="worker processes sharing the memory store (each loads its own models: "
+                             "at most one per CPU helps)")
         sp.add_argument("--no-retry", action="store_true", help="run with the loop off")
         if name == "eval":
             sp.add_argument("--dataset", help="JSONL or SQuAD 2.0 JSON with gold answers")

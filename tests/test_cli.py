@@ -138,7 +138,7 @@ def test_batch_and_eval_resume(tmp_path):
     assert r.returncode == 0, r.stderr
     assert (res.read_bytes(), (tmp_path / "runs" / "tiny" / "config.yaml").read_bytes()) == before
     # Counts and names that cannot be meant are refused before any work.
-    for args in (["--limit", "0"], ["--limit", "-1"], ["--workers", "0"], ["--name", "../x y"]):
+    for args in (["--limit", "0"], ["--limit", "-1"], ["--workers", "0"], ["--workers", "65"], ["--name", "../x y"]):
         r = run(["eval", str(f), *args], tmp_path, ov)
         assert r.returncode == 2 and "Traceback" not in r.stderr, (args, r.stderr)
     # --index is honoured by a batch file run (a new index folder gets built there).
