@@ -490,8 +490,10 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     # cost the earlier runs' hours.
     runs = []
     for point in grid_points(spec.grid):
-        run_name = spec.name + ("" if not point else "-" + point_label(point)) + suffix + ("" if loop else "-noloop")
-        runs.append((point, resolved_config(base_config, spec, point, index_dir, cli_overrides), run_name))
+        config = resolved_config(base_config, spec, point, index_dir, cli_overrides)
+        point_loop = loop and config.loop.enabled  # loop.enabled: false (--set, overrides, grid) turns it off
+        run_name = spec.name + ("" if not point else "-" + point_label(point)) + suffix + ("" if point_loop else "-noloop")
+        runs.append((point, config, run_name, point_loop))
     names = [r[2] for r in runs]
     if len(set(names)) < len(names):
         dup = next(n for n in names if names.count(n) > 1)
@@ -506,7 +508,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
               "models and they share the CPUs, so the run will not be faster (use --workers "
               f"{cpus} or fewer)", file=sys.stderr)
     summaries = []
-    for point, config, run_name in runs:
+    for point, config, run_name, loop in runs:
         run_dir = out_root / run_name
         created = not run_dir.exists()
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -758,10 +760,19 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
         base = Path.cwd()
     else:
         raise BatchError("sirag eval needs a batch YAML file or --dataset FILE (with --corpus DIR unless it is SQuAD)")
-    if args.compare_no_retry and (args.no_retry or not spec.loop):
+    if args.compare_no_retry and (args.no_retry or not spec.loop
+                                  or not resolved_config(config, spec, {}, str(config.paths.index_dir), args.overrides).loop.enabled):
         raise BatchError("--compare-no-retry compares the loop with no loop, but this run has the loop off "
-                         "(--no-retry or the batch file's loop: false); drop one of them")
+                         "(--no-retry, the batch file's loop: false, or loop.enabled: false); drop one of them")
     if args.retrieval_only:
+        ignored = [name for name, given in (("--workers", args.workers != 1), ("--no-retry", args.no_retry),
+                                            ("--compare-no-retry", args.compare_no_retry)) if given]
+        if ignored:
+            raise BatchError(f"--retrieval-only scores retrieval alone, with the default strategy and no answers: "
+                             f"{', '.join(ignored)} would be ignored; drop {'them' if len(ignored) > 1 else 'it'}")
+        if spec.grid:
+            print(f"note: --retrieval-only scores every chunker x retriever with the batch's settings; the grid "
+                  f"({', '.join(spec.grid)}) is not used", file=sys.stderr)
         from .evaluation.retrieval_eval import retrieval_eval
 
         table = retrieval_eval(spec, base, config, limit=args.limit, ks=(1, 3, 5, 10), cli_overrides=args.overrides,

@@ -273,7 +273,7 @@ def cmd_ask(args: argparse.Namespace, config: Config) -> int:
             sys.stderr.write(f"\n[attempt {a.number}: {a.attribution.failure}]\n")
 
     try:
-        answer = engine.ask(question, loop=not args.no_retry, on_token=on_token, on_attempt=on_attempt)
+        answer = engine.ask(question, loop=False if args.no_retry else None, on_token=on_token, on_attempt=on_attempt)
     finally:
         engine.close()
     data = answer.to_json()
@@ -531,7 +531,9 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--no-memory", action="store_true",
                             help="do not record this question in memory (its calibration fit and learned strategy "
                                  "choices are still used)")
-            sp.add_argument("--stream", action="store_true", help="stream each attempt's tokens to stderr")
+            sp.add_argument("--stream", action="store_true",
+                            help="stream the first attempt's tokens to stderr (a retry prints one line: its number "
+                                 "and diagnosis); not with --json")
         else:
             sp.add_argument("--chunker", choices=["fixed", "section", "semantic"])
             sp.add_argument("--retriever", choices=["dense", "bm25", "hybrid"])

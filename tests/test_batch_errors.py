@@ -102,7 +102,9 @@ def test_eval_refuses_options_that_would_be_ignored(tmp_path):
     qa = tmp_path / "qa.jsonl"
     qa.write_text(json.dumps(ROWS[0]) + "\n")
     for args, word in ((["--dataset", str(qa)], "not both"), (["--separate-no-retry-run"], "--compare-no-retry"),
-                       (["--compare-no-retry", "--no-retry"], "loop off")):
+                       (["--compare-no-retry", "--no-retry"], "loop off"),
+                       (["--compare-no-retry", "--set", "loop.enabled=false"], "loop off"),
+                       (["--retrieval-only", "--workers", "2", "--no-retry"], "--workers, --no-retry would be ignored")):
         r = run(["eval", str(f), *args], tmp_path, ov)
         assert word in _one_error_line(r), args
     f2 = _batch(tmp_path, loop=False)
@@ -155,3 +157,21 @@ def test_runs_of_one_squad_file_under_two_names_share_its_corpus_and_index(tmp_p
         assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in (tmp_path / "runs" / "corpora" / "squad").iterdir()) == [
         "harbour_p00.txt", "harbour_p01.txt"]
+
+
+def test_loop_enabled_false_runs_one_attempt_per_question(tmp_path):
+    """loop.enabled is honoured by batch runs (the run is named -noloop) as by ``sirag ask``."""
+    ov = fake_overrides(tmp_path)
+    spec = yaml.safe_load(_batch(tmp_path).read_text())
+    spec["overrides"]["generator.replies"] = ["I cannot answer this from the documents."]
+    f = tmp_path / "refuse.yaml"
+    f.write_text(yaml.safe_dump(spec))
+    r = run(["batch", str(f), "--json", "--limit", "1", "--set", "loop.enabled=false"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)[0]["run"] == "t-noloop"
+    row = json.loads((tmp_path / "runs" / "t-noloop" / "results.jsonl").read_text().splitlines()[0])
+    assert row["refused"] and len(row["attempts"]) == 1
+    r = run(["ask", "Who built the lighthouse?", "--json", "--set", "loop.enabled=false"], tmp_path,
+            ov + ['generator.replies=["I cannot answer this from the documents."]'])
+    assert r.returncode == 0, r.stderr
+    assert len(json.loads(r.stdout)["attempts"]) == 1
