@@ -331,22 +331,30 @@ def cmd_search(args: argparse.Namespace, config: Config) -> int:
 
 @command
 def cmd_memory(args: argparse.Namespace, config: Config) -> int:
-    """Analyse the memory store: stats, strategies, failures, show ID, search TEXT, export, report.
+    """Analyse the memory store: stats, strategies, failures, show ID, search TEXT, export, report;
+    merge other stores into it.
 
     Examples: sirag memory stats; sirag memory show 3f2a9c; sirag memory search Baskerville;
-    sirag memory export --csv out.csv; sirag memory report --html report.html
+    sirag memory export --csv out.csv; sirag memory report --html report.html;
+    sirag memory merge shard1.db shard2.db --memory memory/memory.db
     """
     from .errors import MemoryStoreError
 
     action = args.action
+    words = list(args.arg or [])
     # Options of one action given to another are mistakes, not something to ignore.
-    if args.arg is not None and action not in ("show", "search"):
-        raise InputError(f"sirag memory {action} takes no argument (got {args.arg!r}); only show ID and "
-                         "search TEXT do")
+    if words and action not in ("show", "search", "merge"):
+        raise InputError(f"sirag memory {action} takes no argument (got {' '.join(words)!r}); only show ID, "
+                         "search TEXT and merge FILE... do")
+    if action == "show" and len(words) > 1:
+        raise InputError(f"sirag memory show takes one outcome id, got {len(words)}: {' '.join(words)!r}")
+    args.arg = " ".join(words) if words else None
     stray = [flag for flag, value, owner in (("--csv", args.csv, "export"), ("--json-file", args.json_file, "export"),
                                              ("--html", args.html, "report")) if value and action != owner]
     if stray:
         raise InputError(f"{', '.join(stray)} belong(s) to sirag memory export/report, not to memory {action}")
+    if action == "merge":
+        return _memory_merge(words, args, config)
     # Analysis only reads: the store is opened read-only unless its schema needs an upgrade first.
     try:
         store = _existing_memory(config, "memory", read_only=True)
@@ -402,6 +410,34 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
     else:
         for k, v in data.items():
             print(f"{k}: {_short(v)}")
+    return 0
+
+
+def _memory_merge(files: list[str], args: argparse.Namespace, config: Config) -> int:
+    """``sirag memory merge FILE...``: every store is checked before any is merged."""
+    from .memory.store import open_merge_source
+
+    if not files:
+        raise InputError("sirag memory merge needs the file(s) of the store(s) to merge into --memory")
+    target = Path(config.paths.memory_db).resolve()
+    for f in files:
+        if Path(f).resolve() == target:
+            raise InputError(f"{f} is the --memory store itself; merge other stores into it")
+        open_merge_source(f).close()  # missing, damaged, foreign or older: says so, and nothing is merged
+    store = _memory(config)
+    try:
+        results = [{"file": f, **store.merge_from(f)} for f in files]
+    finally:
+        store.close()
+    if args.json:
+        _print_json(results)
+    else:
+        for r in results:
+            print(f"{r['file']}: {r['outcomes_added']} outcome(s) added with {r['attempts_added']} attempt(s), "
+                  f"{r['questions_added']} new question(s), {r['feedback_added']} label(s), {r['fits_added']} "
+                  f"calibration fit(s); skipped {r['outcomes_present']} already here and "
+                  f"{r['outcomes_same_run_item']} of batch items recorded here under another id")
+        print(f"into {config.paths.memory_db}")
     return 0
 
 
@@ -541,8 +577,9 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--no-rerank", action="store_true", help="rank by retrieval score only")
 
     sp = add("memory", cmd_memory)
-    sp.add_argument("action", choices=["stats", "strategies", "failures", "show", "search", "export", "report"])
-    sp.add_argument("arg", nargs="?", help="outcome id for show, text for search")
+    sp.add_argument("action", choices=["stats", "strategies", "failures", "show", "search", "export", "report",
+                                       "merge"])
+    sp.add_argument("arg", nargs="*", help="outcome id for show, text for search, other stores' files for merge")
     sp.add_argument("--limit", type=int_at_least(1), default=20,
                     help="matches shown by `memory search` (default 20); the other actions show everything")
     sp.add_argument("--csv", metavar="FILE", help="export: write CSV here")

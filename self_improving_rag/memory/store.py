@@ -115,6 +115,18 @@ def _rate(successes: int, total: int) -> float | None:
     return successes / total if total else None
 
 
+def open_merge_source(path: str | Path) -> MemoryStore:
+    """Another store, opened read-only to be merged: a missing, damaged, foreign or newer file
+    fails with its own message; an older schema says how to upgrade it first."""
+    try:
+        return MemoryStore(path, read_only=True)
+    except MemoryStoreError as exc:
+        if "older schema" in str(exc):
+            raise MemoryStoreError(f"{path} has an older schema: upgrade it first with "
+                                   f"`sirag memory stats --memory {path}`, then merge") from exc
+        raise
+
+
 class MemoryStore:
     """The memory database of outcomes, attempts, feedback and calibration fits.
 
@@ -504,7 +516,8 @@ class MemoryStore:
                 if keep_settled:
                     user = db.execute("SELECT 1 FROM feedback WHERE outcome_id = ? AND source = 'user' LIMIT 1",
                                       [full_id]).fetchone()
-                    latest = db.execute("SELECT label FROM feedback WHERE outcome_id = ? ORDER BY id DESC LIMIT 1",
+                    latest = db.execute("SELECT label FROM feedback WHERE outcome_id = ? "
+                                        "ORDER BY created_at DESC, id DESC LIMIT 1",
                                         [full_id]).fetchone()
                     if user or (latest is not None and latest[0] == int(correct)):
                         return False
@@ -548,13 +561,96 @@ class MemoryStore:
 
         return self._write(write)
 
+    def merge_from(self, other: str | Path) -> dict[str, int]:
+        """Copy into this store what another store holds and this one lacks, in one transaction.
+
+        For batch shards run on other machines (or with another ``--memory``): outcomes are
+        matched by id, so merging the same store twice adds nothing. An outcome of a batch item
+        this store already recorded under another id (same run and item) is skipped with its
+        attempts and labels, as a resumed batch would. Labels and calibration fits are added
+        unless an identical row is present; the newest label and fit win by time, wherever
+        they were made. The other store is only read. Returns counts of what was added and
+        skipped.
+        """
+        if self.memory or self.read_only:
+            raise MemoryStoreError(f"memory database {self.path} cannot take a merge (in-memory or read-only)")
+        if Path(other).resolve() == self.path.resolve():
+            raise MemoryStoreError(f"{other} is this memory store itself; name another store to merge from")
+        src = open_merge_source(other)
+        try:
+            data = {t: src._rows(f"SELECT * FROM {t} ORDER BY rowid")
+                    for t in ("questions", "outcomes", "attempts", "feedback", "calibration_fits")}
+        finally:
+            src.close()
+        counts = dict.fromkeys(("outcomes_added", "outcomes_present", "outcomes_same_run_item", "attempts_added",
+                                "questions_added", "feedback_added", "fits_added"), 0)
+
+        def without_id(row: dict[str, Any]) -> dict[str, Any]:
+            return {k: v for k, v in row.items() if k != "id"}
+
+        def write() -> None:
+            for k in counts:
+                counts[k] = 0
+            with self._immediate() as db:
+                conn = db.conn
+                kept: set[str] = set()  # outcomes of the other store that this one now holds
+                new: set[str] = set()
+                for o in data["outcomes"]:
+                    if conn.execute("SELECT 1 FROM outcomes WHERE id = ?", (o["id"],)).fetchone():
+                        counts["outcomes_present"] += 1
+                        kept.add(o["id"])
+                        continue
+                    if o.get("run_id") is not None and o.get("item_id") is not None and conn.execute(
+                            "SELECT 1 FROM outcomes WHERE run_id = ? AND item_id = ?",
+                            (o["run_id"], o["item_id"])).fetchone():
+                        counts["outcomes_same_run_item"] += 1
+                        continue
+                    new.add(o["id"])
+                    kept.add(o["id"])
+                questions = {q["id"]: q for q in data["questions"]}
+                for o in data["outcomes"]:
+                    if o["id"] not in new:
+                        continue
+                    q = questions.get(o["question_id"]) or {"id": o["question_id"], "text": o["question"],
+                                                            "query_class": o["query_class"],
+                                                            "first_seen": o["created_at"]}
+                    known = conn.execute("SELECT 1 FROM questions WHERE id = ?", (q["id"],)).fetchone()
+                    conn.execute(
+                        "INSERT INTO questions (id, text, query_class, first_seen) VALUES (?, ?, ?, ?) "
+                        "ON CONFLICT(id) DO UPDATE SET first_seen = min(first_seen, excluded.first_seen)",
+                        (q["id"], q["text"], q["query_class"], q["first_seen"]))
+                    counts["questions_added"] += known is None
+                    self._insert(db, "outcomes", o)
+                    counts["outcomes_added"] += 1
+                for a in data["attempts"]:
+                    if a["outcome_id"] in new:
+                        self._insert(db, "attempts", without_id(a))
+                        counts["attempts_added"] += 1
+                for f in sorted(data["feedback"], key=lambda r: (r["created_at"], r["id"])):
+                    if f["outcome_id"] not in kept or conn.execute(
+                            "SELECT 1 FROM feedback WHERE outcome_id = ? AND label = ? AND source = ? AND note = ? "
+                            "AND created_at = ?",
+                            (f["outcome_id"], f["label"], f["source"], f["note"], f["created_at"])).fetchone():
+                        continue
+                    self._insert(db, "feedback", without_id(f))
+                    counts["feedback_added"] += 1
+                for fit in data["calibration_fits"]:
+                    if conn.execute("SELECT 1 FROM calibration_fits WHERE created_at = ? AND weights_json = ?",
+                                    (fit["created_at"], fit["weights_json"])).fetchone():
+                        continue
+                    self._insert(db, "calibration_fits", without_id(fit))
+                    counts["fits_added"] += 1
+
+        self._write(write)
+        return counts
+
     # ------------------------------------------------------- policy and calibration
 
     # The latest label per outcome (feedback rows only grow; the newest one wins).
     _LATEST_LABEL = """
         latest AS (
             SELECT outcome_id, label, source,
-                   ROW_NUMBER() OVER (PARTITION BY outcome_id ORDER BY id DESC) AS rn
+                   ROW_NUMBER() OVER (PARTITION BY outcome_id ORDER BY created_at DESC, id DESC) AS rn
             FROM feedback
         )"""
     # An attempt's success: the outcome's label when this attempt is the answer that was
@@ -640,7 +736,7 @@ class MemoryStore:
 
     def latest_calibration(self) -> dict[str, Any] | None:
         """The most recent calibration fit (weights and metrics parsed), or None."""
-        row = self._one("SELECT * FROM calibration_fits ORDER BY id DESC LIMIT 1")
+        row = self._one("SELECT * FROM calibration_fits ORDER BY created_at DESC, id DESC LIMIT 1")
         if row is None:
             return None
         metrics = _loads(row.pop("metrics_json")) or {}
@@ -791,7 +887,8 @@ class MemoryStore:
             for col, key in _JSON_COLUMNS:
                 a[key] = _loads(a.pop(col))
         outcome["attempts"] = attempts
-        outcome["feedback"] = self._rows("SELECT * FROM feedback WHERE outcome_id = ? ORDER BY id", (oid,))
+        outcome["feedback"] = self._rows("SELECT * FROM feedback WHERE outcome_id = ? ORDER BY created_at, id",
+                                         (oid,))
         return outcome
 
     def search(self, text: str, limit: int = 20) -> list[dict[str, Any]]:

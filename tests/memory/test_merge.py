@@ -1,0 +1,145 @@
+"""Merging memory stores (batch shards run elsewhere): what is added, what is skipped, what wins."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+_HERE = Path(__file__).resolve().parent
+for _p in (str(_HERE), str(_HERE.parents[1])):
+    if _p not in sys.path:
+        sys.path.append(_p)
+
+from memory_testkit import make_answer, repaired_answer  # noqa: E402
+
+from self_improving_rag.errors import MemoryStoreError  # noqa: E402
+from self_improving_rag.memory import MemoryStore  # noqa: E402
+
+
+def _shard(path: Path, run: str, questions: list[str]) -> tuple[MemoryStore, list[str]]:
+    store = MemoryStore(path)
+    ids = []
+    for i, q in enumerate(questions):
+        ans = repaired_answer(q) if i % 2 else make_answer(q)
+        ids.append(store.record(ans, run_id=run, item_id=str(i)))
+    return store, ids
+
+
+def _count(path: Path, table: str) -> int:
+    with sqlite3.connect(path) as conn:
+        return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def test_a_shard_is_merged_once_whatever_the_number_of_merges(tmp_path):
+    main, _ = _shard(tmp_path / "main.db", "run-a", ["Who found the hound?", "Where is the moor?"])
+    shard, shard_ids = _shard(tmp_path / "shard.db", "run-b",
+                              ["Who found the hound?", "What did Watson write?", "When did Holmes arrive?"])
+    shard.add_feedback(shard_ids[1], correct=False, source="gold")
+    shard.save_calibration({"bias": 0.1}, 20, {"auroc_after": 0.8})
+    shard.close()
+    before = main.stats()
+
+    counts = main.merge_from(tmp_path / "shard.db")
+    assert counts == {"outcomes_added": 3, "outcomes_present": 0, "outcomes_same_run_item": 0,
+                      "attempts_added": 1 + 2 + 1, "questions_added": 2, "feedback_added": 1, "fits_added": 1}
+    after = main.stats()
+    assert after["outcomes"] == before["outcomes"] + 3
+    assert after["questions"] == before["questions"] + 2  # "Who found the hound?" was known
+    assert main.show(shard_ids[1])["feedback"][0]["label"] == 0
+    assert main.latest_calibration()["weights"] == {"bias": 0.1}
+    # Full-text search sees the merged answers' questions.
+    assert any("Watson" in r["question"] for r in main.search("Watson"))
+
+    again = main.merge_from(tmp_path / "shard.db")
+    assert again["outcomes_added"] == again["attempts_added"] == again["feedback_added"] == again["fits_added"] == 0
+    assert again["outcomes_present"] == 3
+    assert main.stats() == after
+    main.close()
+
+
+def test_a_batch_item_recorded_twice_under_two_ids_is_kept_once(tmp_path):
+    """Two machines resumed the same run: the item recorded here is not added again."""
+    main, _ = _shard(tmp_path / "main.db", "run-a", ["Who found the hound?"])
+    shard, _ = _shard(tmp_path / "shard.db", "run-a", ["Who found the hound?", "Where is the moor?"])
+    shard.close()
+    counts = main.merge_from(tmp_path / "shard.db")
+    assert counts["outcomes_same_run_item"] == 1 and counts["outcomes_added"] == 1
+    assert main.stats()["outcomes"] == 2
+    main.close()
+
+
+def test_the_newest_label_and_fit_win_wherever_they_were_made(tmp_path):
+    main, main_ids = _shard(tmp_path / "main.db", "run-a", ["Who found the hound?"])
+    shard = MemoryStore(tmp_path / "shard.db")
+    shard.save_calibration({"old": 1.0}, 20, {})  # older than the fit made here below
+    shard.close()
+    main.merge_from(tmp_path / "shard.db")  # the shard knows nothing of main's outcome yet
+    main.save_calibration({"new": 1.0}, 30, {})
+    main.add_feedback(main_ids[0], correct=True)
+    # A copy of main goes to another machine, is relabelled there, and comes back.
+    main.close()
+    copy = tmp_path / "copy.db"
+    copy.write_bytes((tmp_path / "main.db").read_bytes())
+    main = MemoryStore(tmp_path / "main.db")
+    other = MemoryStore(copy)
+    other.add_feedback(main_ids[0], correct=False, note="checked the book")
+    other.close()
+    counts = main.merge_from(copy)
+    assert counts["outcomes_present"] == 1 and counts["feedback_added"] == 1 and counts["fits_added"] == 0
+    assert main.show(main_ids[0])["feedback"][-1]["label"] == 0
+    assert main.latest_calibration()["weights"] == {"new": 1.0}
+    # An older fit merged later does not replace a newer one.
+    older = MemoryStore(tmp_path / "older.db")
+    older.db.conn.execute(
+        "INSERT INTO calibration_fits (created_at, weights_json, n) VALUES ('2001-01-01T00:00:00.000+00:00', "
+        "'{\"ancient\": 1.0}', 5)")
+    older.close()
+    assert main.merge_from(tmp_path / "older.db")["fits_added"] == 1
+    assert main.latest_calibration()["weights"] == {"new": 1.0}
+    main.close()
+
+
+def test_a_store_is_not_merged_into_itself_and_a_bad_source_changes_nothing(tmp_path):
+    main, _ = _shard(tmp_path / "main.db", "run-a", ["Who found the hound?"])
+    with pytest.raises(MemoryStoreError, match="itself"):
+        main.merge_from(tmp_path / "main.db")
+    with pytest.raises(MemoryStoreError, match="no memory database"):
+        main.merge_from(tmp_path / "missing.db")
+    foreign = tmp_path / "foreign.db"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE notes (x)")
+    with pytest.raises(MemoryStoreError, match="not a sirag memory store"):
+        main.merge_from(foreign)
+    assert main.stats()["outcomes"] == 1
+    main.close()
+
+
+def _sirag(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "self_improving_rag.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_memory_merge_command(tmp_path):
+    _shard(tmp_path / "a.db", "run-a", ["Who found the hound?", "Where is the moor?"])[0].close()
+    _shard(tmp_path / "b.db", "run-b", ["What did Watson write?"])[0].close()
+    target = tmp_path / "merged" / "memory.db"
+    r = _sirag(["memory", "merge", "a.db", "b.db", "--memory", str(target), "--json"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert [(x["file"], x["outcomes_added"]) for x in rows] == [("a.db", 2), ("b.db", 1)]
+    assert _count(target, "outcomes") == 3 and _count(target, "attempts") == 4
+    r = _sirag(["memory", "merge", "a.db", "--memory", str(target)], tmp_path)
+    assert r.returncode == 0 and "0 outcome(s) added" in r.stdout and "skipped 2 already here" in r.stdout
+    # Every source is checked before anything is merged: a typo in the second merges nothing.
+    r = _sirag(["memory", "merge", "b.db", "c.db", "--memory", str(tmp_path / "fresh.db")], tmp_path)
+    assert r.returncode != 0 and "c.db" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "fresh.db").exists()
+    for args, word in ((["merge"], "needs the file"), (["merge", str(target)], "itself"),
+                       (["stats", "a.db"], "takes no argument"), (["show", "ab", "cd"], "one outcome id")):
+        r = _sirag(["memory", *args, "--memory", str(target)], tmp_path)
+        assert r.returncode == 2 and word in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
