@@ -269,7 +269,7 @@ def cmd_ask(args: argparse.Namespace, config: Config) -> int:
     on_token = (lambda piece: (sys.stderr.write(piece), sys.stderr.flush())) if stream else None
 
     def on_attempt(a) -> None:
-        if stream:
+        if stream:  # after each attempt's streamed text: its diagnosis (a retry's text follows)
             sys.stderr.write(f"\n[attempt {a.number}: {a.attribution.failure}]\n")
 
     try:
@@ -568,8 +568,8 @@ def build_parser() -> argparse.ArgumentParser:
                             help="do not record this question in memory (its calibration fit and learned strategy "
                                  "choices are still used)")
             sp.add_argument("--stream", action="store_true",
-                            help="stream the first attempt's tokens to stderr (a retry prints one line: its number "
-                                 "and diagnosis); not with --json")
+                            help="stream each attempt's tokens to stderr, each followed by its number and "
+                                 "diagnosis; not with --json")
         else:
             sp.add_argument("--chunker", choices=["fixed", "section", "semantic"])
             sp.add_argument("--retriever", choices=["dense", "bm25", "hybrid"])

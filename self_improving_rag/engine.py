@@ -133,8 +133,7 @@ class Engine:
         repair: str | None = None
         stop_note = ""
         while True:
-            attempt = self._attempt(question, strategy, repair, len(attempts) + 1,
-                                    on_token if not attempts else None)
+            attempt = self._attempt(question, strategy, repair, len(attempts) + 1, on_token)
             attempts.append(attempt)
             if on_attempt is not None:
                 on_attempt(attempt)

@@ -59,6 +59,15 @@ def test_ingest_ask_json_and_memory(tmp_path):
     assert r.returncode == 0 and "lighthouse" in r.stdout.lower()
     r = run(["memory", "search", "xyzzyq"], tmp_path, ov)
     assert r.returncode == 0 and r.stdout.strip() == "(no outcome matches 'xyzzyq')"
+    r = run(["memory", "search", "built", "lighthouse"], tmp_path, ov)  # several words, one search
+    assert r.returncode == 0 and "lighthouse" in r.stdout.lower()
+    # --stream shows every attempt's text, each followed by its diagnosis.
+    r = run(["ask", "Who built the lighthouse of Marrow Point?", "--stream", "--no-memory"], tmp_path,
+            fake_overrides(tmp_path) + ['generator.replies=["I cannot answer this from the documents.", '
+                                        '"Clara Venn built the lighthouse in 1852 [1]."]', "policy.stop_below=0"])
+    assert r.returncode == 0, r.stderr
+    first, second = r.stderr.index("I cannot answer"), r.stderr.index("Clara Venn built")
+    assert first < r.stderr.index("[attempt 1:") < second < r.stderr.index("[attempt 2: NONE]")
     # --no-memory writes nothing but still scores with the stored calibration fit.
     from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS
     from self_improving_rag.memory import MemoryStore
