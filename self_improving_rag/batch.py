@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed, wait
 from pathlib import Path
@@ -160,7 +159,7 @@ def point_label(point: dict[str, Any]) -> str:
 # -- results file -----------------------------------------------------------------------
 
 # Settings added after runs were made, with the behaviour those runs had.
-_ADDED_SINCE = {"policy.first_from_memory": True}
+_ADDED_SINCE = {"policy.first_from_memory": True, "loop.retry_margin": 0.0}
 
 # Settings that do not change what a run answers: a resume may change them.
 _RESUME_FREE = ("paths.memory_db", "paths.log_dir", "paths.model_cache", "generator.n_threads", "generator.timeout_s",
@@ -267,6 +266,21 @@ def _lock_run(run_dir: Path):
         raise BatchError(f"another sirag process is running {run_dir}; wait for it (or use --workers "
                          "to run one batch in parallel)") from exc
     return fh
+
+
+def _remove_unused_run(run_dir: Path) -> None:
+    """After a failed start (no index, no model, Ctrl-C while loading) of a run this call
+    created: remove what it wrote if no question was answered, and the folder if that leaves
+    it empty (an index built inside it stays). Called while the run's lock is held."""
+    results = run_dir / "results.jsonl"
+    if results.exists() and results.stat().st_size > 0:
+        return
+    for name in ("results.jsonl", "config.yaml", ".lock"):
+        (run_dir / name).unlink(missing_ok=True)
+    try:
+        run_dir.rmdir()
+    except OSError:
+        pass  # something else is in it: keep it
 
 
 def append_row(path: Path, row: dict) -> None:
@@ -502,7 +516,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     check_documents(spec, index_dir, corpus)
     if guard_index and corpus:
         _check_index_sources(index_dir, corpus)
-    cpus = os.cpu_count() or 1
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if workers > cpus:
         print(f"note: --workers {workers} is more than this machine's {cpus} CPU(s); each worker loads its own "
               "models and they share the CPUs, so the run will not be faster (use --workers "
@@ -565,11 +579,9 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
         finally:
             if bar is not None:
                 bar.close()
+            if failed and created:
+                _remove_unused_run(run_dir)
             lock.close()  # closing the file releases the lock
-            if failed and created and (not results.exists() or results.stat().st_size == 0):
-                # This call made the folder and nothing was answered (no index, no model, Ctrl-C
-                # while loading): leave no empty run behind.
-                shutil.rmtree(run_dir, ignore_errors=True)
         rows = list(read_done(results).values())
         summary = {"run": run_name, "grid_point": point, "loop": loop, **summarise(rows)}
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
@@ -790,7 +802,7 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
                                    guard_index=bool(args.index))
         else:
             out_root = _resolve(base, spec.output_dir)
-            for s in list(summaries):
+            for s in [s for s in summaries if s["loop"]]:  # a grid point with the loop off is its own loop-off run
                 run_cfg = config_from_dict(yaml.safe_load((out_root / s["run"] / "config.yaml").read_text(encoding="utf-8")))
                 summaries.append(derive_single_attempt_run(out_root / s["run"], run_cfg.loop.answer_threshold))
         out = _resolve(base, spec.output_dir) / f"{spec.name}-loop-vs-noloop"

@@ -415,13 +415,13 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
 
 def _memory_merge(files: list[str], args: argparse.Namespace, config: Config) -> int:
     """``sirag memory merge FILE...``: every store is checked before any is merged."""
-    from .memory.store import open_merge_source
+    from .memory.store import open_merge_source, same_file
 
     if not files:
         raise InputError("sirag memory merge needs the file(s) of the store(s) to merge into --memory")
     target = Path(config.paths.memory_db).resolve()
     for f in files:
-        if Path(f).resolve() == target:
+        if same_file(f, target):
             raise InputError(f"{f} is the --memory store itself; merge other stores into it")
         open_merge_source(f).close()  # missing, damaged, foreign or older: says so, and nothing is merged
     store = _memory(config)

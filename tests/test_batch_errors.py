@@ -42,6 +42,14 @@ def test_a_setup_failure_stops_the_run_and_is_not_written_as_answers(tmp_path):
     assert "no index" in _one_error_line(r)
     results = tmp_path / "runs" / "noidx" / "results.jsonl"
     assert not results.parent.exists(), "a run that answered nothing leaves no empty folder"
+    # ... but an index built inside the run folder (no index: given) before the failure stays.
+    bad_db = tmp_path / "not-a-db.db"
+    bad_db.write_text("not sqlite")
+    r = run(["eval", "--dataset", str(qa), "--output-dir", str(tmp_path / "runs"), "--name", "noidx",
+             "--corpus", str(write_corpus(tmp_path / "docs")), "--memory", str(bad_db)], tmp_path, ov)
+    assert "not a SQLite database" in _one_error_line(r)
+    assert (results.parent / "index").is_dir() and not results.exists()
+    assert sorted(p.name for p in results.parent.iterdir()) == ["index"]
     # Rows an earlier version wrote for such failures are asked again once the cause is fixed.
     results.parent.mkdir(parents=True, exist_ok=True)
     stale = {"id": "a", "question": ROWS[0]["question"], "answer": None, "refused": True, "attempts": [],
@@ -175,3 +183,12 @@ def test_loop_enabled_false_runs_one_attempt_per_question(tmp_path):
             ov + ['generator.replies=["I cannot answer this from the documents."]'])
     assert r.returncode == 0, r.stderr
     assert len(json.loads(r.stdout)["attempts"]) == 1
+
+
+def test_a_grid_point_with_the_loop_off_is_not_compared_with_itself(tmp_path):
+    ov = fake_overrides(tmp_path)
+    f = _batch(tmp_path, grid={"loop.enabled": [True, False]})
+    r = run(["eval", str(f), "--json", "--limit", "1", "--compare-no-retry"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    runs = [s["run"] for s in json.loads(r.stdout)]
+    assert runs == ["t-enabled=True", "t-enabled=False-noloop", "t-enabled=True-single"]

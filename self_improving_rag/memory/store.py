@@ -115,6 +115,14 @@ def _rate(successes: int, total: int) -> float | None:
     return successes / total if total else None
 
 
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether two paths name one file (through symlinks or hard links too)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return Path(a).resolve() == Path(b).resolve()
+
+
 def open_merge_source(path: str | Path) -> MemoryStore:
     """Another store, opened read-only to be merged: a missing, damaged, foreign or newer file
     fails with its own message; an older schema says how to upgrade it first."""
@@ -494,7 +502,10 @@ class MemoryStore:
 
     def add_feedback(self, outcome_id: str, correct: bool, source: str = "user", note: str = "",
                      keep_settled: bool = False) -> bool:
-        """Label an outcome correct or wrong (``source`` 'user' or 'gold'); the latest label wins.
+        """Label an outcome correct or wrong (``source`` 'user' or 'gold').
+
+        The current label is the newest user label, else the newest gold label (see
+        ``_LATEST_LABEL``).
 
         ``outcome_id`` may be a unique prefix of at least 6 characters. With ``keep_settled``
         (how evaluations write gold labels) nothing is written when a user has labelled the
@@ -568,18 +579,23 @@ class MemoryStore:
         matched by id, so merging the same store twice adds nothing. An outcome of a batch item
         this store already recorded under another id (same run and item) is skipped with its
         attempts and labels, as a resumed batch would. Labels and calibration fits are added
-        unless an identical row is present; the newest label and fit win by time, wherever
-        they were made. The other store is only read. Returns counts of what was added and
+        unless an identical row is present; the newest label (a user's before gold) and fit win
+        by time, wherever they were made. The other store is only read. Returns counts of what was added and
         skipped.
         """
         if self.memory or self.read_only:
             raise MemoryStoreError(f"memory database {self.path} cannot take a merge (in-memory or read-only)")
-        if Path(other).resolve() == self.path.resolve():
+        if same_file(other, self.path):
             raise MemoryStoreError(f"{other} is this memory store itself; name another store to merge from")
         src = open_merge_source(other)
         try:
-            data = {t: src._rows(f"SELECT * FROM {t} ORDER BY rowid")
-                    for t in ("questions", "outcomes", "attempts", "feedback", "calibration_fits")}
+            with src._lock:
+                src.db.conn.execute("BEGIN")  # one snapshot of all five tables, even if a writer is busy
+                try:
+                    data = {t: src._rows(f"SELECT * FROM {t} ORDER BY rowid")
+                            for t in ("questions", "outcomes", "attempts", "feedback", "calibration_fits")}
+                finally:
+                    src.db.conn.execute("COMMIT")
         finally:
             src.close()
         counts = dict.fromkeys(("outcomes_added", "outcomes_present", "outcomes_same_run_item", "attempts_added",
@@ -646,11 +662,14 @@ class MemoryStore:
 
     # ------------------------------------------------------- policy and calibration
 
-    # The latest label per outcome (feedback rows only grow; the newest one wins).
+    # The current label per outcome: the newest user label, else the newest gold label (rows only
+    # grow; by time, then id, so labels merged from another store take their place by when they
+    # were made).
     _LATEST_LABEL = """
         latest AS (
             SELECT outcome_id, label, source,
-                   ROW_NUMBER() OVER (PARTITION BY outcome_id ORDER BY created_at DESC, id DESC) AS rn
+                   ROW_NUMBER() OVER (PARTITION BY outcome_id
+                                  ORDER BY source = 'user' DESC, created_at DESC, id DESC) AS rn
             FROM feedback
         )"""
     # An attempt's success: the outcome's label when this attempt is the answer that was

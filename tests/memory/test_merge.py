@@ -104,10 +104,33 @@ def test_the_newest_label_and_fit_win_wherever_they_were_made(tmp_path):
     main.close()
 
 
+def test_an_older_label_merged_later_does_not_win_and_gold_never_outranks_a_user(tmp_path):
+    main, ids = _shard(tmp_path / "main.db", "run-a", ["Who found the hound?", "Where is the moor?"])
+    main.close()
+    copy = tmp_path / "copy.db"
+    copy.write_bytes((tmp_path / "main.db").read_bytes())
+    other = MemoryStore(copy)
+    other.add_feedback(ids[0], correct=False, source="gold")  # made first, on the copy
+    other.add_feedback(ids[1], correct=True, source="gold", keep_settled=True)
+    other.close()
+    main = MemoryStore(tmp_path / "main.db")
+    main.add_feedback(ids[0], correct=True, source="gold")  # made later, here
+    main.add_feedback(ids[1], correct=False, source="user")  # a user's label, older than the copy's gold
+    main.db.conn.execute("UPDATE feedback SET created_at = '2001-01-01T00:00:00.000+00:00' WHERE source = 'user'")
+    assert main.merge_from(copy)["feedback_added"] == 2
+    labels = {r["outcome_id"]: (r["label"], r["source"]) for r in main.labelled_attempts()}
+    assert labels[ids[0]] == (1, "gold"), "the newer label wins, although the older was inserted later"
+    assert labels[ids[1]] == (0, "user"), "a gold label never replaces a user's"
+    main.close()
+
+
 def test_a_store_is_not_merged_into_itself_and_a_bad_source_changes_nothing(tmp_path):
     main, _ = _shard(tmp_path / "main.db", "run-a", ["Who found the hound?"])
     with pytest.raises(MemoryStoreError, match="itself"):
         main.merge_from(tmp_path / "main.db")
+    (tmp_path / "link.db").hardlink_to(tmp_path / "main.db")
+    with pytest.raises(MemoryStoreError, match="itself"):
+        main.merge_from(tmp_path / "link.db")
     with pytest.raises(MemoryStoreError, match="no memory database"):
         main.merge_from(tmp_path / "missing.db")
     foreign = tmp_path / "foreign.db"

@@ -282,6 +282,21 @@ def test_a_resumed_run_made_before_pinning_keeps_its_behaviour(tmp_path):
     assert "policy.first_from_memory: True -> False" in _changed_settings(tmp_path, pinned)
 
 
+def test_a_resumed_run_made_before_the_retry_margin_is_not_judged_with_it(tmp_path):
+    """A run made before loop.retry_margin existed accepted retries at answer_threshold: resuming
+    it with the new default would judge its later questions by another rule, so it is refused."""
+    from self_improving_rag.batch import _changed_settings
+    from self_improving_rag.config import Config, to_yaml
+
+    now = Config()
+    stored = to_yaml(now).replace("  retry_margin: 0.1\n", "")
+    assert "retry_margin" not in stored
+    (tmp_path / "config.yaml").write_text(stored, encoding="utf-8")
+    assert "loop.retry_margin: 0.0 -> 0.1" in _changed_settings(tmp_path, now)
+    as_made = now.model_copy(update={"loop": now.loop.model_copy(update={"retry_margin": 0.0})})
+    assert _changed_settings(tmp_path, as_made) == ""
+
+
 def test_memory_options_of_other_actions_are_refused(tmp_path):
     from tests.memory.memory_testkit import make_answer
 
