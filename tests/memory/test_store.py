@@ -241,20 +241,23 @@ def test_repair_counts_follow_the_previous_failure(store: MemoryStore) -> None:
 def test_feedback_accepts_prefix_and_latest_label_wins(store: MemoryStore) -> None:
     oid = store.record(repaired_answer("labelled", query_class="who"))
     store.record(make_answer("unlabelled"))
-    store.add_feedback(oid[:8], True, note="looks right")
-    store.add_feedback(oid, False, source="gold")
+    store.add_feedback(oid[:8], False, source="gold")
+    store.add_feedback(oid, True, note="looks right")
     rows = store.labelled_attempts()
     assert len(rows) == 1
     row = rows[0]
-    assert row["outcome_id"] == oid and row["attempt"] == 2 and row["label"] == 0 and row["source"] == "gold"
+    assert row["outcome_id"] == oid and row["attempt"] == 2 and row["label"] == 1 and row["source"] == "user"
     assert row["coverage"] == 0.7 and row["confidence"] == 0.85 and row["failure"] == "NONE"
     assert set(row) >= {"redundancy", "grounding", "faithfulness", "refusal", "mean_logprob", "query_class"}
     fb = store.show(oid)["feedback"]
-    assert [(f["label"], f["source"], f["note"]) for f in fb] == [(1, "user", "looks right"), (0, "gold", "")]
-    # Rows are counted as written; correct/wrong count the outcome once, by its latest label.
+    assert [(f["label"], f["source"], f["note"]) for f in fb] == [(0, "gold", ""), (1, "user", "looks right")]
+    # Rows are counted as written; correct/wrong count the outcome once, by its current label.
     assert store.stats()["feedback"] == {
-        "total": 2, "correct": 0, "wrong": 1, "user": 1, "gold": 1, "labelled_outcomes": 1
+        "total": 2, "correct": 1, "wrong": 0, "user": 1, "gold": 1, "labelled_outcomes": 1
     }
+    # A gold label written after a user's (through the API, not keep_settled) does not replace it.
+    store.add_feedback(oid, False, source="gold")
+    assert store.labelled_attempts()[0]["label"] == 1 and store.stats()["feedback"]["correct"] == 1
 
 
 def test_gold_label_is_written_only_for_an_unlabelled_outcome(store: MemoryStore) -> None:
