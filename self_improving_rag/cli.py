@@ -70,7 +70,7 @@ def _output_file(path: str, option: str, config: Config) -> Path:
         raise InputError(f"{option} {path}: {blocker} is a file, not a folder; write elsewhere")
     want, got = _OUTPUT_SUFFIX.get(option), p.suffix.lower()
     if want and got != want and got in set(_OUTPUT_SUFFIX.values()):  # e.g. --csv out.json: surely a slip
-        raise InputError(f"{option} {path}: a {got} name for a {want} file; name it ...{want}, or use the "
+        raise InputError(f"{option} {path}: a {got} name for a {want} file; name it {p.with_suffix(want).name}, or use the "
                          f"option of that format")
     store = Path(config.paths.memory_db).resolve()
     if p.resolve() in {store, Path(f"{store}-wal"), Path(f"{store}-shm"), Path(f"{store}-journal")}:
@@ -245,6 +245,9 @@ def _format_answer(ans: dict, verbose: bool) -> str:
 
 
 def _read_question(args: argparse.Namespace) -> str:
+    if "-" in args.question and len(args.question) > 1:
+        raise InputError("'-' reads the question from stdin and stands alone; give the question as words or as "
+                         "'-' with the question on stdin, not both")
     q = " ".join(args.question)
     if q == "-":
         q = sys.stdin.read()
@@ -263,9 +266,12 @@ def cmd_ask(args: argparse.Namespace, config: Config) -> int:
     """
     from .engine import check_question
 
+    if args.stream and args.json:
+        raise InputError("--stream writes the answer as it is generated and --json writes it once at the end; "
+                         "choose one")
     question = check_question(_read_question(args))
     engine = _engine(args, config, record=not args.no_memory)
-    stream = args.stream and not args.json
+    stream = args.stream
     on_token = (lambda piece: (sys.stderr.write(piece), sys.stderr.flush())) if stream else None
 
     def on_attempt(a) -> None:
@@ -461,14 +467,25 @@ def cmd_feedback(args: argparse.Namespace, config: Config) -> int:
     """
     store = _existing_memory(config, "feedback")
     try:
-        oid = store.show(args.outcome_id)["id"]
+        outcome = store.show(args.outcome_id)
+        oid = outcome["id"]
+        before = outcome["current_label"]
         store.add_feedback(oid, correct=args.correct, source="user", note=args.note or "")
     finally:
         store.close()
+    notes = []
+    if before is not None:
+        notes.append(f"it replaces the earlier {before['source']} label ({'correct' if before['label'] else 'wrong'})")
+    if outcome["refused"]:
+        notes.append("this outcome is a refusal: the label is kept and counted, but calibration and the strategy "
+                     "policy learn only from labelled answers")
     if args.json:
-        _print_json({"outcome_id": oid, "correct": bool(args.correct), "source": "user", "note": args.note or ""})
+        _print_json({"outcome_id": oid, "correct": bool(args.correct), "source": "user", "note": args.note or "",
+                     "replaced": before, "refusal": bool(outcome["refused"])})
     else:
         print(f"recorded: outcome {oid[:12]} is {'correct' if args.correct else 'wrong'}")
+        for n in notes:
+            print(f"note: {n}", file=sys.stderr)
     return 0
 
 
@@ -589,8 +606,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("feedback", cmd_feedback)
     sp.add_argument("outcome_id", help="outcome id (or its first 6+ characters) from sirag ask")
     g = sp.add_mutually_exclusive_group(required=True)
-    g.add_argument("--correct", action="store_true", dest="correct")
-    g.add_argument("--wrong", action="store_false", dest="correct")
+    g.add_argument("--correct", action="store_true", dest="correct",
+                   help="the answer is right (for a refusal: refusing was right)")
+    g.add_argument("--wrong", action="store_false", dest="correct",
+                   help="the answer is wrong (for a refusal: the documents did answer it)")
     sp.add_argument("--note", help="a note kept with the label")
 
     sp = add("calibrate", cmd_calibrate)

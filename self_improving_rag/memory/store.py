@@ -124,15 +124,20 @@ def same_file(a: str | Path, b: str | Path) -> bool:
 
 
 def open_merge_source(path: str | Path) -> MemoryStore:
-    """Another store, opened read-only to be merged: a missing, damaged, foreign or newer file
-    fails with its own message; an older schema says how to upgrade it first."""
+    """Another store, opened read-only to be merged. A missing, damaged, foreign or newer file
+    fails with a message about that file (the --memory advice of the store's own messages would
+    point at the wrong one); an older schema says how to upgrade it first."""
+    if not Path(path).is_file():
+        what = "a folder" if Path(path).is_dir() else "no such file"
+        raise MemoryStoreError(f"cannot merge {path}: {what}; name the memory store file (.db) to merge")
     try:
         return MemoryStore(path, read_only=True)
     except MemoryStoreError as exc:
         if "older schema" in str(exc):
             raise MemoryStoreError(f"{path} has an older schema: upgrade it first with "
                                    f"`sirag memory stats --memory {path}`, then merge") from exc
-        raise
+        reason = str(exc).split(";")[0].replace(f"memory database {path} ", "").replace(f"{path} ", "")
+        raise MemoryStoreError(f"cannot merge {path}: {reason}; only a sirag memory store can be merged") from exc
 
 
 class MemoryStore:
@@ -667,7 +672,7 @@ class MemoryStore:
     # were made).
     _LATEST_LABEL = """
         latest AS (
-            SELECT outcome_id, label, source,
+            SELECT id, outcome_id, label, source,
                    ROW_NUMBER() OVER (PARTITION BY outcome_id
                                   ORDER BY source = 'user' DESC, created_at DESC, id DESC) AS rn
             FROM feedback
@@ -883,7 +888,7 @@ class MemoryStore:
             )
         # A range on the primary key: no LIKE wildcards in user text to escape.
         rows = self._rows(
-            "SELECT id FROM outcomes WHERE id >= ? AND id < ? ORDER BY id LIMIT 2", (prefix, prefix + "\uffff")
+            "SELECT id FROM outcomes WHERE id >= ? AND id < ? ORDER BY id LIMIT 6", (prefix, prefix + "\uffff")
         )
         if not rows:
             raise MemoryStoreError(
@@ -891,13 +896,15 @@ class MemoryStore:
             )
         if len(rows) > 1 and rows[0]["id"] != prefix:
             raise MemoryStoreError(
-                f"outcome id prefix {outcome_id_or_prefix!r} matches several outcomes in {self.path}; "
-                "give more characters"
+                f"outcome id prefix {outcome_id_or_prefix!r} matches several outcomes in {self.path} "
+                f"({', '.join(r['id'][:12] for r in rows[:5])}{', ...' if len(rows) > 5 else ''}); give more characters"
             )
         return rows[0]["id"]
 
     def show(self, outcome_id_or_prefix: str) -> dict[str, Any]:
-        """One outcome with its attempts (JSON columns parsed) and feedback; accepts a ≥ 6-char prefix."""
+        """One outcome with its attempts (JSON columns parsed), feedback rows and ``current_label``
+        (the label in use: label, source, note, created_at; None when unlabelled); accepts a ≥ 6-char
+        prefix."""
         oid = self._resolve(outcome_id_or_prefix)
         outcome = self._rows("SELECT * FROM outcomes WHERE id = ?", (oid,))[0]
         outcome["features"] = _loads(outcome.pop("features_json", None))
@@ -908,6 +915,9 @@ class MemoryStore:
         outcome["attempts"] = attempts
         outcome["feedback"] = self._rows("SELECT * FROM feedback WHERE outcome_id = ? ORDER BY created_at, id",
                                          (oid,))
+        outcome["current_label"] = self._one(
+            f"WITH {self._LATEST_LABEL} SELECT f.label, f.source, f.note, f.created_at FROM latest l "
+            "JOIN feedback f ON f.id = l.id WHERE l.outcome_id = ? AND l.rn = 1", (oid,))
         return outcome
 
     def search(self, text: str, limit: int = 20) -> list[dict[str, Any]]:

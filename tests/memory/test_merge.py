@@ -131,13 +131,22 @@ def test_a_store_is_not_merged_into_itself_and_a_bad_source_changes_nothing(tmp_
     (tmp_path / "link.db").hardlink_to(tmp_path / "main.db")
     with pytest.raises(MemoryStoreError, match="itself"):
         main.merge_from(tmp_path / "link.db")
-    with pytest.raises(MemoryStoreError, match="no memory database"):
+    # Messages name the file to merge, and do not send the user to --memory (the target).
+    with pytest.raises(MemoryStoreError, match="cannot merge .*missing.db: no such file") as e:
         main.merge_from(tmp_path / "missing.db")
+    with pytest.raises(MemoryStoreError, match="cannot merge .*: a folder"):
+        main.merge_from(tmp_path)
     foreign = tmp_path / "foreign.db"
     with sqlite3.connect(foreign) as conn:
         conn.execute("CREATE TABLE notes (x)")
-    with pytest.raises(MemoryStoreError, match="not a sirag memory store"):
+    with pytest.raises(MemoryStoreError, match="cannot merge .*foreign.db: is not a sirag memory store") as e:
         main.merge_from(foreign)
+    assert "--memory" not in str(e.value)
+    garbage = tmp_path / "garbage.db"
+    garbage.write_text("not a database")
+    with pytest.raises(MemoryStoreError, match="cannot merge .*garbage.db: is not a SQLite database") as e:
+        main.merge_from(garbage)
+    assert "--memory" not in str(e.value)
     assert main.stats()["outcomes"] == 1
     main.close()
 

@@ -312,3 +312,36 @@ def test_memory_options_of_other_actions_are_refused(tmp_path):
     assert not (tmp_path / "out.json").exists()
     r = run(["memory", "stats"], tmp_path, ov)
     assert r.returncode == 0 and "{'" not in r.stdout  # no Python dict reprs
+
+
+def test_ask_refuses_option_mixes_it_cannot_honour(tmp_path):
+    ov = fake_overrides(tmp_path)
+    for args, words in ((["ask", "Who built it?", "--stream", "--json"], "choose one"),
+                        (["ask", "-", "extra"], "stands alone")):
+        r = run(args, tmp_path, ov)
+        assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+
+
+def test_feedback_on_a_refusal_says_what_the_label_is_used_for(tmp_path):
+    from tests.memory.memory_testkit import make_answer
+
+    ov = fake_overrides(tmp_path)
+    db = Path([o for o in ov if o.startswith("paths.memory_db=")][0].split("=", 1)[1])
+    with MemoryStore(db) as store:
+        oid = store.record(make_answer("Who built it?", refused=True))
+    r = run(["feedback", oid[:8], "--correct"], tmp_path, ov)
+    assert r.returncode == 0 and "is a refusal" in r.stderr
+
+
+def test_an_ambiguous_id_prefix_lists_the_matches(tmp_path, monkeypatch):
+    import uuid
+
+    from tests.memory.memory_testkit import make_answer
+
+    ids = iter(["abcdef" + c * 26 for c in "0123456"])
+    monkeypatch.setattr(uuid, "uuid4", lambda: type("U", (), {"hex": next(ids)})())
+    with MemoryStore(tmp_path / "m.db") as store:
+        for i in range(7):
+            store.record(make_answer(f"Who built tower {i}?"))
+        with pytest.raises(Exception, match=r"matches several outcomes .*\(abcdef000000, abcdef111111, .*, \.\.\.\)"):
+            store.show("abcdef")
