@@ -433,6 +433,7 @@ def _memory_merge(files: list[str], args: argparse.Namespace, config: Config) ->
     store = _memory(config)
     try:
         results = [{"file": f, **store.merge_from(f)} for f in files]
+        fit = store.latest_calibration() if any(r["fits_added"] for r in results) else None
     finally:
         store.close()
     if args.json:
@@ -444,6 +445,9 @@ def _memory_merge(files: list[str], args: argparse.Namespace, config: Config) ->
                   f"calibration fit(s); skipped {r['outcomes_present']} already here and "
                   f"{r['outcomes_same_run_item']} of batch items recorded here under another id")
         print(f"into {config.paths.memory_db}")
+        if fit is not None:
+            print(f"calibration in use now: fit {fit['id']} made {fit['created_at']} on {fit['n']} label(s) (the "
+                  "newest); run `sirag calibrate` to fit on all labels here, or --reset for the default weights")
     return 0
 
 
@@ -495,11 +499,21 @@ def cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
 
     Example: sirag calibrate   (labels come from `sirag feedback` and from `sirag eval` gold)
     """
-    from .evaluation.calibrate import calibrate_from_memory
+    from .evaluation.calibrate import calibrate_from_memory, reset_calibration
 
+    if args.reset and (args.dry_run or args.force):
+        raise InputError("--reset puts the default weights back and fits nothing; it takes no --dry-run or --force")
     store = _existing_memory(config, "calibrate")
     try:
-        result = calibrate_from_memory(store, min_labels=args.min_labels, seed=config.policy.seed, save=not args.dry_run)
+        if args.reset:
+            fit_id = reset_calibration(store)
+            if args.json:
+                _print_json({"fit_id": fit_id, "reset_to_defaults": True})
+            else:
+                print(f"default weights stored as fit {fit_id}: used by every later answer until the next calibrate")
+            return 0
+        result = calibrate_from_memory(store, min_labels=args.min_labels, seed=config.policy.seed,
+                                       save=not args.dry_run, force=args.force)
     finally:
         store.close()
     if args.json:
@@ -526,7 +540,10 @@ def _print_calibration(result: dict) -> None:
           "an ECE near it is sampling noise)")
     print("weights: " + ", ".join(f"{k} {v:+.2f}" for k, v in result["weights"].items()))
     if "fit_id" in result:
-        print(f"stored as fit {result['fit_id']}: used by every later answer (the latest fit wins)")
+        print(f"stored as fit {result['fit_id']}: used by every later answer (the latest fit wins; "
+              "`sirag calibrate --reset` goes back to the default weights)")
+    elif result.get("not_stored"):
+        print(f"not stored: {result['not_stored']}")
     else:
         print("dry run: nothing stored")
 
@@ -615,6 +632,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("calibrate", cmd_calibrate)
     sp.add_argument("--min-labels", type=int_at_least(2), default=20, help="labelled outcomes needed to fit (default 20)")
     sp.add_argument("--dry-run", action="store_true", help="report the fit without storing it")
+    sp.add_argument("--force", action="store_true",
+                    help="store the fit even when it scores worse than the default weights on held-out labels")
+    sp.add_argument("--reset", action="store_true",
+                    help="put the default weights back in use (stored as the newest fit; nothing is deleted)")
 
     from .batch import add_batch_commands
 

@@ -6,15 +6,21 @@ from ..errors import InputError
 from .calibration import DEFAULT_WEIGHTS, answer_words, cross_fit, evaluate_fit, fit_weights
 
 
-def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool = True) -> dict:
-    """Cross-fit for honest before/after figures, then fit on all labels and store the weights."""
+def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool = True, force: bool = False) -> dict:
+    """Cross-fit for honest before/after figures, then fit on all labels and store the weights.
+
+    A fit whose held-out Brier score (a proper score: it rewards both ranking and calibration) is
+    worse than the default weights' on the same held-out half is not stored unless ``force``:
+    ``result["stored"]`` is False and ``result["not_stored"]`` says why.
+    """
     rows = [{**r, "answer_words": answer_words(r.get("answer"), bool(r.get("refusal")))}
             for r in store.labelled_attempts()]
     if len(rows) < min_labels:
         raise InputError(
             f"only {len(rows)} labelled answered outcome(s) in memory (labels on refusals do not count), "
             f"{min_labels} needed; label answers with "
-            "`sirag feedback ID --correct/--wrong` or run `sirag eval` (gold labels), or pass --min-labels"
+            "`sirag feedback ID --correct/--wrong` or run `sirag eval` (gold labels)"
+            + (", or pass --min-labels" if len(rows) >= 2 else "")
         )
     labels = [int(r["label"]) for r in rows]
     if len(set(labels)) < 2:
@@ -25,8 +31,22 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
     after = evaluate_fit(rows, labels, weights)
     result = {"n": len(rows), "held_out": held_out, "in_sample_before": before, "in_sample_after": after,
               "weights": weights}
+    b_before, b_after = held_out["before"].get("brier"), held_out["after"].get("brier")
+    if save and not force and b_before is not None and b_after is not None and b_after > b_before:
+        result["stored"] = False
+        result["not_stored"] = (f"the fit scores worse than the default weights on the held-out half (Brier "
+                                f"{b_after:.3f} > {b_before:.3f}): too few or unrepresentative labels; add labels, "
+                                "or store it anyway with --force")
+        return result
+    result["stored"] = save
     if save:
         metrics = {"auroc_before": held_out.get("before", {}).get("auroc"), "auroc_after": held_out.get("after", {}).get("auroc"),
                    "ece_before": held_out.get("before", {}).get("ece"), "ece_after": held_out.get("after", {}).get("ece")}
         result["fit_id"] = store.save_calibration(weights, len(rows), metrics)
     return result
+
+
+def reset_calibration(store) -> int:
+    """Put the default weights back in use: they are stored as the newest fit (n = 0), so the
+    history of fits is kept and a later ``sirag calibrate`` replaces them as before."""
+    return store.save_calibration(dict(DEFAULT_WEIGHTS), 0, {"reset_to_defaults": True})

@@ -67,3 +67,23 @@ def test_calibration_needs_enough_labels_of_both_kinds(store: MemoryStore) -> No
         calibrate_from_memory(store, min_labels=20)
     with pytest.raises(InputError, match="both correct and wrong"):
         calibrate_from_memory(store, min_labels=2)
+
+
+def test_a_fit_worse_than_the_defaults_on_held_out_labels_is_not_stored(store: MemoryStore) -> None:
+    """Two labels that contradict the signals (the short, well-supported answer wrong): the fit
+    learns the noise; on the held-out label it scores worse than the defaults and is kept out."""
+    from self_improving_rag.evaluation.calibrate import reset_calibration
+
+    _record(store, 2, SHORT, correct_every=2)  # one right, one wrong, identical signals
+    _record(store, 2, LONG, correct_every=2)
+    result = calibrate_from_memory(store, min_labels=2, seed=0, save=True)
+    held = result["held_out"]
+    assert held["after"]["brier"] > held["before"]["brier"]
+    assert result["stored"] is False and "worse than the default weights" in result["not_stored"]
+    assert store.latest_calibration() is None
+    forced = calibrate_from_memory(store, min_labels=2, seed=0, save=True, force=True)
+    assert forced["stored"] is True and store.latest_calibration()["id"] == forced["fit_id"]
+    # --reset: the default weights are in use again, as the newest fit; the forced one is kept.
+    fit_id = reset_calibration(store)
+    latest = store.latest_calibration()
+    assert latest["id"] == fit_id and latest["weights"] == DEFAULT_WEIGHTS and latest["n"] == 0

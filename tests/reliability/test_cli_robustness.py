@@ -345,3 +345,21 @@ def test_an_ambiguous_id_prefix_lists_the_matches(tmp_path, monkeypatch):
             store.record(make_answer(f"Who built tower {i}?"))
         with pytest.raises(Exception, match=r"matches several outcomes .*\(abcdef000000, abcdef111111, .*, \.\.\.\)"):
             store.show("abcdef")
+
+
+def test_calibrate_reset_and_its_refused_mixes(tmp_path):
+    from tests.memory.memory_testkit import make_answer
+
+    ov = fake_overrides(tmp_path)
+    db = Path([o for o in ov if o.startswith("paths.memory_db=")][0].split("=", 1)[1])
+    with MemoryStore(db) as store:
+        store.record(make_answer("Who built it?"))
+        store.save_calibration({"bias": -3.0}, 30, {})
+    r = run(["calibrate", "--reset", "--dry-run"], tmp_path, ov)
+    assert r.returncode == 2 and "takes no --dry-run" in r.stderr
+    r = run(["calibrate", "--reset"], tmp_path, ov)
+    assert r.returncode == 0 and "default weights stored as fit 2" in r.stdout, r.stderr
+    with MemoryStore(db, read_only=True) as store:
+        assert store.latest_calibration()["n"] == 0
+    r = run(["calibrate"], tmp_path, ov)  # one unlabelled answer: no hint to lower --min-labels to 0
+    assert r.returncode == 2 and "0 labelled" in r.stderr and "--min-labels" not in r.stderr
