@@ -393,7 +393,7 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
                 _output_file(path, "--csv" if fmt == "csv" else "--json-file", config)
             for fmt, path in targets:
                 n = store.export(fmt, path)
-            data = {"exported": n, "files": [{"path": str(path), "format": fmt} for fmt, path in targets]}
+            data = {"exported_outcomes": n, "files": [{"path": str(path), "format": fmt} for fmt, path in targets]}
         elif action == "report":
             if not args.html:
                 raise InputError("sirag memory report needs --html FILE")

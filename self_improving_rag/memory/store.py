@@ -950,18 +950,23 @@ class MemoryStore:
     def _export_rows(self) -> tuple[list[str], list[str], list[dict[str, Any]]]:
         ocols = [r["name"] for r in self._rows("SELECT name FROM pragma_table_info('outcomes') ORDER BY cid")]
         acols = [r["name"] for r in self._rows("SELECT name FROM pragma_table_info('attempts') ORDER BY cid")]
-        select = ", ".join([f"o.{c} AS outcome_{c}" for c in ocols] + [f"a.{c} AS attempt_{c}" for c in acols])
+        select = ", ".join([f"o.{c} AS outcome_{c}" for c in ocols]
+                           + ["l.label AS outcome_label", "l.source AS outcome_label_source"]
+                           + [f"a.{c} AS attempt_{c}" for c in acols])
         rows = self._rows(
-            f"SELECT {select} FROM outcomes o LEFT JOIN attempts a ON a.outcome_id = o.id "
+            f"WITH {self._LATEST_LABEL} SELECT {select} FROM outcomes o "
+            "LEFT JOIN latest l ON l.outcome_id = o.id AND l.rn = 1 LEFT JOIN attempts a ON a.outcome_id = o.id "
             "ORDER BY o.created_at, o.rowid, a.number"
         )
-        return ocols, acols, rows
+        return [*ocols, "label", "label_source"], acols, rows
 
     def export(self, fmt: str, path: str | Path) -> int:
         """Write outcomes joined with their attempts to ``path``; returns the number of outcomes.
 
         'csv': one row per attempt, columns ``outcome_*`` and ``attempt_*``.
         'json': a list of outcomes, each with its ``attempts`` (JSON columns parsed).
+        Each outcome carries its current label (``label`` 1/0 and ``label_source``; empty when
+        unlabelled).
         """
         if fmt not in ("csv", "json"):
             raise ValueError(f"fmt must be 'csv' or 'json', got {fmt!r}")

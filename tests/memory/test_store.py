@@ -441,19 +441,24 @@ def test_search_property_any_text_is_safe(store: MemoryStore, text: str) -> None
 def test_export_csv_and_json(store: MemoryStore, tmp_path: Path) -> None:
     populate(store)
     nothing = store.record(make_answer("no attempts", attempts=(), refused=True, confidence=0.0))
+    store.add_feedback(nothing, True, source="gold")
+    store.add_feedback(nothing, False, source="user")
     n = store.export("csv", tmp_path / "out" / "memory.csv")
     assert n == 10
     with (tmp_path / "out" / "memory.csv").open(newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 13  # 12 attempts + one row for the outcome without attempts
-    expected = {"outcome_id", "outcome_question", "attempt_number", "attempt_failure", "attempt_strategy_key"}
+    expected = {"outcome_id", "outcome_question", "attempt_number", "attempt_failure", "attempt_strategy_key",
+                "outcome_label", "outcome_label_source"}
     assert expected <= set(rows[0])
+    assert [(r["outcome_label"], r["outcome_label_source"]) for r in rows if r["outcome_id"] == nothing] == [("0", "user")]
+    assert {r["outcome_label"] for r in rows if r["outcome_id"] != nothing} == {""}
 
     assert store.export("json", tmp_path / "memory.json") == 10
     data = json.loads((tmp_path / "memory.json").read_text(encoding="utf-8"))
     assert len(data) == 10 and sum(len(o["attempts"]) for o in data) == 12
     by_id = {o["id"]: o for o in data}
-    assert by_id[nothing]["attempts"] == []
+    assert by_id[nothing]["attempts"] == [] and (by_id[nothing]["label"], by_id[nothing]["label_source"]) == (0, "user")
     some = next(o for o in data if o["n_attempts"] == 2)
     assert some["attempts"][1]["strategy"]["retriever"] == "bm25"
     assert some["attempts"][0]["signals"]["coverage"]["value"] == 0.7
