@@ -416,6 +416,9 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
     else:
         for k, v in data.items():
             print(f"{k}: {_short(v)}")
+    if action in ("stats", "strategies", "failures") and data and not args.json:
+        print("(successes and success rates are the engine's own verdict: the answer passed its checks; "
+              "feedback and labelled_* count labels, which the strategy policy prefers where they exist)")
     return 0
 
 
@@ -452,6 +455,8 @@ def _memory_merge(files: list[str], args: argparse.Namespace, config: Config) ->
 
 
 def _short(v: Any) -> str:
+    if v is None:
+        return "n/a"
     if isinstance(v, float):
         return f"{v:.3f}"
     if isinstance(v, dict):

@@ -831,16 +831,23 @@ class MemoryStore:
         }
 
     def strategies(self) -> list[dict[str, Any]]:
-        """Per strategy key over all attempts: attempts, successes, success_rate, mean confidence and ms."""
+        """Per strategy key over all attempts: attempts, successes (attribution NONE: the engine's own
+        verdict), success_rate, mean confidence and ms; ``labelled`` answers given by that strategy
+        that carry a label, and ``labelled_right_rate`` among them (the current label)."""
         rows = self._rows(
-            """
-            SELECT strategy_key, COUNT(*) AS attempts, SUM(failure = 'NONE') AS successes,
-                   AVG(confidence) AS mean_confidence, AVG(total_ms) AS mean_total_ms
-            FROM attempts GROUP BY strategy_key ORDER BY attempts DESC, strategy_key
+            f"""
+            WITH {self._LATEST_LABEL}
+            SELECT a.strategy_key, COUNT(*) AS attempts, SUM(a.failure = 'NONE') AS successes,
+                   AVG(a.confidence) AS mean_confidence, AVG(a.total_ms) AS mean_total_ms,
+                   COUNT(l.label) AS labelled, SUM(l.label) AS labelled_right
+            FROM attempts a JOIN outcomes o ON o.id = a.outcome_id
+            LEFT JOIN latest l ON l.outcome_id = o.id AND l.rn = 1 AND a.number = o.chosen_attempt
+            GROUP BY a.strategy_key ORDER BY attempts DESC, a.strategy_key
             """
         )
         for r in rows:
             r["success_rate"] = _rate(int(r["successes"]), int(r["attempts"]))
+            r["labelled_right_rate"] = _rate(int(r.pop("labelled_right") or 0), int(r["labelled"]))
         return rows
 
     def _followups(self) -> list[dict[str, Any]]:

@@ -333,6 +333,15 @@ def test_stats_strategies_failures(store: MemoryStore) -> None:
     assert by_key[STRATEGY_A.key]["attempts"] == 9 and by_key[STRATEGY_A.key]["successes"] == 5
     assert by_key[STRATEGY_B.key]["success_rate"] == 1.0
     assert by_key[STRATEGY_A.key]["mean_total_ms"] == pytest.approx(267.5)
+    assert by_key[STRATEGY_A.key]["labelled"] == 0 and by_key[STRATEGY_A.key]["labelled_right_rate"] is None
+    # Labels count for the attempt that gave the answer: passed checks but labelled wrong.
+    answered = store._rows("SELECT id FROM outcomes WHERE chosen_attempt IS NOT NULL ORDER BY id")
+    store.add_feedback(answered[0]["id"], False)
+    store.add_feedback(answered[1]["id"], True)
+    rows = store.strategies()
+    assert sum(r["labelled"] for r in rows) == 2
+    labelled = [r for r in rows if r["labelled"]]
+    assert sum(r["labelled"] * r["labelled_right_rate"] for r in labelled) == pytest.approx(1)
 
     failures = {f["failure"]: f for f in store.failures()}
     assert set(failures) == {"WEAK_RETRIEVAL", "LOW_CONFIDENCE"}
