@@ -43,11 +43,14 @@ def check_question(question: str) -> str:
 
 
 def restates_question(question: str, answer: str) -> bool:
-    """An answer that only echoes the question says nothing new: no answer.
+    """An answer that only echoes the question, or has no content word at all, says nothing new:
+    no answer.
 
     It is an echo when every content word of the answer comes from the question ("Who killed
-    Drebber?" -> "Drebber"), unless the question offers a choice ("... by Venn or by Lune?" ->
-    "Venn") or asks yes or no ("Did Holmes go to Paris?" -> "Holmes went to Paris").
+    Drebber?" -> "Drebber"); it is empty when it has none ("He", "It was him", "x": nothing in it
+    can be checked against the passages). Both are answers when the question offers a choice
+    ("... by Venn or by Lune?" -> "Venn", "the former") or asks yes or no ("Did Holmes go to
+    Paris?" -> "Holmes went to Paris", "No").
     """
     from .feedback.policy import query_features
     from .generation.prompts import strip_citations
@@ -55,7 +58,7 @@ def restates_question(question: str, answer: str) -> bool:
 
     terms = set(content_terms(strip_citations(answer)))
     asked = set(content_terms(question))
-    if not terms or not terms <= asked:
+    if terms and not terms <= asked:
         return False
     offers_choice = re.search(r"\bor\b", question, re.I) is not None
     return not offers_choice and query_features(question).query_class != "yes-no"

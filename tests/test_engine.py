@@ -279,7 +279,12 @@ def test_futile_lets_a_seeded_share_of_questions_retry(tmp_path, make_engine):
     ("Was the lighthouse built by Clara Venn or by Tobias Lune?", "Clara Venn built it [1].", False),
     ("Which is older, the lighthouse or the market bell?", "The lighthouse [2].", False),
     ("Did Tobias Lune save the sailors?", "Tobias Lune saved the sailors [1].", False),
-    ("Who saved the sailors?", "[1]", False),
+    # No content word at all: nothing to check, no answer; but "No" answers a yes/no question.
+    ("Who saved the sailors?", "[1]", True),
+    ("Who saved the sailors?", "He did [1].", True),
+    ("What colour was the keeper's dog?", "x", True),
+    ("Did Tobias Lune save the sailors?", "No [1].", False),
+    ("Was the lighthouse built by Clara Venn or by Tobias Lune?", "The former [1].", False),
 ])
 def test_an_answer_that_only_echoes_the_question_is_no_answer(question, answer, echo):
     from self_improving_rag.engine import restates_question
