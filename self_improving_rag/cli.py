@@ -219,7 +219,13 @@ def _format_answer(ans: dict, verbose: bool) -> str:
             lines.append("closest passages:")
     else:
         lines.append(ans["answer"])
-        lines.append(f"confidence {ans['confidence']:.2f}   (attempt {ans['chosen_attempt']} of {len(ans['attempts'])})")
+        chosen = next((a for a in ans["attempts"] if a["number"] == ans["chosen_attempt"]), None)
+        caveat = ""
+        if chosen is not None and chosen["failure"] != "NONE":
+            # Accepted on its confidence although a check flagged it (no attempt passed them all).
+            caveat = f"; its checks flagged {chosen['failure']}: {chosen['failure_reason']}"
+        lines.append(f"confidence {ans['confidence']:.2f}   (attempt {ans['chosen_attempt']} of {len(ans['attempts'])}"
+                     f"{caveat})")
         lines.append("sources:")
     for s in ans["sources"]:
         snippet = textwrap.shorten(s["text"], 220, placeholder=" …")
