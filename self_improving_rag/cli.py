@@ -70,8 +70,8 @@ def _output_file(path: str, option: str, config: Config) -> Path:
         raise InputError(f"{option} {path}: {blocker} is a file, not a folder; write elsewhere")
     want, got = _OUTPUT_SUFFIX.get(option), p.suffix.lower()
     if want and got != want and got in set(_OUTPUT_SUFFIX.values()):  # e.g. --csv out.json: surely a slip
-        raise InputError(f"{option} {path}: a {got} name for a {want} file; name it {p.with_suffix(want).name}, or use the "
-                         f"option of that format")
+        raise InputError(f"{option} {path}: a {got} name for a {want} file; name it {p.with_suffix(want).name}, "
+                         "or use the option of that format")
     store = Path(config.paths.memory_db).resolve()
     if p.resolve() in {store, Path(f"{store}-wal"), Path(f"{store}-shm"), Path(f"{store}-journal")}:
         raise InputError(f"{option} {path} is the memory database itself; writing there would destroy it; "
