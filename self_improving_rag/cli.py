@@ -251,7 +251,7 @@ def _format_answer(ans: dict, verbose: bool) -> str:
 
 
 def _read_question(args: argparse.Namespace) -> str:
-    if "-" in args.question and len(args.question) > 1:
+    if args.question[0] == "-" and len(args.question) > 1:
         raise InputError("'-' reads the question from stdin and stands alone; give the question as words or as "
                          "'-' with the question on stdin, not both")
     q = " ".join(args.question)
@@ -455,8 +455,10 @@ def _memory_merge(files: list[str], args: argparse.Namespace, config: Config) ->
                   f"{r['outcomes_same_run_item']} of batch items recorded here under another id")
         print(f"into {config.paths.memory_db}")
         if fit is not None:
-            print(f"calibration in use now: fit {fit['id']} made {fit['created_at']} on {fit['n']} label(s) (the "
-                  "newest); run `sirag calibrate` to fit on all labels here, or --reset for the default weights")
+            what = ("the default weights (a reset)" if (fit["metrics"] or {}).get("reset_to_defaults")
+                    else f"fit {fit['id']} made {fit['created_at']} on {fit['n']} label(s)")
+            print(f"calibration in use now: {what} (the newest); run `sirag calibrate` to fit on all labels here, "
+                  "or `sirag calibrate --reset` for the default weights")
     return 0
 
 
@@ -521,7 +523,8 @@ def cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
             if args.json:
                 _print_json({"fit_id": fit_id, "reset_to_defaults": True})
             else:
-                print(f"default weights stored as fit {fit_id}: used by every later answer until the next calibrate")
+                print(f"default weights stored as fit {fit_id}: used by every later answer until a newer fit "
+                      "(`sirag calibrate`, or one merged in)")
             return 0
         result = calibrate_from_memory(store, min_labels=args.min_labels, seed=config.policy.seed,
                                        save=not args.dry_run, force=args.force)

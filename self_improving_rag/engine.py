@@ -42,13 +42,26 @@ def check_question(question: str) -> str:
     return q
 
 
+# Words that, alone, name nothing: pronouns, auxiliaries, articles. An answer made only of them
+# (or of single letters) cannot be checked against the passages.
+_EMPTY_WORDS = frozenset(
+    "he she it they him her them his hers its their theirs this that these those i you we me us my your our "
+    "did does do done was were is are be been being has have had the a an".split())
+
+
+def _says_nothing(text: str) -> bool:
+    words = re.findall(r"[^\W\d_]+|\d+", text.lower())
+    return all(w in _EMPTY_WORDS or (len(w) == 1 and not w.isdigit()) for w in words)
+
+
 def restates_question(question: str, answer: str) -> bool:
     """An answer that only echoes the question, or has no content word at all, says nothing new:
     no answer.
 
     It is an echo when every content word of the answer comes from the question ("Who killed
-    Drebber?" -> "Drebber"); it is empty when it has none ("He", "It was him", "x": nothing in it
-    can be checked against the passages). Both are answers when the question offers a choice
+    Drebber?" -> "Drebber"); it is empty when it is made only of pronouns, auxiliaries, articles
+    or single letters ("He did", "It was him", "x": nothing in it can be checked against the
+    passages; "One", "Once", "No one" are answers). Both are answers when the question offers a choice
     ("... by Venn or by Lune?" -> "Venn", "the former") or asks yes or no ("Did Holmes go to
     Paris?" -> "Holmes went to Paris", "No").
     """
@@ -56,10 +69,13 @@ def restates_question(question: str, answer: str) -> bool:
     from .generation.prompts import strip_citations
     from .text import content_terms
 
-    terms = set(content_terms(strip_citations(answer)))
+    text = strip_citations(answer)
+    terms = set(content_terms(text))
     asked = set(content_terms(question))
     if terms and not terms <= asked:
         return False
+    if not terms and not _says_nothing(text):
+        return False  # "One", "Once", "No one", "Up": short answers made of common words
     offers_choice = re.search(r"\bor\b", question, re.I) is not None
     return not offers_choice and query_features(question).query_class != "yes-no"
 

@@ -285,6 +285,12 @@ def test_futile_lets_a_seeded_share_of_questions_retry(tmp_path, make_engine):
     ("What colour was the keeper's dog?", "x", True),
     ("Did Tobias Lune save the sailors?", "No [1].", False),
     ("Was the lighthouse built by Clara Venn or by Tobias Lune?", "The former [1].", False),
+    # Short answers made of common words are answers.
+    ("How many daughters did the keeper have?", "One [1].", False),
+    ("How many times did the bell ring?", "Once [1].", False),
+    ("Who saw the wreck?", "No one [1].", False),
+    ("Where did the cat climb?", "Up [1].", False),
+    ("Tobias Lune was in Paris, right?", "No [1].", False),
 ])
 def test_an_answer_that_only_echoes_the_question_is_no_answer(question, answer, echo):
     from self_improving_rag.engine import restates_question

@@ -35,8 +35,9 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
     if save and not force and b_before is not None and b_after is not None and b_after > b_before:
         result["stored"] = False
         result["not_stored"] = (f"the fit scores worse than the default weights on the held-out half (Brier "
-                                f"{b_after:.3f} > {b_before:.3f}): too few or unrepresentative labels; add labels, "
-                                "or store it anyway with --force")
+                                f"{b_after:.3f} > {b_before:.3f}; one seeded half-split of the labels): too few or "
+                                "unrepresentative labels; the weights in use stay (`sirag calibrate --reset` for the "
+                                "defaults); add labels, or store it anyway with --force")
         return result
     result["stored"] = save
     if save:

@@ -133,11 +133,21 @@ def open_merge_source(path: str | Path) -> MemoryStore:
     try:
         return MemoryStore(path, read_only=True)
     except MemoryStoreError as exc:
-        if "older schema" in str(exc):
-            raise MemoryStoreError(f"{path} has an older schema: upgrade it first with "
-                                   f"`sirag memory stats --memory {path}`, then merge") from exc
-        reason = str(exc).split(";")[0].replace(f"memory database {path} ", "").replace(f"{path} ", "")
-        raise MemoryStoreError(f"cannot merge {path}: {reason}; only a sirag memory store can be merged") from exc
+        msg = str(exc)
+        if "older schema" in msg:
+            fix = f"upgrade it first with `sirag memory stats --memory {path}`, then merge"
+            why = "it has an older schema"
+        elif "newer version" in msg:
+            why, fix = "it was written by a newer version of sirag", "upgrade sirag, then merge"
+        elif "is empty" in msg:
+            why, fix = "it is empty", "nothing to merge from it"
+        elif "not a sirag memory store" in msg:
+            why, fix = "it is not a sirag memory store", "only a store sirag wrote can be merged"
+        elif "not a SQLite database" in msg:
+            why, fix = "it is not a SQLite database or is corrupt", "only a store sirag wrote can be merged"
+        else:
+            why, fix = msg.split(";")[0], "check the file"
+        raise MemoryStoreError(f"cannot merge {path}: {why}; {fix}") from exc
 
 
 class MemoryStore:

@@ -139,14 +139,25 @@ def test_a_store_is_not_merged_into_itself_and_a_bad_source_changes_nothing(tmp_
     foreign = tmp_path / "foreign.db"
     with sqlite3.connect(foreign) as conn:
         conn.execute("CREATE TABLE notes (x)")
-    with pytest.raises(MemoryStoreError, match="cannot merge .*foreign.db: is not a sirag memory store") as e:
+    with pytest.raises(MemoryStoreError, match="cannot merge .*foreign.db: it is not a sirag memory store") as e:
         main.merge_from(foreign)
     assert "--memory" not in str(e.value)
     garbage = tmp_path / "garbage.db"
     garbage.write_text("not a database")
-    with pytest.raises(MemoryStoreError, match="cannot merge .*garbage.db: is not a SQLite database") as e:
+    with pytest.raises(MemoryStoreError, match="cannot merge .*garbage.db: it is not a SQLite database") as e:
         main.merge_from(garbage)
     assert "--memory" not in str(e.value)
+    (tmp_path / "empty.db").write_bytes(b"")
+    with pytest.raises(MemoryStoreError, match="cannot merge .*empty.db: it is empty; nothing to merge"):
+        main.merge_from(tmp_path / "empty.db")
+    newer = tmp_path / "newer.db"
+    MemoryStore(newer).close()
+    with sqlite3.connect(newer) as conn:
+        conn.execute("INSERT INTO _sqlite_migrations (migration_set, name, applied_at) "
+                     "VALUES ('sirag', 'm999_future', '2030-01-01')")
+    with pytest.raises(MemoryStoreError, match="cannot merge .*newer.db: it was written by a newer version of sirag; "
+                                               "upgrade sirag"):
+        main.merge_from(newer)
     assert main.stats()["outcomes"] == 1
     main.close()
 

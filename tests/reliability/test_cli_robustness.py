@@ -320,6 +320,8 @@ def test_ask_refuses_option_mixes_it_cannot_honour(tmp_path):
                         (["ask", "-", "extra"], "stands alone")):
         r = run(args, tmp_path, ov)
         assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+    r = run(["search", "What", "is", "5", "-", "3?"], tmp_path, ov)  # a '-' inside a question is a word
+    assert "stands alone" not in r.stderr and "no index" in r.stderr
 
 
 def test_feedback_on_a_refusal_says_what_the_label_is_used_for(tmp_path):
