@@ -540,12 +540,9 @@ class MemoryStore:
         def write() -> bool:
             with self._immediate() as db:
                 if keep_settled:
-                    user = db.execute("SELECT 1 FROM feedback WHERE outcome_id = ? AND source = 'user' LIMIT 1",
-                                      [full_id]).fetchone()
-                    latest = db.execute("SELECT label FROM feedback WHERE outcome_id = ? "
-                                        "ORDER BY created_at DESC, id DESC LIMIT 1",
-                                        [full_id]).fetchone()
-                    if user or (latest is not None and latest[0] == int(correct)):
+                    current = db.execute(f"SELECT label, source FROM feedback WHERE outcome_id = ? "
+                                         f"ORDER BY {self._LABEL_ORDER} LIMIT 1", [full_id]).fetchone()
+                    if current is not None and (current[1] == "user" or current[0] == int(correct)):
                         return False
                 self._insert(db, "feedback", row)
                 return True
@@ -657,7 +654,7 @@ class MemoryStore:
                     if a["outcome_id"] in new:
                         self._insert(db, "attempts", without_id(a))
                         counts["attempts_added"] += 1
-                for f in sorted(data["feedback"], key=lambda r: (r["created_at"], r["id"])):
+                for f in data["feedback"]:  # the current label is chosen by time, not by insertion order
                     if f["outcome_id"] not in kept or conn.execute(
                             "SELECT 1 FROM feedback WHERE outcome_id = ? AND label = ? AND source = ? AND note = ? "
                             "AND created_at = ?",
@@ -680,11 +677,11 @@ class MemoryStore:
     # The current label per outcome: the newest user label, else the newest gold label (rows only
     # grow; by time, then id, so labels merged from another store take their place by when they
     # were made).
-    _LATEST_LABEL = """
+    _LABEL_ORDER = "source = 'user' DESC, created_at DESC, id DESC"
+    _LATEST_LABEL = f"""
         latest AS (
             SELECT id, outcome_id, label, source,
-                   ROW_NUMBER() OVER (PARTITION BY outcome_id
-                                  ORDER BY source = 'user' DESC, created_at DESC, id DESC) AS rn
+                   ROW_NUMBER() OVER (PARTITION BY outcome_id ORDER BY {_LABEL_ORDER}) AS rn
             FROM feedback
         )"""
     # An attempt's success: the outcome's label when this attempt is the answer that was
