@@ -299,7 +299,26 @@ def test_section_merges_a_tiny_section_into_its_next_sibling() -> None:
     _check_within_sections(doc, chunks, 10)
     merged = next(c for c in chunks if "Tiny." in c.text)
     assert "Sentence number one" in merged.text
-    assert merged.section == "Doc > A > Long"  # the later path is kept
+    # The chunk holds text of both sections, so its label names both, under their parent.
+    assert merged.section == "Doc > A > Short – Long"
+    assert merged.embed_text.startswith("Doc > A > Short – Long\n")
+
+
+@pytest.mark.parametrize("name", ["section", "semantic"])
+def test_chunks_after_a_merged_tiny_section_name_only_their_own_section(name: str) -> None:
+    text = "# A\n\n## Short\n\nTiny.\n\n## Long\n\n" + "\n\n".join(SENTENCES[:8]) + "\n"
+    doc = _doc(text)
+    chunks = _chunk(name, doc, {"max_tokens": 30, "min_tokens": 10})
+    assert len(chunks) > 1
+    first, rest = chunks[0], chunks[1:]
+    assert "Tiny." in first.text and first.section == "Doc > A > Short – Long"
+    assert all("Tiny." not in c.text and c.section == "Doc > A > Long" for c in rest), [c.section for c in rest]
+
+
+def test_a_lone_parent_title_merged_into_its_child_keeps_the_child_path() -> None:
+    chunks = SectionChunker(max_tokens=60, min_tokens=5).chunk(_doc(NESTED), TOK)
+    lead = next(c for c in chunks if c.text.startswith("# Part One"))
+    assert lead.section == "Doc > Part One > Chapter 1"
 
 
 @pytest.mark.parametrize("name", ["section", "semantic"])

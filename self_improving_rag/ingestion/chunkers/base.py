@@ -37,8 +37,8 @@ class Chunker(Protocol):
 #: Recorded with every chunker's parameters in the index manifest; bump it when chunking code
 #: changes what the same parameters produce, so that an index built by the older code is
 #: re-chunked (ingest) or named as built differently (search), never mixed silently.
-#: 2: split_long cuts between words.
-CHUNKING_VERSION = 2
+#: 2: split_long cuts between words. 3: a chunk of merged sibling sections names them all.
+CHUNKING_VERSION = 3
 
 
 def leaf_spans(doc: Document) -> list[tuple[int, int, tuple[str, ...]]]:

@@ -1,4 +1,4 @@
-"""Section-aware chunker: never crosses a section; paragraphs, then sentences."""
+"""Section-aware chunker: chunks stay inside a section (tiny ones merge into the next); paragraphs, then sentences."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ class SectionChunker:
 
     A section smaller than ``min_tokens`` is merged with the following one when both share
     a parent, so a title-only section never becomes a chunk of its own (a heading paragraph
-    inside a section still stands alone when the paragraph after it fills a whole chunk). The
-    breadcrumb is prepended to the embedded text (kept apart from the raw text).
+    inside a section still stands alone when the paragraph after it fills a whole chunk). A
+    chunk holding text of two merged sibling sections is labelled with both ("Parent > A – B");
+    a chunk of one section, with that section. The breadcrumb is prepended to the embedded text
+    (kept apart from the raw text).
     """
 
     name = "section"
@@ -44,34 +46,71 @@ class SectionChunker:
     def chunk(self, doc: Document, tokenizer: TokenCounter, embed: EmbedFn | None = None) -> list[Chunk]:
         spans = merge_small_spans(doc, leaf_spans(doc), self.min_tokens, tokenizer)
         chunks: list[Chunk] = []
-        for s, e, path in spans:
+        for s, e, path, pieces in spans:
+            # The budget is for the span's longest label (a chunk's own label is never longer).
             budget = text_budget(doc, path, self.max_tokens, tokenizer, self.embed_limit, with_breadcrumb=True)
             units = self._units(doc.text, s, e, budget, tokenizer)
             for cs, ce, n in pack(units, budget):
-                chunks.append(make_chunk(doc, self.name, cs, ce, n, path, len(chunks), with_breadcrumb=True))
+                chunks.append(make_chunk(doc, self.name, cs, ce, n, chunk_path(pieces, cs, ce), len(chunks),
+                                         with_breadcrumb=True))
         return chunks
 
 
-def merge_small_spans(doc: Document, spans: list[tuple[int, int, tuple[str, ...]]], min_tokens: int,
-                      tokenizer: TokenCounter) -> list[tuple[int, int, tuple[str, ...]]]:
-    """Merge a tiny span into the next one under the same parent (keeping the later path)."""
-    out: list[tuple[int, int, tuple[str, ...]]] = []
-    pending: tuple[int, int, tuple[str, ...]] | None = None
+Path = tuple[str, ...]
+#: A merged span: start, end, the path its text budget is computed for, and the (start, path) of
+#: each section merged into it, in order (one entry when nothing was merged).
+MergedSpan = tuple[int, int, Path, tuple[tuple[int, Path], ...]]
+
+
+def merge_small_spans(doc: Document, spans: list[tuple[int, int, Path]], min_tokens: int,
+                      tokenizer: TokenCounter) -> list[MergedSpan]:
+    """Merge a tiny span into the next one under the same parent.
+
+    Each merged span remembers where every section in it starts, so that a chunk is labelled
+    by the sections its own text comes from (:func:`chunk_path`), not by the last one merged.
+    """
+    out: list[MergedSpan] = []
+    pending: tuple[int, int, tuple[tuple[int, Path], ...]] | None = None
     for s, e, path in spans:
         if not doc.text[s:e].strip():
             continue
+        pieces: tuple[tuple[int, Path], ...] = ((s, path),)
         if pending is not None:
-            ps, _, ppath = pending
+            ps, pe, ppieces = pending
+            ppath = ppieces[-1][1]
             # Merge into a sibling, or into the first child of a parent whose title stands alone.
             if ppath[:-1] == path[:-1] or path[:len(ppath)] == ppath:
                 s = ps
+                pieces = ppieces + pieces
             else:
-                out.append(pending)
+                out.append((ps, pe, chunk_path(ppieces, ps, pe), ppieces))
             pending = None
         if tokenizer.count(doc.text[s:e]) < min_tokens:
-            pending = (s, e, path)
+            pending = (s, e, pieces)
         else:
-            out.append((s, e, path))
+            out.append((s, e, chunk_path(pieces, s, e), pieces))
     if pending is not None:
-        out.append(pending)
+        ps, pe, ppieces = pending
+        out.append((ps, pe, chunk_path(ppieces, ps, pe), ppieces))
     return out
+
+
+def chunk_path(pieces: tuple[tuple[int, Path], ...], start: int, end: int) -> Path:
+    """The section path of text [start, end) of a merged span with these ``pieces``.
+
+    One section: its path. A parent's lone title followed by its child: the child's path (it
+    names the parent too). Sibling sections: their parent, then "first – last" of the sections
+    the text runs through, so a citation never names only a section the text is not from.
+    """
+    bounds = [p[0] for p in pieces[1:]] + [end]
+    paths = [path for (s, path), e in zip(pieces, bounds) if s < end and e > start] or [pieces[-1][1]]
+    last = paths[-1]
+    # A path that is a prefix of the last one (a parent's lone title) is named by it already.
+    others = [p for p in paths if last[:len(p)] != p]
+    if not others:
+        return last
+    first = others[0]
+    common = 0
+    while common < min(len(first), len(last)) - 1 and first[common] == last[common]:
+        common += 1
+    return (*last[:common], f"{' > '.join(first[common:])} – {' > '.join(last[common:])}")

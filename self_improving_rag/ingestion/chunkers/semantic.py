@@ -6,7 +6,7 @@ import numpy as np
 
 from ...types import Chunk, Document
 from .base import EmbedFn, TokenCounter, Unit, make_chunk, pack, sentence_units, split_long, text_budget
-from .section import merge_small_spans
+from .section import chunk_path, merge_small_spans
 from .base import leaf_spans
 
 
@@ -40,14 +40,14 @@ class SemanticChunker:
         if embed is None:
             raise ValueError("the semantic chunker needs an embed function")
         spans = merge_small_spans(doc, leaf_spans(doc), self.min_tokens, tokenizer)
-        per_span: list[tuple[tuple[str, ...], int, list[Unit]]] = []
+        per_span: list[tuple[tuple[tuple[int, tuple[str, ...]], ...], int, list[Unit]]] = []
         all_units: list[Unit] = []
-        for s, e, path in spans:
+        for s, e, path, pieces in spans:
             budget = text_budget(doc, path, self.max_tokens, tokenizer, self.embed_limit, with_breadcrumb=True)
             units: list[Unit] = []
             for u in sentence_units(doc.text, s, e, tokenizer):
                 units.extend(split_long(doc.text, u, budget, tokenizer))
-            per_span.append((path, budget, units))
+            per_span.append((pieces, budget, units))
             all_units.extend(units)
         if not all_units:
             return []
@@ -57,12 +57,13 @@ class SemanticChunker:
         threshold = float(np.percentile(distances, self.percentile)) if len(distances) else 1.0
         chunks: list[Chunk] = []
         offset = 0
-        for path, budget, units in per_span:
+        for pieces, budget, units in per_span:
             d = distances[offset:offset + len(units) - 1] if len(units) > 1 else np.zeros(0)
             offset += len(units)
             for group in self._groups(units, d, threshold, budget):
                 for cs, ce, n in pack(group, budget):
-                    chunks.append(make_chunk(doc, self.name, cs, ce, n, path, len(chunks), with_breadcrumb=True))
+                    chunks.append(make_chunk(doc, self.name, cs, ce, n, chunk_path(pieces, cs, ce), len(chunks),
+                                             with_breadcrumb=True))
         return chunks
 
     def _groups(self, units: list[Unit], d: np.ndarray, threshold: float, budget: int) -> list[list[Unit]]:
