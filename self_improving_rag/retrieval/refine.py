@@ -8,6 +8,8 @@ from ..text import content_terms
 from .reranker import SentenceScores
 
 REFINE_MODES = ("windows", "sentences")
+#: What :func:`join_spans` puts where text was left out between two kept sentences.
+GAP = " … "
 
 
 def refine_passage_spans(
@@ -37,9 +39,9 @@ def refine_passage_spans(
     With ``every_passage`` each passage's best sentence is taken first, in rank order, so no
     retrieved passage vanishes; then the other sentences, best first. Each sentence brings
     ``context_sentences`` neighbours on both sides (or comes alone when they do not fit) until
-    ``budget_tokens`` is spent (the budget counts the sentences' tokens; the "…" that
-    :func:`join_spans` puts where text was left out adds one token per gap). The first
-    text always keeps its best sentence, so a refined context is never empty.
+    ``budget_tokens`` is spent (the budget counts the sentences' tokens and the "…" that
+    :func:`join_spans` puts where text was left out between two of them). The first text
+    always keeps its best sentence, so a refined context is never empty.
     """
     if mode not in REFINE_MODES:
         raise ValueError(f"unknown refinement mode {mode!r}; use one of {', '.join(REFINE_MODES)}")
@@ -63,6 +65,7 @@ def refine_passage_spans(
     seed_set = set(seeds)
     order = seeds + [c for c in candidates if c not in seed_set]
     chosen: list[set[int]] = [set() for _ in texts]
+    gap = count_tokens(GAP)
     used = 0
     for _, ti, si in order:
         if si in chosen[ti]:
@@ -70,10 +73,10 @@ def refine_passage_spans(
         spans = scores[ti].spans
         lo, hi = max(0, si - context_sentences), min(len(spans) - 1, si + context_sentences)
         new = [j for j in range(lo, hi + 1) if j not in chosen[ti]]
-        cost = sum(count_tokens(texts[ti][spans[j][0]:spans[j][1]]) for j in new)
+        cost = sum(count_tokens(texts[ti][spans[j][0]:spans[j][1]]) for j in new) + gap * _new_gaps(chosen[ti], new)
         if used + cost > budget_tokens:
             # Try the sentence alone before giving up on it.
-            alone = count_tokens(texts[ti][spans[si][0]:spans[si][1]])
+            alone = count_tokens(texts[ti][spans[si][0]:spans[si][1]]) + gap * _new_gaps(chosen[ti], [si])
             if used + alone > budget_tokens:
                 if used == 0:
                     chosen[ti].add(si)
@@ -83,6 +86,17 @@ def refine_passage_spans(
         chosen[ti].update(new)
         used += cost
     return [[scores[ti].spans[j] for j in sorted(chosen[ti])] for ti in range(len(texts))]
+
+
+def _runs(indices: set[int]) -> int:
+    """How many runs of consecutive sentence indices there are."""
+    return sum(1 for j in indices if j - 1 not in indices)
+
+
+def _new_gaps(chosen: set[int], new: list[int]) -> int:
+    """How many more gaps (each shown as GAP) a passage has once ``new`` sentences join ``chosen``."""
+    before = max(0, _runs(chosen) - 1)
+    return max(0, _runs(chosen | set(new)) - 1) - before
 
 
 def _sentence_scores(question: str, texts: list[str], scores: list[SentenceScores],
@@ -156,7 +170,7 @@ def join_spans(text: str, spans: list[tuple[int, int]]) -> str:
     prev_end = None
     for s, e in spans:
         if prev_end is not None and text[prev_end:s].strip():
-            parts.append(" … ")
+            parts.append(GAP)
         elif prev_end is not None:
             parts.append(" ")
         parts.append(text[s:e])

@@ -274,15 +274,29 @@ def test_refine_windows_respect_the_budget_and_stay_contiguous(budget: int, ever
 
 def test_refine_windows_grow_next_to_the_evidence_where_sentences_scatter() -> None:
     # The first passage's two best sentences are apart: the sentences mode keeps both with a
-    # gap; the windows mode keeps the best one and the sentence beside it.
+    # gap (6 + 6 tokens and the one-token "…"); the windows mode keeps the best one and the
+    # sentence beside it.
     sims = [[0.9, 0.1, 0.8], [0.0, 0.0]]
     spans0 = _sentence_spans(REFINE_TEXTS[0])
-    scattered = refine_passage_spans("nothing", REFINE_TEXTS, _scores(sims), 12, COUNT, 0, rank_weight=0.0,
+    scattered = refine_passage_spans("nothing", REFINE_TEXTS, _scores(sims), 13, COUNT, 0, rank_weight=0.0,
                                      every_passage=False, mode="sentences")
     assert scattered == [[spans0[0], spans0[2]], []]
-    window = refine_passage_spans("nothing", REFINE_TEXTS, _scores(sims), 12, COUNT, rank_weight=0.0,
+    window = refine_passage_spans("nothing", REFINE_TEXTS, _scores(sims), 13, COUNT, rank_weight=0.0,
                                   every_passage=False, mode="windows")
     assert window == [[spans0[0], spans0[1]], []]
+
+
+@pytest.mark.parametrize("budget", [6, 12, 13, 18, 19, 20, 24, 30])
+def test_refine_counts_the_gap_marks_in_the_budget(budget: int) -> None:
+    # Sentences 0 and 2 are the best: keeping both puts a "…" between them, which the model
+    # reads too, so the joined text (what the prompt holds) stays within the budget.
+    sims = [[0.9, 0.1, 0.8], [0.7, 0.1]]
+    keep = refine_passage_spans("nothing", REFINE_TEXTS, _scores(sims), budget, COUNT, 0, rank_weight=0.0,
+                                mode="sentences")
+    joined = [join_spans(t, k) for t, k in zip(REFINE_TEXTS, keep)]
+    assert sum(COUNT(j) for j in joined if j) <= budget, joined
+    if budget == 12:  # the two best of the first passage no longer fit with their gap
+        assert keep[0] == [_sentence_spans(REFINE_TEXTS[0])[0]]
 
 
 def test_refine_windows_seed_every_passage_then_grow_the_best_frontier() -> None:
