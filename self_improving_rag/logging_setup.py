@@ -10,12 +10,20 @@ from pathlib import Path
 
 
 class OneLineFormatter(logging.Formatter):
-    """Console lines without tracebacks: those go to the JSON log (and to the terminal only with --debug)."""
+    """Console lines without tracebacks: those go to the JSON log (and to the terminal only with --debug).
+
+    Warnings and errors read like the CLI's own messages ("warning: ...", "error: ..."); the
+    progress lines of --verbose keep their level and logger name.
+    """
 
     def format(self, record: logging.LogRecord) -> str:
         saved = record.exc_info, record.exc_text
         record.exc_info, record.exc_text = None, None
         try:
+            if record.levelno >= logging.ERROR:
+                return f"error: {record.getMessage()}"
+            if record.levelno >= logging.WARNING:
+                return f"warning: {record.getMessage()}"
             return super().format(record)
         finally:
             record.exc_info, record.exc_text = saved
