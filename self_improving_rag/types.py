@@ -241,7 +241,8 @@ class Answer:
             "answer": self.answer,
             "refused": self.refused,
             "refusal_reason": self.refusal_reason,
-            "confidence": round(self.confidence, 4),
+            # Unrounded, as in each attempt's signals: the acceptance rule compares these exact values.
+            "confidence": self.confidence,
             "query_class": self.query_class,
             "chosen_attempt": self.chosen_attempt,
             "outcome_id": self.outcome_id,

@@ -92,6 +92,9 @@ def test_json_contract_keys(make_engine):
     for a in data["attempts"]:
         assert {"strategy", "signals", "failure", "prompt_tokens", "completion_tokens", "timings_ms"} <= set(a)
     assert "total" in data["timings_ms"]
+    # The answer's confidence is the chosen attempt's, to the last digit (no rounding in one place only).
+    chosen = data["attempts"][data["chosen_attempt"] - 1]
+    assert data["confidence"] == chosen["signals"]["confidence"]["value"]
 
 
 def test_made_up_claim_is_flagged(make_engine):
@@ -341,3 +344,4 @@ def test_a_retry_must_clear_a_higher_bar(tmp_path, make_engine):
     assert second.attribution.failure == "LOW_CONFIDENCE"
     assert len(ans.attempts) == 3 and ans.refused
     assert f"{answer_bar(cfg.loop, 2):.2f}" in ans.refusal_reason
+
