@@ -29,8 +29,10 @@ QUESTION = "Who saved the sailors of the Greyling in the storm?"
 @pytest.mark.parametrize("answer, conf, failure, threshold, expected", [
     ("Clara Venn", 0.5, "NONE", 0.5, True),  # the threshold itself clears it
     ("Clara Venn", 0.49, "NONE", 0.5, False),
-    ("Clara Venn", 0.9, "LOW_CONFIDENCE", 0.5, True),  # only HALLUCINATION_RISK vetoes
+    ("Clara Venn", 0.9, "LOW_CONFIDENCE", 0.5, True),  # only unsupported claims or missing evidence veto
     ("Clara Venn", 0.99, "HALLUCINATION_RISK", 0.5, False),
+    ("Clara Venn", 0.99, "WEAK_RETRIEVAL", 0.5, False),  # its evidence was not found
+    ("Clara Venn", 0.99, "REDUNDANT_CONTEXT", 0.5, True),
     (None, 0.99, "NONE", 0.5, False),
     ("Clara Venn", None, "NONE", 0.5, False),  # None counts as 0
     ("Clara Venn", None, "NONE", 0.0, True),

@@ -345,3 +345,23 @@ def test_a_retry_must_clear_a_higher_bar(tmp_path, make_engine):
     assert len(ans.attempts) == 3 and ans.refused
     assert f"{answer_bar(cfg.loop, 2):.2f}" in ans.refusal_reason
 
+
+def test_an_answer_without_evidence_is_refused_however_confident(make_engine):
+    # Nothing in the corpus is about the question: every attempt is WEAK_RETRIEVAL. Even at a
+    # confidence above every bar (set here), the engine's own diagnosis vetoes the answer.
+    from dataclasses import replace
+
+    engine, _, _ = make_engine(["The moon is red on Mars [1]."] * 3)
+    real = engine._attempt
+
+    def confident(*args, **kwargs):
+        rec = real(*args, **kwargs)
+        sig = replace(rec.signals, confidence=replace(rec.signals.confidence, value=0.95))
+        return replace(rec, signals=sig)
+
+    engine._attempt = confident
+    ans = engine.ask("What colour is the moon on Mars?")
+    assert [a.attribution.failure for a in ans.attempts] == ["WEAK_RETRIEVAL"] * len(ans.attempts)
+    assert all(a.answer for a in ans.attempts)
+    assert ans.refused and ans.answer is None
+    assert "WEAK_RETRIEVAL" in ans.refusal_reason
