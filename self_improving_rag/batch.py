@@ -640,8 +640,34 @@ def single_attempt_row(row: dict, threshold: float) -> dict:
 
 def derive_single_attempt_run(run_dir: Path, threshold: float) -> dict:
     """Write ``<run>-single`` (results.jsonl, summary.json) from a loop-on run's first attempts."""
-    rows = [single_attempt_row(r, threshold) for r in read_done(run_dir / "results.jsonl").values()]
-    out_dir = run_dir.with_name(run_dir.name + "-single")
+    return _derive_run(run_dir, "-single",
+                       [single_attempt_row(r, threshold) for r in read_done(run_dir / "results.jsonl").values()])
+
+
+def plain_attempt_row(row: dict) -> dict:
+    """The row plain RAG gives for the same question: the first attempt's answer as the model gave it.
+
+    No checks and no confidence bar: the answer is withheld only when the model itself declined
+    (or said nothing). With :func:`single_attempt_row` (one attempt, the engine's acceptance rule)
+    and the loop-on row it splits the loop's gain into what refusing gives and what retries give.
+    """
+    if not row.get("attempts"):
+        out = {**row, "derived_from_first_attempt": True}
+        out.pop("grade", None)
+        return out
+    a = row["attempts"][0]
+    declined = bool(a["signals"].get("refusal")) or not (a["answer"] or "").strip()
+    out = {**row, "attempts": [a], "answer": None if declined else a["answer"], "refused": declined,
+           "confidence": float(a["signals"]["confidence"]["value"] or 0.0), "chosen_attempt": None if declined else 1,
+           "timings_ms": dict(a["timings_ms"]), "derived_from_first_attempt": True, "outcome_id": None,
+           "sources": row.get("sources", []) if row.get("chosen_attempt") == 1 else [],
+           "refusal_reason": "plain RAG: the model declined" if declined else None}
+    out.pop("grade", None)
+    return out
+
+
+def _derive_run(run_dir: Path, suffix: str, rows: list[dict]) -> dict:
+    out_dir = run_dir.with_name(run_dir.name + suffix)
     out_dir.mkdir(parents=True, exist_ok=True)
     with (out_dir / "results.jsonl").open("w", encoding="utf-8") as fh:
         for r in rows:
@@ -649,6 +675,11 @@ def derive_single_attempt_run(run_dir: Path, threshold: float) -> dict:
     summary = {"run": out_dir.name, "grid_point": {}, "loop": False, "derived_from": run_dir.name, **summarise(rows)}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     return summary
+
+
+def derive_plain_run(run_dir: Path) -> dict:
+    """Write ``<run>-plain`` (results.jsonl, summary.json) from a run's first attempts, answered as given."""
+    return _derive_run(run_dir, "-plain", [plain_attempt_row(r) for r in read_done(run_dir / "results.jsonl").values()])
 
 
 def _record_gold(config: Config, run_name: str, rows: list[dict]) -> None:
@@ -796,15 +827,18 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
                           loop=False if args.no_retry else None, progress=progress, offset=args.offset,
                           cli_overrides=args.overrides, guard_index=bool(args.index))
     if args.compare_no_retry:
+        out_root = _resolve(base, spec.output_dir)
+        loop_runs = [s for s in summaries if s["loop"]]  # a grid point with the loop off is its own loop-off run
         if args.separate_no_retry_run:
             summaries += run_batch(spec, base, config, limit=args.limit, workers=args.workers, loop=False,
                                    progress=progress, offset=args.offset, cli_overrides=args.overrides,
                                    guard_index=bool(args.index))
         else:
-            out_root = _resolve(base, spec.output_dir)
-            for s in [s for s in summaries if s["loop"]]:  # a grid point with the loop off is its own loop-off run
+            for s in loop_runs:
                 run_cfg = config_from_dict(yaml.safe_load((out_root / s["run"] / "config.yaml").read_text(encoding="utf-8")))
                 summaries.append(derive_single_attempt_run(out_root / s["run"], run_cfg.loop.answer_threshold))
+        # No loop at all: the first attempt's answer as the model gave it, no checks, no refusal.
+        summaries += [derive_plain_run(out_root / s["run"]) for s in loop_runs]
         out = _resolve(base, spec.output_dir) / f"{spec.name}-loop-vs-noloop"
         write_comparison(summaries, out)
     if args.json:
@@ -868,7 +902,8 @@ def add_batch_commands(sub, common, registry: dict, command) -> None:
             sp.add_argument("--compare-no-retry", action="store_true",
                             help="compare with the loop off: by default the first attempt of each question, "
                                  "finished alone (what the loop-off engine answers, at no extra cost), "
-                                 "written as <run>-single")
+                                 "written as <run>-single; and with no loop at all (the first attempt's "
+                                 "answer as the model gave it: no checks, no refusal), written as <run>-plain")
             sp.add_argument("--separate-no-retry-run", action="store_true",
                             help="with --compare-no-retry: run the questions again with the loop off instead")
             sp.add_argument("--retrieval-only", action="store_true",

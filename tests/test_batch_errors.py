@@ -191,4 +191,4 @@ def test_a_grid_point_with_the_loop_off_is_not_compared_with_itself(tmp_path):
     r = run(["eval", str(f), "--json", "--limit", "1", "--compare-no-retry"], tmp_path, ov)
     assert r.returncode == 0, r.stderr
     runs = [s["run"] for s in json.loads(r.stdout)]
-    assert runs == ["t-enabled=True", "t-enabled=False-noloop", "t-enabled=True-single"]
+    assert runs == ["t-enabled=True", "t-enabled=False-noloop", "t-enabled=True-single", "t-enabled=True-plain"]

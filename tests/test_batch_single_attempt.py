@@ -141,12 +141,36 @@ def test_derive_single_attempt_run_writes_rows_and_summary(tmp_path):
     assert s["first_attempt_success"] == pytest.approx(1 / 3)
 
 
+@pytest.mark.parametrize("first, gold, refused, correct", [
+    # Plain RAG keeps the model's answer whatever the checks said: low confidence, a flagged
+    # made-up claim, an answer to an unanswerable question (wrong).
+    (attempt(1, "Clara Venn built it [1].", 0.1, "LOW_CONFIDENCE"), ("Clara Venn",), False, True),
+    (attempt(1, "Tobias Lune built it [1].", 0.95, "HALLUCINATION_RISK"), ("Clara Venn",), False, False),
+    (attempt(1, "Clara Venn built it [1].", 0.9, "NONE"), (), False, False),
+    # It declines only where the model declined, or said nothing.
+    ({**attempt(1, None, 0.9, "MISSED_ANSWER"), "signals": {"confidence": {"value": 0.9}, "refusal": True}},
+     (), True, True),
+    (attempt(1, "  ", 0.9, "NONE"), ("Clara Venn",), True, False),
+])
+def test_plain_attempt_row_answers_as_the_model_did(first, gold, refused, correct):
+    row = loop_row("p", [first, attempt(2, "Clara Venn built it [1].", 0.9, "NONE")], gold=gold, chosen=2)
+    before = copy.deepcopy(row)
+    out = batch.plain_attempt_row(row)
+    assert row == before, "the loop-on row must not be changed"
+    assert out["refused"] is refused and [a["number"] for a in out["attempts"]] == [1]
+    assert out["answer"] == (None if refused else first["answer"])
+    assert out["chosen_attempt"] == (None if refused else 1) and out["outcome_id"] is None
+    assert batch.grade(out)["correct"] is correct
+
+
 def test_error_row_without_attempts_is_derived_as_a_refusal():
     row = {"id": "e", "question": "?!?", "answer": None, "refused": True, "refusal_reason": "error: bad question",
            "confidence": 0.0, "sources": [], "attempts": [], "timings_ms": {}, "error": "bad question",
            "gold_answers": ["x"], "answerable": True, "evidence_hit": None}
     out = batch.single_attempt_row(row, 0.5)
     assert out["refused"] is True and out["answer"] is None and out["attempts"] == []
+    plain = batch.plain_attempt_row(row)
+    assert plain["refused"] is True and plain["answer"] is None and plain["attempts"] == []
 
 
 # -- 3. sirag eval --compare-no-retry / --separate-no-retry-run / --offset ------------------------
@@ -197,14 +221,18 @@ def test_eval_offset_limit_and_derived_comparison(world, capsys):
     assert not (runs / "five-noloop").exists(), "the loop-off figures are derived, not run again"
     single = rows_of(runs / "five-single")
     assert [(r["id"], r["refused"], len(r["attempts"])) for r in single] == [("q3", True, 1), ("q4", False, 1)]
-    assert [s["run"] for s in summaries] == ["five", "five-single"]
+    assert [s["run"] for s in summaries] == ["five", "five-single", "five-plain"]
     assert summaries[1]["derived_from"] == "five" and summaries[1]["loop"] is False
     assert summaries[0]["correct_or_rightly_refused"] == 1.0 and summaries[1]["correct_or_rightly_refused"] == 0.5
     assert summaries[0]["attempts_per_question"] == 1.5 and summaries[1]["attempts_per_question"] == 1.0
+    # Plain RAG: q3's first reply declines (the model's own refusal), q4's answer is given as it is.
+    plain = rows_of(runs / "five-plain")
+    assert [(r["id"], r["refused"], r["answer"]) for r in plain] == [("q3", True, None), ("q4", False, GOOD)]
+    assert summaries[2]["derived_from"] == "five" and summaries[2]["correct_or_rightly_refused"] == 0.5
     table = json.loads((runs / "five-loop-vs-noloop.json").read_text())
-    assert [(r["run"], r["n"]) for r in table] == [("five", 2), ("five-single", 2)]
+    assert [(r["run"], r["n"]) for r in table] == [("five", 2), ("five-single", 2), ("five-plain", 2)]
     md = (runs / "five-loop-vs-noloop.md").read_text()
-    assert "| five |" in md and "| five-single |" in md
+    assert "| five |" in md and "| five-single |" in md and "| five-plain |" in md
 
 
 def test_eval_separate_no_retry_run_runs_the_loop_off(world, capsys):
@@ -212,13 +240,13 @@ def test_eval_separate_no_retry_run_runs_the_loop_off(world, capsys):
                  "--separate-no-retry-run", "--json") == 0
     summaries = json.loads(capsys.readouterr().out)
     runs = world / "runs"
-    assert [s["run"] for s in summaries] == ["five", "five-noloop"] and summaries[1]["loop"] is False
+    assert [s["run"] for s in summaries] == ["five", "five-noloop", "five-plain"] and summaries[1]["loop"] is False
     assert not (runs / "five-single").exists()
     noloop = rows_of(runs / "five-noloop")
     assert len(noloop) == len(rows_of(runs / "five")) == 2
     assert [(r["id"], r["refused"], len(r["attempts"])) for r in noloop] == [("q3", True, 1), ("q4", False, 1)]
     table = json.loads((runs / "five-loop-vs-noloop.json").read_text())
-    assert [r["run"] for r in table] == ["five", "five-noloop"]
+    assert [r["run"] for r in table] == ["five", "five-noloop", "five-plain"]
 
 
 def test_eval_name_overrides_the_batch_files_name(world, capsys):
