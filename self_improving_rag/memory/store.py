@@ -276,35 +276,48 @@ class MemoryStore:
                 )
             return [name for name in known if name not in applied]
 
+        def foreign_tables() -> list[str]:
+            return [t for t in db.table_names() if not t.startswith("sqlite_") and t != "_sqlite_migrations"]
+
+        def refuse_foreign(others: list[str]) -> None:
+            raise MemoryStoreError(
+                f"{self.path} is not a sirag memory store (it holds other tables: {', '.join(others[:5])}); "
+                "pass the --memory path of a store that sirag wrote"
+            )
+
         pending = check()
         if not pending:
             return
-        if len(pending) == len(known):
-            # Nothing of sirag's was ever applied: a new or empty file, or somebody else's database,
-            # which is never adopted (sirag's tables added beside its own), read-only or not.
-            others = [t for t in db.table_names() if not t.startswith("sqlite_") and t != "_sqlite_migrations"]
-            if others:
-                raise MemoryStoreError(
-                    f"{self.path} is not a sirag memory store (it holds other tables: {', '.join(others[:5])}); "
-                    "pass the --memory path of a store that sirag wrote"
-                )
-            if self.read_only:
+        if self.read_only:
+            if len(pending) == len(known):
+                # Nothing of sirag's was ever applied: somebody else's database, or an empty file.
+                others = foreign_tables()
+                if others:
+                    refuse_foreign(others)
                 raise MemoryStoreError(
                     f"memory database {self.path} is empty: nothing has been recorded in it yet; "
                     "run `sirag ask` or `sirag batch` with this --memory path first"
                 )
-        if self.read_only:
             raise MemoryStoreError(
                 f"memory database {self.path} has an older schema; open it once without read-only "
                 "(any command that records) to upgrade it"
             )
 
         def apply() -> None:
-            # IMMEDIATE takes the write lock first, so processes opening a fresh file
-            # together migrate it one after the other; re-check under the lock.
+            # IMMEDIATE takes the write lock first, so processes opening a fresh file together
+            # migrate it one after the other; everything is checked again under the lock (another
+            # process may have migrated the file since the first look, e.g. batch workers).
             with self._immediate(db):
-                if check():
-                    MIGRATIONS.apply(db)
+                todo = check()
+                if not todo:
+                    return
+                if len(todo) == len(known):
+                    # Nothing of sirag's applied: somebody else's database is never adopted
+                    # (sirag's tables added beside its own).
+                    others = foreign_tables()
+                    if others:
+                        refuse_foreign(others)
+                MIGRATIONS.apply(db)
 
         try:
             self._retry(apply)

@@ -181,3 +181,33 @@ def test_a_foreign_database_is_not_adopted_even_when_opened_for_writing(tmp_path
             MemoryStore(path, read_only=read_only)
     with sqlite3.connect(path) as conn:
         assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["foo"]
+
+
+def test_a_store_migrated_by_another_process_between_two_looks_opens(tmp_path: Path, monkeypatch) -> None:
+    # Batch workers open a new store at the same moment: one may finish migrating it after this
+    # one saw no migration applied. Its tables then are sirag's own, not somebody else's.
+    path = tmp_path / "new.db"
+    real_applied, real_tables = type(MIGRATIONS).applied, Database.table_names
+    looked: list[int] = []
+    raced: list[int] = []
+
+    def applied(self, db):
+        seen = real_applied(self, db)
+        if not seen:
+            looked.append(1)  # this store saw no migration applied
+        return seen
+
+    def table_names(self, *args, **kwargs):
+        if looked and not raced:
+            raced.append(1)
+            other = MemoryStore(path)  # the other process migrates the file now
+            assert other.stats()["outcomes"] == 0
+            other.close()
+        return real_tables(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(MIGRATIONS), "applied", applied)
+    monkeypatch.setattr(Database, "table_names", table_names)
+    store = MemoryStore(path)
+    store.record(make_answer("Who built the lighthouse?"), run_id="r")
+    assert store.stats()["outcomes"] == 1
+    store.close()
