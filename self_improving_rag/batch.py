@@ -326,15 +326,21 @@ def summarise(rows: list[dict]) -> dict:
         return s
     for r in rows:
         r["grade"] = grade(r)  # always graded by the current rules, also for resumed rows
-    graded = [r for r in rows if "correct" in r.get("grade", {})]
-    ans = [r for r in graded if r["answerable"]]
+    graded_all = [r for r in rows if "correct" in r.get("grade", {})]
+    # A question the engine could not process (an error row: too long, no words, ...) counts as
+    # wrong in the scores, but it was not refused by judgement: the refusal and confidence
+    # figures leave it out, and the summary counts it.
+    graded = [r for r in graded_all if "error" not in r]
+    ans = [r for r in graded_all if r["answerable"]]
+    s["errors"] = sum(1 for r in rows if "error" in r)
     s["answered"] = sum(1 for r in rows if not r["refused"])
-    s["refused"] = sum(1 for r in rows if r["refused"])
-    if graded:
-        s["correct_or_rightly_refused"] = sum(r["grade"]["correct"] for r in graded) / len(graded)
+    s["refused"] = sum(1 for r in rows if r["refused"] and "error" not in r)
+    if graded_all:
+        s["correct_or_rightly_refused"] = sum(r["grade"]["correct"] for r in graded_all) / len(graded_all)
     if ans:
         for k in ("em", "f1", "contains"):
             s[k] = sum(r["grade"].get(k, 0.0) for r in ans) / len(ans)
+        ans = [r for r in ans if "error" not in r]
     if graded:
         ref = refusal_metrics([r["refused"] for r in graded], [r["answerable"] for r in graded])
         s["refusal"] = ref
@@ -688,14 +694,23 @@ def _record_gold(config: Config, run_name: str, rows: list[dict]) -> None:
     from .memory import MemoryStore
 
     store = MemoryStore(config.paths.memory_db)
+    elsewhere = 0
     try:
         for r in rows:
             oid = r.get("outcome_id")
             if oid and "correct" in r.get("grade", {}) and not r["refused"]:
+                # A resumed run may have recorded earlier rows in another memory store (--memory).
+                if not store.has_outcome(oid):
+                    elsewhere += 1
+                    continue
                 store.add_feedback(oid, correct=r["grade"]["correct"], source="gold", note=run_name,
                                    keep_settled=True)
     finally:
         store.close()
+    if elsewhere:
+        print(f"note: {elsewhere} answer(s) of run {run_name} were recorded in another memory store, not in "
+              f"{config.paths.memory_db}; their gold labels are not written here (`sirag memory merge` brings "
+              "stores together)", file=sys.stderr)
 
 
 COMPARE_KEYS = ("n", "correct_or_rightly_refused", "em", "f1", "contains", "first_attempt_success",
@@ -739,7 +754,7 @@ def markdown_table(rows: list[dict]) -> str:
 # -- CLI ----------------------------------------------------------------------------------
 
 def _print_summary(s: dict) -> None:
-    keys = [k for k in COMPARE_KEYS if k in s] + ["refused", "answered"]
+    keys = [k for k in COMPARE_KEYS if k in s] + ["refused", "answered"] + (["errors"] if s.get("errors") else [])
     print(f"run {s['run']}: " + ", ".join(f"{k}={s[k]:.3f}" if isinstance(s.get(k), float) else f"{k}={s.get(k)}"
                                         for k in keys))
     if s.get("refusal"):

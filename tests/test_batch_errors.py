@@ -192,3 +192,28 @@ def test_a_grid_point_with_the_loop_off_is_not_compared_with_itself(tmp_path):
     assert r.returncode == 0, r.stderr
     runs = [s["run"] for s in json.loads(r.stdout)]
     assert runs == ["t-enabled=True", "t-enabled=False-noloop", "t-enabled=True-single", "t-enabled=True-plain"]
+
+
+def test_a_run_resumed_with_another_memory_store_labels_only_its_own_answers(tmp_path):
+    # The README's split: the same run folder, a new --memory for the next questions. The first
+    # answers' outcomes live in the first store: labelled there, skipped (with a note) here.
+    import sqlite3
+
+    rows = [{"id": "a", "question": "Who built the lighthouse of Marrow Point?", "answers": ["Clara Venn"]},
+            {"id": "b", "question": "Which engineer built the lighthouse at Marrow Point?", "answers": ["Clara Venn"]}]
+    f = _batch(tmp_path, questions={"inline": rows})
+    ov = fake_overrides(tmp_path)
+    one, two = tmp_path / "part1.db", tmp_path / "part2.db"
+    r = run(["batch", str(f), "--limit", "1", "--memory", str(one), "--json"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    r = run(["batch", str(f), "--offset", "1", "--limit", "1", "--memory", str(two), "--json"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert "note: 1 answer(s) of run t were recorded in another memory store" in r.stderr
+    answered = [json.loads(x) for x in (tmp_path / "runs" / "t" / "results.jsonl").read_text().splitlines()]
+    assert [(x["id"], x["refused"]) for x in answered] == [("a", False), ("b", False)]
+
+    def labels(db):
+        with sqlite3.connect(db) as conn:
+            return [r[0] for r in conn.execute("SELECT o.item_id FROM feedback f JOIN outcomes o ON o.id = f.outcome_id")]
+
+    assert labels(one) == ["a"] and labels(two) == ["b"]

@@ -333,3 +333,18 @@ def test_summary_measures_calibration_on_answers_apart_from_refusals():
     assert s["ece_answered"] == pytest.approx(0.3)
     # All rows also count the two right refusals as "correct" at confidences 0.1 and 0.3.
     assert s["ece"] > 0.4
+
+
+def test_summary_counts_error_rows_apart_from_refusals():
+    # Two questions the engine could not process (too long, no words): wrong in the score, but
+    # neither a refusal by judgement nor a confidence to calibrate.
+    ok = [_row(True, False, "Clara Venn [1]", 0.9), _row(False, True, None, 0.1)]
+    errors = [{**_row(True, True, None, 0.0), "attempts": [], "error": "question too long"},
+              {**_row(False, True, None, 0.0), "attempts": [], "error": "no words"}]
+    s = batch.summarise(copy.deepcopy(ok + errors))
+    base = batch.summarise(copy.deepcopy(ok))
+    assert (s["n"], s["errors"], s["refused"], s["answered"]) == (4, 2, 1, 1)
+    assert s["correct_or_rightly_refused"] == 0.5 and base["correct_or_rightly_refused"] == 1.0
+    assert s["refusal"] == base["refusal"]  # the unanswerable error row is no right refusal
+    assert s["confidence_auroc"] == base["confidence_auroc"] and s["ece"] == base["ece"]
+    assert s["em"] == 0.5  # the answerable error row scores 0

@@ -528,6 +528,11 @@ class MemoryStore:
             "created_at": now,
         }
 
+    def has_outcome(self, outcome_id: str) -> bool:
+        """Whether an outcome with exactly this id is recorded here."""
+        with self._lock:
+            return self.db.execute("SELECT 1 FROM outcomes WHERE id = ?", [outcome_id]).fetchone() is not None
+
     def add_feedback(self, outcome_id: str, correct: bool, source: str = "user", note: str = "",
                      keep_settled: bool = False) -> bool:
         """Label an outcome correct or wrong (``source`` 'user' or 'gold').
