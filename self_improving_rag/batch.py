@@ -745,9 +745,14 @@ def markdown_table(rows: list[dict]) -> str:
     if not rows:
         return ""
     keys = list(rows[0])
-    fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else ("" if v is None else str(v))  # noqa: E731
+
+    def fmt(v: Any) -> str:
+        text = f"{v:.3f}" if isinstance(v, float) else ("" if v is None else str(v))
+        # A strategy key ("c=section|r=hybrid|...") must not split its cell.
+        return text.replace("|", "\\|").replace("\n", " ")
+
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    lines += ["| " + " | ".join(fmt(r[k]) for k in keys) + " |" for r in rows]
+    lines += ["| " + " | ".join(fmt(r.get(k)) for k in keys) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
 

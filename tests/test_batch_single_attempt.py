@@ -5,6 +5,7 @@ derive_single_attempt_run, and ``sirag eval --compare-no-retry`` / ``--separate-
 from __future__ import annotations
 
 import copy
+import re
 import json
 import logging
 from pathlib import Path
@@ -348,3 +349,12 @@ def test_summary_counts_error_rows_apart_from_refusals():
     assert s["refusal"] == base["refusal"]  # the unanswerable error row is no right refusal
     assert s["confidence_auroc"] == base["confidence_auroc"] and s["ece"] == base["ece"]
     assert s["em"] == 0.5  # the answerable error row scores 0
+
+
+def test_markdown_table_cells_keep_their_pipes_inside():
+    md = batch.markdown_table([{"strategy": "c=section|r=hybrid|k=5", "recall": 0.8, "note": None}])
+    header, rule, row = md.strip().splitlines()
+    # Unescaped pipes delimit cells: three cells in every line.
+    count = lambda line: len(re.findall(r"(?<!\\)\|", line)) - 1  # noqa: E731
+    assert count(header) == count(row) == 3 and rule == "|---|---|---|"
+    assert "c=section\\|r=hybrid\\|k=5" in row and "0.800" in row

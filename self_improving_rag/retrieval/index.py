@@ -266,8 +266,9 @@ class CorpusIndex:
             )
         return IndexNotFoundError(f"no index in {self.root}; build one with: sirag ingest PATH... (or pass --index DIR)")
 
-    def manifest(self) -> dict[str, Any]:
-        d = self.current_dir()
+    def manifest(self, directory: Path | None = None) -> dict[str, Any]:
+        """The manifest of ``directory`` (a generation), by default the live one."""
+        d = self.current_dir() if directory is None else directory
         if d is None:
             raise self._missing()
         try:
@@ -275,11 +276,14 @@ class CorpusIndex:
         except (OSError, ValueError) as exc:
             raise IndexNotFoundError(f"the index manifest in {d} is unreadable ({exc}); rebuild with: sirag ingest --rebuild PATH...") from exc
 
-    def check_compatible(self, embedder_name: str, dim: int, chunker_params: dict[str, dict]) -> dict[str, Any]:
-        """Raise IndexMismatchError when the index was built with another configuration."""
-        m = self.manifest()
+    def check_compatible(self, embedder_name: str, dim: int, chunker_params: dict[str, dict],
+                         directory: Path | None = None) -> dict[str, Any]:
+        """Raise IndexMismatchError when the index (``directory``, by default the live generation)
+        was built with another configuration."""
+        m = self.manifest(directory)
         emb = m.get("embedder", {})
-        how = f"re-ingest with: sirag ingest --rebuild --index {self.root} {' '.join(m.get('sources', [])) or 'PATH...'}"
+        how = (f"re-ingest with: sirag ingest --rebuild --index {self.root} {' '.join(m.get('sources', [])) or 'PATH...'}"
+               " (with the --config and --set options given here, so that it is built as this command reads it)")
         if m.get("format_version") != FORMAT_VERSION:
             raise IndexMismatchError(f"index {self.root} has format {m.get('format_version')}, this sirag reads {FORMAT_VERSION}; {how}")
         if emb.get("name") != embedder_name or emb.get("dim") != dim:
@@ -300,17 +304,18 @@ class CorpusIndex:
                 )
         return m
 
-    def load_chunker(self, name: str) -> ChunkerIndex:
+    def load_chunker(self, name: str, directory: Path | None = None) -> ChunkerIndex:
+        """One chunker's index from ``directory`` (a generation), by default the live one."""
         import bm25s
         import faiss
 
-        d = self.current_dir()
+        d = self.current_dir() if directory is None else directory
         if d is None:
             raise self._missing()
         chunks_path = d / f"chunks-{name}.jsonl"
         if not chunks_path.is_file():
-            built = ", ".join(self.manifest().get("chunkers", {})) or "none"
-            if name in self.manifest().get("chunkers", {}):
+            built = ", ".join(self.manifest(d).get("chunkers", {})) or "none"
+            if name in self.manifest(d).get("chunkers", {}):
                 raise IndexNotFoundError(
                     f"the index in {self.root} is damaged: chunker '{name}' was built but {chunks_path.name} is "
                     f"missing; rebuild it with: sirag ingest --rebuild PATH... (--index {self.root})"
@@ -369,6 +374,7 @@ class CorpusIndex:
         an unfinished ``.building-`` folder behind but never a live generation with torn files."""
         _fsync_tree(gen)
         atomic_write_text(gen / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False))
+        _fsync_dir(gen)  # the manifest's rename, before the generation goes live
         final = self.root / gen.name.replace(".building-", "gen-")
         os.replace(gen, final)
         _fsync_dir(self.root)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -29,6 +30,7 @@ class Searcher:
         self._chunkers: dict[str, ChunkerIndex] = {}
         self._cache: EmbeddingCache | None = None
         self._manifest: dict | None = None
+        self._generation: Path | None = None  # the index generation checked by warm_up
         self.reranker: EmbeddingReranker | None = None
         # Relevance judge of reranked candidates when retrieval.cross_encoder_dir is set.
         self.cross_encoder: CrossEncoderReranker | None = None
@@ -46,8 +48,6 @@ class Searcher:
         if r.cross_encoder_dir:
             # Checked before anything is marked ready, so a bad directory fails every search,
             # not only the first one.
-            from pathlib import Path
-
             path = Path(r.cross_encoder_dir).expanduser()
             if not (path / "config.json").is_file():
                 raise InputError(f"retrieval.cross_encoder_dir={r.cross_encoder_dir} is not a model directory "
@@ -55,9 +55,15 @@ class Searcher:
                                  "or unset it to use the embedding reranker")
             cross_encoder = CrossEncoderReranker(str(path))
         self.embedder.warm_up()
-        built = set(self.index.manifest().get("chunkers", {}))
+        # Every chunker is loaded from the generation checked here, never from a newer one an
+        # ingest made meanwhile without the same check (see chunker()).
+        generation = self.index.current_dir()
+        if generation is None:
+            raise self.index._missing()
+        built = set(self.index.manifest(generation).get("chunkers", {}))
         params = {k: v for k, v in chunker_params(self.config, self.embedder.max_tokens).items() if k in built}
-        manifest = self.index.check_compatible(self.embedder.name, int(self.embedder.dim), params)
+        manifest = self.index.check_compatible(self.embedder.name, int(self.embedder.dim), params, generation)
+        self._generation = generation
         self._cache = EmbeddingCache(self.index.root / "embeddings.sqlite", self.embedder.name)
         self.reranker = EmbeddingReranker(self.embed_cached, top_sentences=r.rerank_sentences,
                                           slope=r.relevance_slope, midpoint=r.relevance_midpoint)
@@ -80,7 +86,13 @@ class Searcher:
     def chunker(self, name: str) -> ChunkerIndex:
         self.warm_up()
         if name not in self._chunkers:
-            self._chunkers[name] = self.index.load_chunker(name)
+            if self.index.current_dir() != self._generation:
+                # Re-ingested since the check: check the new generation before loading from it
+                # (the chunkers loaded so far are dropped, so no search mixes two generations).
+                self._manifest = None
+                self._chunkers.clear()
+                self.warm_up()
+            self._chunkers[name] = self.index.load_chunker(name, self._generation)
         return self._chunkers[name]
 
     def search(self, question: str, strategy: Strategy, query: str | None = None) -> RetrievalResult:

@@ -109,6 +109,8 @@ def test_check_compatible_rejects_other_chunker_params(built_index: Path, fake_c
     with pytest.raises(IndexMismatchError, match="sirag ingest --rebuild") as info:
         CorpusIndex(built_index).check_compatible("hash-64", 64, params)
     assert "'section'" in str(info.value)
+    # The settings that differ usually came from --config or --set: the rebuild must use them too.
+    assert "with the --config and --set options given here" in str(info.value)
 
 
 def test_an_index_chunked_by_older_code_is_named_as_such(built_index: Path, fake_config, hash_embedder) -> None:
@@ -245,6 +247,10 @@ def test_commit_fsyncs_every_file_of_the_generation(tmp_path: Path, corpus_dir: 
                   for i, part in enumerate(Path(s).parts) if part.startswith(".building-")}
     for p in files:
         assert p.relative_to(live) in synced_rel, f"{p.relative_to(live)} was never fsynced"
+    # The building folder itself is synced after its manifest.json was renamed into it, so the
+    # generation never goes live without its manifest.
+    manifest_at = max(i for i, s in enumerate(synced) if ".manifest.json." in s)
+    assert any(s.endswith(f"/{live.name.replace('gen-', '.building-')}") for s in synced[manifest_at + 1:]), synced
 
 
 def test_dense_index_moves_to_the_gpu_only_when_faiss_has_one(monkeypatch) -> None:
@@ -291,3 +297,22 @@ def test_max_tokens_above_the_embedding_model_limit_is_refused() -> None:
         cls(max_tokens=256)._check_max_tokens(model_dir)
         with pytest.raises(ConfigError, match="embedder.max_tokens=512 .* limit of 256"):
             cls(max_tokens=512)._check_max_tokens(model_dir)
+
+
+def test_a_searcher_loads_chunkers_only_from_a_generation_it_checked(built_index: Path, fake_config, corpus_dir,
+                                                                     hash_embedder, tmp_path: Path) -> None:
+    searcher = Searcher(fake_config, hash_embedder)
+    searcher.search("Who built the lighthouse?", Strategy(chunker="section"))
+    first = searcher._generation
+    # Re-ingested meanwhile with other fixed-chunker settings: a chunker this searcher has not
+    # loaded yet must not come from the new generation unchecked.
+    other = load_config(None, [*fake_overrides(tmp_path), "ingestion.fixed.size=48"])
+    ingest([corpus_dir], other, hash_embedder, progress=False)
+    assert CorpusIndex(built_index).current_dir() != first
+    with pytest.raises(IndexMismatchError, match="'fixed'"):
+        searcher.search("Who built the lighthouse?", Strategy(chunker="fixed"))
+    # Re-ingested again as this searcher's config reads it: checked, then loaded from.
+    ingest([corpus_dir], fake_config, hash_embedder, progress=False, rebuild=True)
+    res = searcher.search("Who built the lighthouse?", Strategy(chunker="fixed"))
+    assert res.hits and searcher._generation == CorpusIndex(built_index).current_dir()
+    searcher.close()
