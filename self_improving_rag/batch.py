@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import itertools
 import json
 import logging
@@ -75,13 +76,17 @@ def load_batch(path: str | Path) -> tuple[BatchSpec, Path]:
     try:
         data = yaml.safe_load(text)
     except (yaml.YAMLError, ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
-        raise BatchError(f"{p}: malformed YAML ({exc.__class__.__name__}); fix the syntax") from exc
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else f" ({exc.__class__.__name__})"
+        raise BatchError(f"{p}: malformed YAML{where}; fix the syntax") from exc
     if not isinstance(data, dict):
         raise BatchError(f"{p}: expected a mapping with name, corpus, questions")
     try:
         spec = BatchSpec.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        # A mistyped key ("questionz") also makes the real one missing: name the mistyped key.
+        errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+        err = errors[0]
         loc = ".".join(str(x) for x in err["loc"])
         what = f"unknown key '{loc}'" if err["type"] == "extra_forbidden" else f"'{loc}': {err['msg']}"
         raise BatchError(f"{p}: {what}; see configs/batch-sherlock-dev.yaml for the format") from exc
@@ -92,6 +97,9 @@ def load_batch(path: str | Path) -> tuple[BatchSpec, Path]:
 
 def _resolve(base: Path, path: str) -> Path:
     return (base / os.path.expanduser(path)).resolve()
+
+
+_INLINE_FIELDS = ("id", "question", "answers", "answerable", "evidence", "book")
 
 
 def load_items(spec: BatchSpec, base: Path) -> list[QAItem]:
@@ -107,6 +115,14 @@ def load_items(spec: BatchSpec, base: Path) -> list[QAItem]:
         for i, row in enumerate(spec.questions.inline or []):
             if not isinstance(row, dict) or "question" not in row:
                 raise BatchError(f"inline question {i + 1} has no 'question' field")
+            for key in row:
+                # Other keys are kept as the item's metadata; one that looks like a misspelt
+                # field would silently leave the question ungraded.
+                close = difflib.get_close_matches(str(key), _INLINE_FIELDS, n=1, cutoff=0.8)
+                if key not in _INLINE_FIELDS and close and close[0] not in row:
+                    raise BatchError(f"{spec.name}: inline question {i + 1} has the key '{key}'; did you mean "
+                                     f"'{close[0]}'? (fields: {', '.join(_INLINE_FIELDS)}; other keys are kept as "
+                                     "metadata)")
             obj = {"id": f"q{i + 1:03d}", "answers": [], **row}
             item = _jsonl_item(where, f"question {i + 1}", obj)
             if "answers" not in row and "answerable" not in row:
@@ -496,6 +512,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     from tqdm import tqdm
 
     items = load_items(spec, base)
+    n_all = len(items)
     offset = spec.offset if offset is None else offset
     if offset:
         items = items[offset:]
@@ -503,7 +520,8 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     if limit:
         items = items[:limit]
     if not items:
-        raise BatchError(f"batch {spec.name}: no questions to run")
+        why = f": the offset {offset} skips all {n_all} of them; use a smaller --offset" if n_all and offset else ""
+        raise BatchError(f"batch {spec.name}: no questions to run{why}")
     loop = spec.loop if loop is None else loop
     out_root, index_dir, corpus = run_inputs(spec, base, items)
     # Every grid point is checked before the first one runs: a typo in the last value must not

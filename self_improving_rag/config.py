@@ -315,6 +315,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     source = "packaged configs/default.yaml"
     if path is not None:
         p = Path(path)
+        if p.is_dir():
+            raise ConfigError(f"--config {p} is a folder; pass a YAML file, e.g. configs/default.yaml")
         if not p.is_file():
             raise ConfigError(f"config file {p} not found; pass an existing YAML file to --config")
         try:

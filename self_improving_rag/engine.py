@@ -28,7 +28,7 @@ MAX_QUESTION_CHARS = 2000
 def check_question(question: str) -> str:
     """A usable question, whitespace-normalised; InputError otherwise."""
     if not isinstance(question, str) or not question.strip():
-        raise InputError("the question is empty; ask a question in words, e.g. sirag ask \"Who is Holmes?\"")
+        raise InputError("the question is empty; write the question in words, e.g. \"Who is Holmes?\"")
     q = " ".join(question.split())
     try:
         q.encode("utf-8")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
 from tests.conftest import fake_overrides, write_corpus
@@ -217,3 +218,35 @@ def test_a_run_resumed_with_another_memory_store_labels_only_its_own_answers(tmp
             return [r[0] for r in conn.execute("SELECT o.item_id FROM feedback f JOIN outcomes o ON o.id = f.outcome_id")]
 
     assert labels(one) == ["a"] and labels(two) == ["b"]
+
+
+def test_batch_file_mistakes_are_named(tmp_path):
+    from self_improving_rag.batch import BatchSpec, QuestionsSpec, load_batch, load_items
+    from self_improving_rag.errors import BatchError
+
+    f = tmp_path / "b.yaml"
+    f.write_text("name: t\nquestionz:\n  inline:\n    - question: Who?\n")
+    with pytest.raises(BatchError, match="unknown key 'questionz'"):
+        load_batch(f)
+    f.write_text("name: t\nquestions:\n  inline: [\n    - question: Who?\n")
+    with pytest.raises(BatchError, match=r"malformed YAML at line \d+, column \d+"):
+        load_batch(f)
+    spec = BatchSpec(name="t", questions=QuestionsSpec(inline=[{"question": "Who built it?", "answer": "Clara"}]))
+    with pytest.raises(BatchError, match="inline question 1 has the key 'answer'; did you mean 'answers'"):
+        load_items(spec, tmp_path)
+    # Keys unlike any field are metadata, as in QA files.
+    spec = BatchSpec(name="t", questions=QuestionsSpec(inline=[{"question": "Who?", "answers": ["C"], "difficulty": 2}]))
+    assert load_items(spec, tmp_path)[0].meta["difficulty"] == 2
+
+
+def test_an_offset_past_the_last_question_says_so(tmp_path):
+    r = run(["batch", str(_batch(tmp_path)), "--offset", "5"], tmp_path, fake_overrides(tmp_path))
+    assert "no questions to run: the offset 5 skips all 2 of them; use a smaller --offset" in _one_error_line(r)
+
+
+def test_a_config_folder_is_named_as_a_folder(tmp_path):
+    from self_improving_rag.config import load_config
+    from self_improving_rag.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="is a folder; pass a YAML file"):
+        load_config(tmp_path)

@@ -123,10 +123,7 @@ def iter_source_files(paths: list[Path]) -> tuple[list[Path], list[str]]:
             found, skipped, errors = _walk_folder(path)
             problems.extend(errors)
             if skipped:
-                problems.append(
-                    f"skipped {skipped} entr{'ies' if skipped != 1 else 'y'} in {path}: files of unsupported types"
-                    f" (supported: {_SUPPORTED_LIST}), special files or links to folders outside it"
-                )
+                problems.append(_skipped_message(path, skipped))
         elif path.is_file():
             if path.suffix.lower() not in _FORMATS:
                 problems.append(_unsupported_message(path))
@@ -213,14 +210,22 @@ def _read_bytes(path: Path, max_bytes: int) -> bytes:
     return raw
 
 
-def _walk_folder(folder: Path) -> tuple[list[Path], int, list[str]]:
-    """Supported files under folder (sorted, hidden entries skipped), unsupported count, errors.
+def _skipped_message(folder: Path, skipped: list[tuple[Path, str]], show: int = 5) -> str:
+    """One line naming the entries of ``folder`` that were not read, and why, the first few by name."""
+    names = ", ".join(f"{p.relative_to(folder)} ({why})" for p, why in sorted(skipped)[:show])
+    more = f" and {len(skipped) - show} more" if len(skipped) > show else ""
+    return (f"skipped {len(skipped)} entr{'ies' if len(skipped) != 1 else 'y'} in {folder}: {names}{more} "
+            f"(supported types: {_SUPPORTED_LIST})")
+
+
+def _walk_folder(folder: Path) -> tuple[list[Path], list[tuple[Path, str]], list[str]]:
+    """Supported files under folder (sorted, hidden entries skipped), skipped entries with why, errors.
 
     A symlinked folder is followed only when it points inside ``folder`` (a link to ``..``
     must not pull in everything around the corpus); only regular files are read (a FIFO or
     device named ``*.txt`` would block or stream forever), the rest count as skipped."""
     found: list[Path] = []
-    skipped = 0
+    skipped: list[tuple[Path, str]] = []
     errors: list[str] = []
     root = folder.resolve()
     visited: set[Path] = set()
@@ -242,13 +247,17 @@ def _walk_folder(folder: Path) -> tuple[list[Path], int, list[str]]:
                 continue
             if entry.is_dir():
                 if entry.is_symlink() and not entry.resolve().is_relative_to(root):
-                    skipped += 1
+                    skipped.append((entry, "link to a folder outside"))
                     continue
                 subfolders.append(entry)
             elif entry.suffix.lower() in _FORMATS and entry.is_file():
                 found.append(entry)
+            elif entry.is_symlink() and not entry.exists():
+                skipped.append((entry, "broken link"))
+            elif entry.exists() and not entry.is_file():
+                skipped.append((entry, "special file"))
             else:
-                skipped += 1
+                skipped.append((entry, "unsupported type"))
         pending.extend(subfolders)
     return sorted(found), skipped, errors
 

@@ -264,7 +264,9 @@ class CorpusIndex:
                 f"{cur.read_text(encoding='utf-8', errors='replace').strip()!r}, which holds no manifest; "
                 "rebuild it with: sirag ingest --rebuild PATH... (--index " + str(self.root) + ")"
             )
-        return IndexNotFoundError(f"no index in {self.root}; build one with: sirag ingest PATH... (or pass --index DIR)")
+        # The absolute folder: a relative paths.index_dir is read from the current folder.
+        return IndexNotFoundError(f"no index in {self.root.absolute()}; build one with: sirag ingest PATH... "
+                                  "(or pass --index DIR)")
 
     def manifest(self, directory: Path | None = None) -> dict[str, Any]:
         """The manifest of ``directory`` (a generation), by default the live one."""

@@ -378,8 +378,8 @@ def test_iter_source_files_expands_folders(tmp_path: Path) -> None:
     ]
     supported = ", ".join(SUPPORTED_SUFFIXES)
     assert problems == [
-        f"skipped 3 entries in {root}: files of unsupported types (supported: {supported}), special files or "
-        "links to folders outside it"
+        f"skipped 3 entries in {root}: b_sub/data.csv (unsupported type), b_sub/noext (unsupported type), "
+        f"notes.docx (unsupported type) (supported types: {supported})"
     ]
 
 
@@ -396,7 +396,24 @@ def test_folder_walk_stays_inside_the_folder_and_reads_only_regular_files(tmp_pa
     files, problems = iter_source_files([root])
     assert sorted(f.name for f in files) == ["a.txt", "b.txt"]  # sub/ and its link inside/ are one folder
     assert not any("secret" in str(f) or f.name == "pipe.txt" for f in files)
-    assert problems and problems[0].startswith(f"skipped 2 entries in {root}")
+    assert problems == [f"skipped 2 entries in {root}: pipe.txt (special file), up (link to a folder outside) "
+                        f"(supported types: {', '.join(SUPPORTED_SUFFIXES)})"]
+
+
+def test_skipped_entries_are_named_a_few_at_a_time(tmp_path: Path) -> None:
+    root = tmp_path / "corpus"
+    root.mkdir()
+    _write(root, "a.txt", "x")
+    (root / "gone.txt").symlink_to(tmp_path / "nowhere.txt")
+    for i in range(6):
+        _write(root, f"data{i}.csv", "x")
+    _, problems = iter_source_files([root])
+    assert problems[0].startswith(f"skipped 7 entries in {root}: data0.csv (unsupported type), ")
+    assert "data4.csv (unsupported type) and 2 more (supported types:" in problems[0]
+    for i in range(6):
+        (root / f"data{i}.csv").unlink()
+    _, problems = iter_source_files([root])
+    assert problems[0].startswith(f"skipped 1 entry in {root}: gone.txt (broken link) ")
 
 
 def test_iter_source_files_reports_explicit_problems(tmp_path: Path) -> None:
