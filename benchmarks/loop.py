@@ -6,7 +6,8 @@ from the same recorded attempts:
 - plain RAG, no loop at all: the first attempt's answer as the model gave it (no checks, no
   refusal but the model's own);
 - loop off: the first attempt judged by the engine's acceptance rule (answered when its
-  confidence clears ``loop.answer_threshold`` and no made-up claim was flagged, else refused);
+  confidence clears ``loop.answer_threshold`` and its checks found neither an unsupported claim
+  nor missing evidence, else refused);
 - loop on: the run's final answer (checks, strategy-switching retries, refusal).
 
 The engine is deterministic at temperature 0, so the first attempt is what a loop-off or

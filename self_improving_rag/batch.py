@@ -520,7 +520,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     if limit:
         items = items[:limit]
     if not items:
-        why = f": the offset {offset} skips all {n_all} of them; use a smaller --offset" if n_all and offset else ""
+        why = f": the offset {offset} skips all {n_all} of them; use a smaller offset (--offset or the batch file's offset:)" if n_all and offset else ""
         raise BatchError(f"batch {spec.name}: no questions to run{why}")
     loop = spec.loop if loop is None else loop
     out_root, index_dir, corpus = run_inputs(spec, base, items)

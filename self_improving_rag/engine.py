@@ -262,7 +262,15 @@ class Engine:
             why = f"the model found no answer in the passages after {len(attempts)} attempt(s)"
         else:
             bars = "/".join(dict.fromkeys(f"{self.answer_bar(a.number):.2f}" for a in attempts))
-            why = f"no answer reached confidence {bars} after {len(attempts)} attempt(s) (best {conf:.2f})"
+            vetoed = [a for a in attempts if a.answer is not None and a.attribution.failure in VETO_FAILURES
+                      and (a.signals.confidence.value or 0.0) >= self.answer_bar(a.number)]
+            if vetoed:
+                # Confident enough, but its own checks found unsupported claims or no evidence.
+                found = ", ".join(dict.fromkeys(a.attribution.failure for a in vetoed))
+                why = (f"{len(vetoed)} of {len(attempts)} attempt(s) reached confidence {bars}, but their own "
+                       f"checks found {found}: an answer with unsupported claims or no evidence is never returned")
+            else:
+                why = f"no answer reached confidence {bars} after {len(attempts)} attempt(s) (best {conf:.2f})"
         reason = f"{why}; last diagnosis {last.attribution.failure}: {last.attribution.reason}"
         n_show = self.config.loop.show_passages_on_refusal
         return Answer(question=question, answer=None, refused=True, refusal_reason=reason, confidence=conf,
@@ -287,7 +295,7 @@ def answer_bar(loop_config, number: int) -> float:
 #: passages (HALLUCINATION_RISK), or its evidence was not found (WEAK_RETRIEVAL: coverage or
 #: grounding below threshold, or no claim supported and its words absent from the passages).
 #: Over the six evaluation runs of sessions 7 and 8, 2 of the 14 graded answers returned with
-#: WEAK_RETRIEVAL were right, against 105 of 231 returned with NONE (docs/results.md).
+#: WEAK_RETRIEVAL were right, against 105 of 231 returned with NONE (docs/signals.md).
 VETO_FAILURES = frozenset({"HALLUCINATION_RISK", "WEAK_RETRIEVAL"})
 
 

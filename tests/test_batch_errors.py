@@ -241,7 +241,7 @@ def test_batch_file_mistakes_are_named(tmp_path):
 
 def test_an_offset_past_the_last_question_says_so(tmp_path):
     r = run(["batch", str(_batch(tmp_path)), "--offset", "5"], tmp_path, fake_overrides(tmp_path))
-    assert "no questions to run: the offset 5 skips all 2 of them; use a smaller --offset" in _one_error_line(r)
+    assert "no questions to run: the offset 5 skips all 2 of them; use a smaller offset" in _one_error_line(r)
 
 
 def test_a_config_folder_is_named_as_a_folder(tmp_path):

@@ -364,4 +364,7 @@ def test_an_answer_without_evidence_is_refused_however_confident(make_engine):
     assert [a.attribution.failure for a in ans.attempts] == ["WEAK_RETRIEVAL"] * len(ans.attempts)
     assert all(a.answer for a in ans.attempts)
     assert ans.refused and ans.answer is None
-    assert "WEAK_RETRIEVAL" in ans.refusal_reason
+    n = len(ans.attempts)
+    assert ans.refusal_reason.startswith(f"{n} of {n} attempt(s) reached confidence ")
+    assert "but their own checks found WEAK_RETRIEVAL: an answer with unsupported claims" in ans.refusal_reason
+    assert "no answer reached confidence" not in ans.refusal_reason

@@ -91,6 +91,7 @@ class Searcher:
                 # (the chunkers loaded so far are dropped, so no search mixes two generations).
                 self._manifest = None
                 self._chunkers.clear()
+                self.close()  # the embedding cache reopens with the new check
                 self.warm_up()
             self._chunkers[name] = self.index.load_chunker(name, self._generation)
         return self._chunkers[name]

@@ -518,3 +518,17 @@ def test_split_long_cuts_between_words_not_inside_them() -> None:
     word = "x" * 300
     long_word = split_long(word, Unit(0, 300, tok.count(word)), 40, tok)
     assert all(p.n_tokens <= 40 for p in long_word) and "".join(word[p.start:p.end] for p in long_word) == word
+
+
+@pytest.mark.parametrize("name", ["section", "semantic"])
+def test_a_merged_span_leaves_room_for_its_longest_chunk_label(name: str) -> None:
+    # A tiny section, then a small one with a long title, then a big one with a short title:
+    # a chunk of the first two is labelled "S – <long title>", longer than the span's "S – C".
+    long_title = " ".join(f"word{i}" for i in range(20))
+    text = (f"# A\n\n## S\n\nTiny.\n\n## {long_title}\n\n" + " ".join(SENTENCES[:5]) + "\n\n## C\n\n"
+            + " ".join(SENTENCES[:7]) + "\n\n" + "\n\n".join(SENTENCES) + "\n")
+    doc = _doc(text)
+    chunks = _chunk(name, doc, {"max_tokens": 70, "min_tokens": 70}, embed_limit=70)
+    assert any(c.section.endswith(f"S – {long_title}") for c in chunks), [c.section for c in chunks]
+    for c in chunks:
+        assert TOK.count(c.embed_text) <= 70 - 2, (c.section, TOK.count(c.embed_text))

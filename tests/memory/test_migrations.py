@@ -184,30 +184,44 @@ def test_a_foreign_database_is_not_adopted_even_when_opened_for_writing(tmp_path
 
 
 def test_a_store_migrated_by_another_process_between_two_looks_opens(tmp_path: Path, monkeypatch) -> None:
-    # Batch workers open a new store at the same moment: one may finish migrating it after this
-    # one saw no migration applied. Its tables then are sirag's own, not somebody else's.
+    # Batch workers open a new store at the same moment: another may migrate the file right after
+    # this one saw no migration applied. Its tables are then sirag's own, not somebody else's.
     path = tmp_path / "new.db"
-    real_applied, real_tables = type(MIGRATIONS).applied, Database.table_names
+    real_applied, real_tables, real_immediate = type(MIGRATIONS).applied, Database.table_names, MemoryStore._immediate
     looked: list[int] = []
     raced: list[int] = []
 
-    def applied(self, db):
-        seen = real_applied(self, db)
-        if not seen:
-            looked.append(1)  # this store saw no migration applied
-        return seen
+    def on_file(db) -> bool:
+        return any(Path(row[2]) == path for row in db.conn.execute("PRAGMA database_list") if row[2])
 
-    def table_names(self, *args, **kwargs):
+    def race() -> None:
         if looked and not raced:
             raced.append(1)
             other = MemoryStore(path)  # the other process migrates the file now
             assert other.stats()["outcomes"] == 0
             other.close()
+
+    def applied(self, db):
+        seen = real_applied(self, db)
+        if not seen and on_file(db):
+            looked.append(1)  # this store's first look: nothing applied yet
+        return seen
+
+    def table_names(self, *args, **kwargs):
+        if not self.conn.in_transaction and on_file(self):
+            race()  # the other process may finish before the next look at the tables ...
         return real_tables(self, *args, **kwargs)
+
+    def immediate(self, db=None):
+        if self.path == path:
+            race()  # ... or before this store takes the write lock to migrate
+        return real_immediate(self, db)
 
     monkeypatch.setattr(type(MIGRATIONS), "applied", applied)
     monkeypatch.setattr(Database, "table_names", table_names)
+    monkeypatch.setattr(MemoryStore, "_immediate", immediate)
     store = MemoryStore(path)
+    assert raced, "the race did not happen"
     store.record(make_answer("Who built the lighthouse?"), run_id="r")
     assert store.stats()["outcomes"] == 1
     store.close()

@@ -47,8 +47,7 @@ class SectionChunker:
         spans = merge_small_spans(doc, leaf_spans(doc), self.min_tokens, tokenizer)
         chunks: list[Chunk] = []
         for s, e, path, pieces in spans:
-            # The budget is for the span's longest label (a chunk's own label is never longer).
-            budget = text_budget(doc, path, self.max_tokens, tokenizer, self.embed_limit, with_breadcrumb=True)
+            budget = span_budget(doc, pieces, e, self.max_tokens, tokenizer, self.embed_limit)
             units = self._units(doc.text, s, e, budget, tokenizer)
             for cs, ce, n in pack(units, budget):
                 chunks.append(make_chunk(doc, self.name, cs, ce, n, chunk_path(pieces, cs, ce), len(chunks),
@@ -93,6 +92,15 @@ def merge_small_spans(doc: Document, spans: list[tuple[int, int, Path]], min_tok
         ps, pe, ppieces = pending
         out.append((ps, pe, chunk_path(ppieces, ps, pe), ppieces))
     return out
+
+
+def span_budget(doc: Document, pieces: tuple[tuple[int, Path], ...], end: int, max_tokens: int,
+                tokenizer: TokenCounter, embed_limit: int) -> int:
+    """Tokens of text a chunk of this merged span may hold: enough room is left for the longest
+    label any of its chunks can get (the sections from piece i to piece j, for every i <= j)."""
+    bounds = [p[0] for p in pieces[1:]] + [end]
+    labels = {chunk_path(pieces, pieces[i][0], bounds[j]) for i in range(len(pieces)) for j in range(i, len(pieces))}
+    return min(text_budget(doc, label, max_tokens, tokenizer, embed_limit, with_breadcrumb=True) for label in labels)
 
 
 def chunk_path(pieces: tuple[tuple[int, Path], ...], start: int, end: int) -> Path:

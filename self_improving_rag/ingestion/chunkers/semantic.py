@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...types import Chunk, Document
-from .base import EmbedFn, TokenCounter, Unit, make_chunk, pack, sentence_units, split_long, text_budget
-from .section import chunk_path, merge_small_spans
+from .base import EmbedFn, TokenCounter, Unit, make_chunk, pack, sentence_units, split_long
+from .section import chunk_path, merge_small_spans, span_budget
 from .base import leaf_spans
 
 
@@ -43,7 +43,7 @@ class SemanticChunker:
         per_span: list[tuple[tuple[tuple[int, tuple[str, ...]], ...], int, list[Unit]]] = []
         all_units: list[Unit] = []
         for s, e, path, pieces in spans:
-            budget = text_budget(doc, path, self.max_tokens, tokenizer, self.embed_limit, with_breadcrumb=True)
+            budget = span_budget(doc, pieces, e, self.max_tokens, tokenizer, self.embed_limit)
             units: list[Unit] = []
             for u in sentence_units(doc.text, s, e, tokenizer):
                 units.extend(split_long(doc.text, u, budget, tokenizer))
