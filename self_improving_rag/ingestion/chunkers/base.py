@@ -38,7 +38,8 @@ class Chunker(Protocol):
 #: changes what the same parameters produce, so that an index built by the older code is
 #: re-chunked (ingest) or named as built differently (search), never mixed silently.
 #: 2: split_long cuts between words. 3: a chunk of merged sibling sections names them all.
-CHUNKING_VERSION = 3
+#: 4: a merged span's text budget leaves room for the longest label any of its chunks gets.
+CHUNKING_VERSION = 4
 
 
 def leaf_spans(doc: Document) -> list[tuple[int, int, tuple[str, ...]]]:
