@@ -637,6 +637,12 @@ def drain(futures: list, keep: Callable[[dict], None]) -> None:
         raise
 
 
+def _ungraded(row: dict) -> dict:
+    """A derived row without the source row's grade (summarise grades it afresh)."""
+    row.pop("grade", None)
+    return row
+
+
 def single_attempt_row(row: dict, threshold: float) -> dict:
     """The row the loop-off engine gives for the same question: its first attempt, finished alone.
 
@@ -647,9 +653,7 @@ def single_attempt_row(row: dict, threshold: float) -> dict:
     from .engine import acceptable
 
     if not row.get("attempts"):  # the engine refused the question itself (a user error row)
-        out = {**row, "derived_from_first_attempt": True}
-        out.pop("grade", None)
-        return out
+        return _ungraded({**row, "derived_from_first_attempt": True})
     a = row["attempts"][0]
     conf = float(a["signals"]["confidence"]["value"] or 0.0)
     ok = acceptable(a["answer"], conf, a["failure"], threshold)
@@ -658,8 +662,7 @@ def single_attempt_row(row: dict, threshold: float) -> dict:
            # The outcome in memory is the loop-on one, and the row keeps only its final passages.
            "outcome_id": None, "sources": row.get("sources", []) if row.get("chosen_attempt") == 1 else []}
     out["refusal_reason"] = None if ok else f"single attempt: {a['failure']}: {a.get('failure_reason') or ''}".strip()
-    out.pop("grade", None)
-    return out
+    return _ungraded(out)
 
 
 def derive_single_attempt_run(run_dir: Path, threshold: float) -> dict:
@@ -676,9 +679,7 @@ def plain_attempt_row(row: dict) -> dict:
     and the loop-on row it splits the loop's gain into what refusing gives and what retries give.
     """
     if not row.get("attempts"):
-        out = {**row, "derived_from_first_attempt": True}
-        out.pop("grade", None)
-        return out
+        return _ungraded({**row, "derived_from_first_attempt": True})
     a = row["attempts"][0]
     declined = bool(a["signals"].get("refusal")) or not (a["answer"] or "").strip()
     out = {**row, "attempts": [a], "answer": None if declined else a["answer"], "refused": declined,
@@ -686,8 +687,7 @@ def plain_attempt_row(row: dict) -> dict:
            "timings_ms": dict(a["timings_ms"]), "derived_from_first_attempt": True, "outcome_id": None,
            "sources": row.get("sources", []) if row.get("chosen_attempt") == 1 else [],
            "refusal_reason": "plain RAG: the model declined" if declined else None}
-    out.pop("grade", None)
-    return out
+    return _ungraded(out)
 
 
 def _derive_run(run_dir: Path, suffix: str, rows: list[dict]) -> dict:

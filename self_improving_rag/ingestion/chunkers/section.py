@@ -46,7 +46,7 @@ class SectionChunker:
     def chunk(self, doc: Document, tokenizer: TokenCounter, embed: EmbedFn | None = None) -> list[Chunk]:
         spans = merge_small_spans(doc, leaf_spans(doc), self.min_tokens, tokenizer)
         chunks: list[Chunk] = []
-        for s, e, path, pieces in spans:
+        for s, e, pieces in spans:
             budget = span_budget(doc, pieces, e, self.max_tokens, tokenizer, self.embed_limit)
             units = self._units(doc.text, s, e, budget, tokenizer)
             for cs, ce, n in pack(units, budget):
@@ -56,9 +56,9 @@ class SectionChunker:
 
 
 Path = tuple[str, ...]
-#: A merged span: start, end, the path its text budget is computed for, and the (start, path) of
-#: each section merged into it, in order (one entry when nothing was merged).
-MergedSpan = tuple[int, int, Path, tuple[tuple[int, Path], ...]]
+#: A merged span: start, end, and the (start, path) of each section merged into it, in order
+#: (one entry when nothing was merged).
+MergedSpan = tuple[int, int, tuple[tuple[int, Path], ...]]
 
 
 def merge_small_spans(doc: Document, spans: list[tuple[int, int, Path]], min_tokens: int,
@@ -69,7 +69,7 @@ def merge_small_spans(doc: Document, spans: list[tuple[int, int, Path]], min_tok
     by the sections its own text comes from (:func:`chunk_path`), not by the last one merged.
     """
     out: list[MergedSpan] = []
-    pending: tuple[int, int, tuple[tuple[int, Path], ...]] | None = None
+    pending: MergedSpan | None = None
     for s, e, path in spans:
         if not doc.text[s:e].strip():
             continue
@@ -82,23 +82,27 @@ def merge_small_spans(doc: Document, spans: list[tuple[int, int, Path]], min_tok
                 s = ps
                 pieces = ppieces + pieces
             else:
-                out.append((ps, pe, chunk_path(ppieces, ps, pe), ppieces))
+                out.append(pending)
             pending = None
         if tokenizer.count(doc.text[s:e]) < min_tokens:
             pending = (s, e, pieces)
         else:
-            out.append((s, e, chunk_path(pieces, s, e), pieces))
+            out.append((s, e, pieces))
     if pending is not None:
-        ps, pe, ppieces = pending
-        out.append((ps, pe, chunk_path(ppieces, ps, pe), ppieces))
+        out.append(pending)
     return out
+
+
+def _piece_ends(pieces: tuple[tuple[int, Path], ...], end: int) -> list[int]:
+    """Where each piece of a merged span ends: the next one's start, the last at ``end``."""
+    return [p[0] for p in pieces[1:]] + [end]
 
 
 def span_budget(doc: Document, pieces: tuple[tuple[int, Path], ...], end: int, max_tokens: int,
                 tokenizer: TokenCounter, embed_limit: int) -> int:
     """Tokens of text a chunk of this merged span may hold: enough room is left for the longest
     label any of its chunks can get (the sections from piece i to piece j, for every i <= j)."""
-    bounds = [p[0] for p in pieces[1:]] + [end]
+    bounds = _piece_ends(pieces, end)
     labels = {chunk_path(pieces, pieces[i][0], bounds[j]) for i in range(len(pieces)) for j in range(i, len(pieces))}
     return min(text_budget(doc, label, max_tokens, tokenizer, embed_limit, with_breadcrumb=True) for label in labels)
 
@@ -110,7 +114,7 @@ def chunk_path(pieces: tuple[tuple[int, Path], ...], start: int, end: int) -> Pa
     names the parent too). Sibling sections: their parent, then "first – last" of the sections
     the text runs through, so a citation never names only a section the text is not from.
     """
-    bounds = [p[0] for p in pieces[1:]] + [end]
+    bounds = _piece_ends(pieces, end)
     paths = [path for (s, path), e in zip(pieces, bounds) if s < end and e > start] or [pieces[-1][1]]
     last = paths[-1]
     # A path that is a prefix of the last one (a parent's lone title) is named by it already.

@@ -42,7 +42,7 @@ class SemanticChunker:
         spans = merge_small_spans(doc, leaf_spans(doc), self.min_tokens, tokenizer)
         per_span: list[tuple[tuple[tuple[int, tuple[str, ...]], ...], int, list[Unit]]] = []
         all_units: list[Unit] = []
-        for s, e, path, pieces in spans:
+        for s, e, pieces in spans:
             budget = span_budget(doc, pieces, e, self.max_tokens, tokenizer, self.embed_limit)
             units: list[Unit] = []
             for u in sentence_units(doc.text, s, e, tokenizer):
