@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Callable
 
 from .config import Config
-from .errors import InputError
+from .errors import GenerationError, GeneratorUnavailableError, InputError
 from .evaluation.signals import SignalScorer
 from .feedback.attribution import attribute
 from .feedback.policy import StrategyPolicy, query_features
@@ -120,7 +120,7 @@ class Engine:
                         "re-ingest with ingestion.chunkers including %s)", default.chunker, available[0],
                         default.chunker)
             default = replace(default, chunker=available[0])
-        self._policy = StrategyPolicy(self.config.policy, default, self.memory, available)
+        policy = StrategyPolicy(self.config.policy, default, self.memory, available)
         weights = None
         if self.memory is not None:
             fit = self.memory.latest_calibration()
@@ -128,6 +128,9 @@ class Engine:
         r = self.config.retrieval
         self._scorer = SignalScorer(self.config.scoring, self.searcher.embed_cached, self.generator, weights,
                                     relevance_slope=r.relevance_slope, relevance_midpoint=r.relevance_midpoint)
+        # Set last: it marks the engine as ready, so a failure above (a locked store, say) is
+        # retried by the next call instead of leaving an engine without a scorer.
+        self._policy = policy
 
     @property
     def policy(self) -> StrategyPolicy:
@@ -152,7 +155,18 @@ class Engine:
         repair: str | None = None
         stop_note = ""
         while True:
-            attempt = self._attempt(question, strategy, repair, len(attempts) + 1, on_token)
+            try:
+                attempt = self._attempt(question, strategy, repair, len(attempts) + 1, on_token)
+            except GeneratorUnavailableError:
+                raise  # the generator is gone: nothing more can be answered, so the caller must know
+            except GenerationError as exc:
+                if not attempts:
+                    raise
+                # A retry that fails (a longer prompt the server refuses, no text produced) must not
+                # throw away the attempts already made: answer or refuse from them.
+                stop_note = f"attempt {len(attempts) + 1} ({repair}) failed: {exc}"
+                log.warning("%s; answering from the %d earlier attempt(s)", stop_note, len(attempts))
+                break
             attempts.append(attempt)
             if on_attempt is not None:
                 on_attempt(attempt)

@@ -368,3 +368,59 @@ def test_an_answer_without_evidence_is_refused_however_confident(make_engine):
     assert ans.refusal_reason.startswith(f"{n} of {n} attempt(s) reached confidence ")
     assert "but their own checks found WEAK_RETRIEVAL: an answer with unsupported claims" in ans.refusal_reason
     assert "no answer reached confidence" not in ans.refusal_reason
+
+
+def _fails(exc):
+    def reply(messages):
+        raise exc
+    return reply
+
+
+def test_a_retry_that_fails_keeps_the_earlier_attempts(make_engine):
+    """A retry whose generation fails (a longer prompt the server refuses, say) ends the loop;
+    the question is answered or refused from the attempts already made, and recorded."""
+    from self_improving_rag.errors import GenerationError
+
+    engine, gen, store = make_engine([REFUSE, _fails(GenerationError("prompt too long for the server's context"))])
+    ans = engine.ask("Who saved the sailors of the Greyling in the storm?")
+    assert len(ans.attempts) == 1 and len(gen.history) == 2
+    assert ans.refused and "attempt 2" in ans.refusal_reason and "prompt too long" in ans.refusal_reason
+    assert ans.outcome_id is not None and store.stats()["outcomes"] == 1
+
+
+def test_a_failing_first_attempt_or_a_lost_generator_is_raised(make_engine):
+    from self_improving_rag.errors import GenerationError, GeneratorUnavailableError
+
+    engine, _, store = make_engine([_fails(GenerationError("the model produced no text"))])
+    with pytest.raises(GenerationError, match="no text"):
+        engine.ask("Who saved the sailors of the Greyling in the storm?")
+    engine, _, store = make_engine([REFUSE, _fails(GeneratorUnavailableError("the server is unreachable"))])
+    with pytest.raises(GeneratorUnavailableError):
+        engine.ask("Who saved the sailors of the Greyling in the storm?")
+    assert store.stats()["outcomes"] == 0
+
+
+def test_a_failed_warm_up_is_retried_by_the_next_question(make_engine):
+    import sqlite3
+
+    engine, _, store = make_engine([GOOD])
+    real = store.latest_calibration
+    calls = []
+
+    def locked_once():
+        calls.append(1)
+        if len(calls) == 1:
+            raise sqlite3.OperationalError("database is locked")
+        return real()
+
+    store.latest_calibration = locked_once
+    with pytest.raises(sqlite3.OperationalError):
+        engine.ask("Who saved the sailors of the Greyling in the storm?")
+    ans = engine.ask("Who saved the sailors of the Greyling in the storm?")
+    assert not ans.refused and "Tobias Lune" in ans.answer and len(calls) == 2
+
+
+def test_a_negated_yes_no_question_is_answered_not_echoed(make_engine):
+    engine, _, _ = make_engine(["Tobias Lune did [1]."])
+    ans = engine.ask("Didn't Tobias Lune save the sailors of the Greyling?")
+    assert not ans.refused and ans.answer.startswith("Tobias Lune did")

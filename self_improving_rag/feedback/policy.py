@@ -27,7 +27,9 @@ from .repairs import CATALOGUE, apply_repair
 QUERY_CLASSES = ("who", "what", "where", "when", "why", "how", "yes-no", "other")
 _WH = {"who": "who", "whom": "who", "whose": "who", "what": "what", "which": "what", "where": "where",
        "when": "when", "why": "why", "how": "how"}
-_YES_NO = re.compile(r"^(is|are|was|were|do|does|did|can|could|will|would|has|have|had|should|shall|may|might)\b", re.I)
+# An opening auxiliary, with or without a contracted "not" ("Didn't", "Isn't", "Won't", "Cannot").
+_YES_NO = re.compile(r"^(?:(?:is|are|was|were|do|does|did|could|would|has|have|had|should|might|must|need)"
+                     r"(?:n['’]t)?|am|can(?:not|['’]t)?|will|won['’]t|shall|shan['’]t|may)\b", re.I)
 
 
 @dataclass(frozen=True)
@@ -43,8 +45,8 @@ class QueryFeatures:
 def query_features(question: str) -> QueryFeatures:
     """The question's class and shape.
 
-    A question that opens with an auxiliary verb ("Did Holmes know who ...?") is ``yes-no``
-    whatever wh-word follows; otherwise the first wh-word among the first words names the
+    A question that opens with an auxiliary verb, negated or not ("Did Holmes know who ...?",
+    "Didn't he ...?", "Cannot it ...?"), is ``yes-no`` whatever wh-word follows; otherwise the first wh-word among the first words names the
     class ("In what year ...?" is ``what``), matched as a whole word ("However ..." is not
     ``how``); ``which`` counts as ``what``, ``whom`` and ``whose`` as ``who``.
     """
