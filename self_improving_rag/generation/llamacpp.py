@@ -155,7 +155,9 @@ class LlamaCppGenerator:
                     on_token(piece)
             llm.eval([tok])
         t2 = time.perf_counter()
-        text = llm.detokenize(out_ids).decode("utf-8", errors="replace").strip()
+        # A character cut off by max_tokens is dropped, not shown as "\ufffd": the text is decoded
+        # as the stream was, so what was streamed and what is returned agree.
+        text = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(llm.detokenize(out_ids)).strip()
         if not text and finish == "length":
             raise GenerationError("the model produced no text; try another prompt or model")
         return Generation(

@@ -201,3 +201,17 @@ def test_real_model_attributes_injected_failures(scarlet_index, shared_dir):
     assert total >= 40, total
     assert no_baseline <= 0.25 * total, no_baseline
     assert right / total >= 0.9, misses
+
+
+def test_streamed_text_matches_the_answer_when_max_tokens_cuts_a_character():
+    """Emoji take several byte tokens: a cut inside one leaves neither a stray "\\ufffd" in the
+    answer nor a difference between what was streamed and what is returned."""
+    from self_improving_rag.generation.llamacpp import LlamaCppGenerator
+    from self_improving_rag.generation.registry import resolve_model
+
+    gen = LlamaCppGenerator(str(resolve_model("smollm2-135m-instruct", "unused")), n_ctx=512, max_tokens=24)
+    messages = [{"role": "user", "content": "Repeat exactly this text: \U0001F600\U0001F389\U0001F680 \u65e5\u672c\u8a9e"}]
+    for m in range(10, 18):
+        seen: list[str] = []
+        out = gen.generate(messages, max_tokens=m, on_token=seen.append)
+        assert "\ufffd" not in out.text and "".join(seen).strip() == out.text, (m, seen, out.text)
