@@ -280,9 +280,10 @@ class Engine:
                       and (a.signals.confidence.value or 0.0) >= self.answer_bar(a.number)]
             if vetoed:
                 # Confident enough, but its own checks found unsupported claims or no evidence.
-                found = ", ".join(dict.fromkeys(a.attribution.failure for a in vetoed))
+                found = "; ".join(dict.fromkeys(f"{a.attribution.failure} ({_VETO_WHY[a.attribution.failure]})"
+                                                for a in vetoed))
                 why = (f"{len(vetoed)} of {len(attempts)} attempt(s) reached confidence {bars}, but their own "
-                       f"checks found {found}: an answer with unsupported claims or no evidence is never returned")
+                       f"checks found {found}, and such an answer is never returned")
             else:
                 why = f"no answer reached confidence {bars} after {len(attempts)} attempt(s) (best {conf:.2f})"
         reason = f"{why}; last diagnosis {last.attribution.failure}: {last.attribution.reason}"
@@ -311,6 +312,8 @@ def answer_bar(loop_config, number: int) -> float:
 #: Over the six evaluation runs of sessions 7 and 8, 2 of the 14 graded answers returned with
 #: WEAK_RETRIEVAL were right, against 105 of 231 returned with NONE (docs/signals.md).
 VETO_FAILURES = frozenset({"HALLUCINATION_RISK", "WEAK_RETRIEVAL"})
+_VETO_WHY = {"HALLUCINATION_RISK": "claims the passages do not support",
+             "WEAK_RETRIEVAL": "too little of the question's evidence in the passages"}
 
 
 def acceptable(answer: str | None, confidence: float | None, failure: str, threshold: float) -> bool:

@@ -17,7 +17,10 @@ def attribute(signals: Signals, thr: ThresholdsConfig) -> Attribution:
     """The first failure whose condition holds, in this order:
 
     1. refusal with coverage and grounding at or above their thresholds -> MISSED_ANSWER
-    2. coverage or grounding below threshold                          -> WEAK_RETRIEVAL
+    2. coverage below threshold, or grounding below threshold unless
+       the answer's claims are supported by its passages (faithfulness
+       at or above threshold: the evidence was found, and the embedding
+       relevance that grounding counts underrated it)                -> WEAK_RETRIEVAL
     3. no claim supported and every claim's words mostly absent from
        the passages (the answer came from elsewhere: the evidence was
        not retrieved, whatever the question's words suggest)          -> WEAK_RETRIEVAL
@@ -39,9 +42,10 @@ def attribute(signals: Signals, thr: ThresholdsConfig) -> Attribution:
             return make("MISSED_ANSWER", f"the model declined although coverage {_fmt(cov)} >= {thr.coverage:.2f} "
                                          f"and grounding {_fmt(grd)} >= {thr.grounding:.2f}")
         return make("WEAK_RETRIEVAL", "the model declined and the evidence is weak: " + _weak_reason(signals, thr))
-    if weak_cov or weak_grd:
-        return make("WEAK_RETRIEVAL", _weak_reason(signals, thr))
     fth = signals.faithfulness.value
+    supported = fth is not None and fth >= thr.faithfulness
+    if weak_cov or (weak_grd and not supported):
+        return make("WEAK_RETRIEVAL", _weak_reason(signals, thr))
     if fth is not None and fth < thr.faithfulness and _evidence_absent(signals):
         bad = signals.faithfulness.detail.get("unsupported", [])
         return make("WEAK_RETRIEVAL", f"no claim of the answer is supported and most of its words are not in the "

@@ -101,7 +101,14 @@ def _signals(**values):
 @pytest.mark.parametrize("values,expected", [
     ({"coverage": 0.9, "grounding": 0.9, "faithfulness": 1.0, "redundancy": 0.0, "confidence": 0.9}, "NONE"),
     ({"coverage": 0.1, "grounding": 0.9, "faithfulness": 1.0, "redundancy": 0.0, "confidence": 0.9}, "WEAK_RETRIEVAL"),
-    ({"coverage": 0.9, "grounding": 0.0, "faithfulness": 1.0, "redundancy": 0.0, "confidence": 0.9}, "WEAK_RETRIEVAL"),
+    # Weak grounding with supported claims: the evidence was found (the embedding relevance
+    # underrated it); with unsupported or unchecked claims, or a refusal, it was not.
+    ({"coverage": 0.9, "grounding": 0.0, "faithfulness": 1.0, "redundancy": 0.0, "confidence": 0.9}, "NONE"),
+    ({"coverage": 0.9, "grounding": 0.0, "faithfulness": 1.0, "redundancy": 0.0, "confidence": 0.2}, "LOW_CONFIDENCE"),
+    ({"coverage": 0.9, "grounding": 0.0, "faithfulness": 0.5, "redundancy": 0.0, "confidence": 0.9}, "WEAK_RETRIEVAL"),
+    ({"coverage": 0.9, "grounding": 0.0, "redundancy": 0.0, "confidence": 0.9}, "WEAK_RETRIEVAL"),
+    ({"coverage": 0.9, "grounding": 0.0, "confidence": 0.2, "refusal": True}, "WEAK_RETRIEVAL"),
+    ({"coverage": 0.1, "grounding": 0.0, "faithfulness": 1.0, "redundancy": 0.0, "confidence": 0.9}, "WEAK_RETRIEVAL"),
     ({"coverage": 0.9, "grounding": 0.9, "faithfulness": 0.3, "redundancy": 0.0, "confidence": 0.9}, "HALLUCINATION_RISK"),
     ({"coverage": 0.9, "grounding": 0.9, "faithfulness": 1.0, "redundancy": 0.9, "confidence": 0.9}, "REDUNDANT_CONTEXT"),
     ({"coverage": 0.9, "grounding": 0.9, "faithfulness": 1.0, "redundancy": 0.0, "confidence": 0.2}, "LOW_CONFIDENCE"),
