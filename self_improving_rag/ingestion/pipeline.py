@@ -125,15 +125,30 @@ def _ingest_lock(root: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _doc_ids(files: list[Path]) -> dict[Path, str]:
-    """The file's :func:`doc_slug` as its id; a path hash is appended when two files would get the same id ("My Book.txt" and
-    "my_book.txt" included)."""
-    slugs = {f: doc_slug(f) for f in files}
+def _doc_ids(files: list[Path], held: dict[str, dict] | None = None) -> dict[Path, str]:
+    """Each file's document id.
+
+    A file the index already holds (``held``: the manifest's ``files``, id -> metadata with the
+    resolved ``path``) keeps its id, so adding or removing another file never renames it (the
+    memory store and earlier results cite documents by id). A new file gets its
+    :func:`doc_slug`, with a path hash appended when that id is taken or another new file would
+    get it too ("My Book.txt" and "my_book.txt" included).
+    """
+    by_path = {str(meta.get("path")): doc_id for doc_id, meta in (held or {}).items() if isinstance(meta, dict)}
+    out: dict[Path, str] = {}
+    for f in files:
+        old = by_path.get(str(f.resolve()))
+        if old is not None and old not in out.values():
+            out[f] = old
+    new = [f for f in files if f not in out]
+    slugs = {f: doc_slug(f) for f in new}
     counts: dict[str, int] = {}
     for slug in slugs.values():
         counts[slug] = counts.get(slug, 0) + 1
-    return {f: slug + "-" + hashlib.sha256(str(f).encode()).hexdigest()[:6] if counts[slug] > 1 else slug
-            for f, slug in slugs.items()}
+    taken = set(out.values())
+    for f, slug in slugs.items():
+        out[f] = slug + "-" + hashlib.sha256(str(f).encode()).hexdigest()[:6] if counts[slug] > 1 or slug in taken else slug
+    return {f: out[f] for f in files}
 
 
 def _file_sha256(path: Path) -> str:
@@ -175,12 +190,13 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
     with _ingest_lock(root):
         previous: dict = {}
         prev_chunks: dict[str, dict[str, list[Chunk]]] = {}
-        held_before: set[str] = set()
+        held_files: dict[str, dict] = {}
         if index.current_dir() is not None:
             try:
-                held_before = set(index.manifest().get("files", {}))
+                held_files = dict(index.manifest().get("files", {}))
             except (SiragError, OSError, ValueError):
                 pass  # an unreadable manifest is rebuilt below; nothing to compare with
+        held_before = set(held_files)
         if not rebuild and index.current_dir() is not None:
             m = index.manifest()
             same_embedder = m.get("embedder", {}).get("name") == embedder.name
@@ -197,7 +213,7 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
         try:
             all_chunks: dict[str, list[Chunk]] = {n: [] for n in chunkers}
             files_meta: dict[str, dict] = {}
-            ids = _doc_ids(files)
+            ids = _doc_ids(files, held_files)
             max_bytes = int(config.ingestion.max_file_mb * 2**20)
             t_chunk = time.perf_counter()
             bar = tqdm(files, desc="chunking", unit="file", disable=not progress or None, leave=False)

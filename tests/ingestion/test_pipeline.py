@@ -232,6 +232,27 @@ def test_files_sharing_a_stem_get_distinct_ids(fake_config, tmp_path: Path, hash
 
 
 
+def test_a_document_keeps_its_id_when_another_file_comes_or_goes(fake_config, tmp_path: Path, hash_embedder) -> None:
+    """Ids are what memory and results cite: a file sharing the stem of an indexed one gets a new
+    id of its own; the indexed file is neither renamed nor re-chunked, nor reported as removed."""
+    folder = tmp_path / "docs"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "notes.txt").write_text("The keeper lit the lamp at dusk.\n", encoding="utf-8")
+    first = ingest([folder], fake_config, hash_embedder, progress=False)
+    assert [d["doc_id"] for d in first.documents] == ["notes"]
+
+    (folder / "sub" / "notes.md").write_text("# Notes\n\nThe miller pressed cider in the barn.\n", encoding="utf-8")
+    added = ingest([folder], fake_config, hash_embedder, progress=False)
+    ids = {Path(d["path"]).name: d["doc_id"] for d in added.documents}
+    assert ids["notes.txt"] == "notes" and ids["notes.md"].startswith("notes-")
+    assert added.reused_documents == 1 and added.removed_documents == []
+
+    (folder / "sub" / "notes.md").unlink()
+    removed = ingest([folder], fake_config, hash_embedder, progress=False)
+    assert [d["doc_id"] for d in removed.documents] == ["notes"]
+    assert removed.reused_documents == 1 and removed.removed_documents == [ids["notes.md"]]
+
+
 def test_names_that_differ_only_by_case_or_spaces_get_distinct_ids(fake_config, tmp_path: Path,
                                                                     hash_embedder) -> None:
     folder = tmp_path / "twins"
