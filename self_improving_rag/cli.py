@@ -364,7 +364,11 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
     stray = [flag for flag, value, owner in (("--csv", args.csv, "export"), ("--json-file", args.json_file, "export"),
                                              ("--html", args.html, "report")) if value and action != owner]
     if stray:
-        raise InputError(f"{', '.join(stray)} belong(s) to sirag memory export/report, not to memory {action}")
+        owners = "; ".join(f"{flag} to memory {owner}" for flag, value, owner in
+                           (("--csv", args.csv, "export"), ("--json-file", args.json_file, "export"),
+                            ("--html", args.html, "report")) if flag in stray)
+        raise InputError(f"{', '.join(stray)} {'is' if len(stray) == 1 else 'are'} not an option of memory {action} "
+                         f"({owners})")
     if action == "merge":
         return _memory_merge(words, args, config)
     # Analysis only reads: the store is opened read-only unless its schema needs an upgrade first.
@@ -391,15 +395,20 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
             data = store.search(args.arg, limit=args.limit)
         elif action == "export":
             targets = [(fmt, path) for fmt, path in (("csv", args.csv), ("json", args.json_file)) if path]
-            if not targets:
-                raise InputError("sirag memory export needs --csv FILE and/or --json-file FILE")
-            if len(targets) == 2 and Path(args.csv).resolve() == Path(args.json_file).resolve():
+            if not targets and args.json:
+                data = store.export_records()  # the JSON export on stdout
+            elif not targets:
+                raise InputError("sirag memory export needs --csv FILE and/or --json-file FILE, or --json for "
+                                 "JSON on stdout")
+            elif len(targets) == 2 and Path(args.csv).resolve() == Path(args.json_file).resolve():
                 raise InputError("--csv and --json-file name the same file; give each format its own file")
-            for fmt, path in targets:
-                _output_file(path, "--csv" if fmt == "csv" else "--json-file", config)
-            for fmt, path in targets:
-                n = store.export(fmt, path)
-            data = {"exported_outcomes": n, "files": [{"path": str(path), "format": fmt} for fmt, path in targets]}
+            else:
+                for fmt, path in targets:
+                    _output_file(path, "--csv" if fmt == "csv" else "--json-file", config)
+                for fmt, path in targets:
+                    n = store.export(fmt, path)
+                data = {"exported_outcomes": n,
+                        "files": [{"path": str(path), "format": fmt} for fmt, path in targets]}
         elif action == "report":
             if not args.html:
                 raise InputError("sirag memory report needs --html FILE")

@@ -206,7 +206,12 @@ def test_feedback_calibrate_and_memory_analysis_commands(tmp_path):
     assert len((tmp_path / "o.csv").read_text().splitlines()) == 1 + 6  # header + one row per attempt
     assert len(json.loads((tmp_path / "o.json").read_text())) == 6
     r = run(["memory", "export"], tmp_path, ov)
-    assert r.returncode == 2 and "--csv FILE" in r.stderr
+    assert r.returncode == 2 and "--csv FILE" in r.stderr and "--json for JSON on stdout" in r.stderr
+    r = run(["memory", "export", "--json"], tmp_path, ov)  # the JSON export on stdout, as the file holds it
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == json.loads((tmp_path / "o.json").read_text())
+    r = run(["memory", "stats", "--html", str(tmp_path / "r.html"), "--csv", str(tmp_path / "s.csv")], tmp_path, ov)
+    assert r.returncode == 2 and "--csv to memory export; --html to memory report" in r.stderr, r.stderr
     r = run(["memory", "export", "--csv", str(tmp_path / "o.csv"), "--json-file", str(tmp_path / "o.csv")], tmp_path, ov)
     assert r.returncode == 2 and "same file" in r.stderr
     assert len((tmp_path / "o.csv").read_text().splitlines()) == 1 + 6  # the CSV is untouched

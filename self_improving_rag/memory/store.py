@@ -992,6 +992,11 @@ class MemoryStore:
         )
         return [*ocols, "label", "label_source"], acols, rows
 
+    def export_records(self) -> list[dict]:
+        """The outcomes with their attempts, as :meth:`export` writes them in JSON."""
+        ocols, acols, rows = self._export_rows()
+        return self._nest(ocols, acols, rows)
+
     def export(self, fmt: str, path: str | Path) -> int:
         """Write outcomes joined with their attempts to ``path``; returns the number of outcomes.
 
