@@ -92,6 +92,10 @@ def load_batch(path: str | Path) -> tuple[BatchSpec, Path]:
         raise BatchError(f"{p}: {what}; see configs/batch-sherlock-dev.yaml for the format") from exc
     if not spec.questions.file and not spec.questions.inline:
         raise BatchError(f"{p}: questions needs 'file' (JSONL or SQuAD JSON) or 'inline' items")
+    if spec.questions.file and spec.questions.inline:
+        # Only one would be asked: refuse rather than silently leave the other out.
+        raise BatchError(f"{p}: questions has both 'file' and 'inline'; give one of them (put the inline "
+                         "questions in the file, or the file's questions inline)")
     return spec, p.parent.resolve()
 
 
