@@ -471,7 +471,17 @@ def ensure_index(config: Config, corpus: list[Path], index_dir: str, progress: b
     from .retrieval.embedder import embedder_from_config
 
     embedder = embedder_from_config(config)
-    ingest([str(p) for p in corpus], config, embedder, index_dir=index_dir, progress=progress)
+    report = ingest([str(p) for p in corpus], config, embedder, index_dir=index_dir, progress=progress)
+    # What `sirag ingest` would say: which documents were (re)indexed and which files were left out.
+    changed = len(report.documents) - report.reused_documents
+    if changed:
+        print(f"note: indexed {changed} new or changed document(s) of {len(report.documents)} into "
+              f"{report.index_dir}", file=sys.stderr)
+    for problem in report.problems:
+        print(f"warning: {problem}", file=sys.stderr)
+    if report.removed_documents:
+        print(f"note: {len(report.removed_documents)} document(s) the index held are no longer in it: "
+              f"{', '.join(report.removed_documents)}", file=sys.stderr)
 
 
 def run_inputs(spec: BatchSpec, base: Path, items: list[QAItem]) -> tuple[Path, str, list[Path]]:

@@ -130,7 +130,7 @@ def cmd_ingest(args: argparse.Namespace, config: Config) -> int:
     else:
         print(f"indexed {len(report.documents)} document(s) into {report.index_dir} "
               f"({report.reused_documents} unchanged, {report.embedded_texts} texts embedded, "
-              f"{report.cached_texts} from cache) in {report.timings_ms['total'] / 1000:.1f} s")
+              f"{report.cached_texts} reused from the cache or this run) in {report.timings_ms['total'] / 1000:.1f} s")
         for name, n in report.chunks.items():
             print(f"  {name:9s} {n:6d} chunks")
         if stats:

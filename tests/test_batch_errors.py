@@ -253,3 +253,18 @@ def test_a_config_folder_is_named_as_a_folder(tmp_path):
 
     with pytest.raises(ConfigError, match="is a folder; pass a YAML file"):
         load_config(tmp_path)
+
+
+def test_a_batch_that_builds_its_index_says_what_it_indexed_and_left_out(tmp_path):
+    ov = fake_overrides(tmp_path)
+    f = _batch(tmp_path)
+    (tmp_path / "docs" / "empty.txt").write_text("", encoding="utf-8")
+    r = run(["batch", str(f), "--limit", "1"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert "note: indexed " in r.stderr and "warning: " in r.stderr and "empty.txt" in r.stderr, r.stderr
+    # A second run of the same documents re-indexes nothing, and says nothing about it.
+    spec = yaml.safe_load(f.read_text())
+    spec["name"] = "t2"
+    f.write_text(yaml.safe_dump(spec))
+    r = run(["batch", str(f), "--limit", "1"], tmp_path, ov)
+    assert r.returncode == 0 and "note: indexed" not in r.stderr, r.stderr
