@@ -43,6 +43,8 @@ def test_calibration_learns_that_long_answers_are_wrong_from_the_stored_answer_t
     # Same signals everywhere; only the answers' length tells right from wrong.
     _record(store, 30, SHORT, correct_every=1)  # all correct
     _record(store, 30, LONG, correct_every=6)  # one in six correct
+    dry = calibrate_from_memory(store, min_labels=20, seed=0, save=False)
+    assert dry["would_store"] is True and "would_not_store" not in dry and store.latest_calibration() is None
     result = calibrate_from_memory(store, min_labels=20, seed=0, save=True)
     assert result["n"] == 60
     w = result["weights"]
@@ -76,6 +78,8 @@ def test_a_fit_worse_than_the_defaults_on_held_out_labels_is_not_stored(store: M
 
     _record(store, 2, SHORT, correct_every=2)  # one right, one wrong, identical signals
     _record(store, 2, LONG, correct_every=2)
+    dry = calibrate_from_memory(store, min_labels=2, seed=0, save=False)  # a dry run says what a real run would do
+    assert dry["stored"] is False and dry["would_store"] is False and "--force" in dry["would_not_store"]
     result = calibrate_from_memory(store, min_labels=2, seed=0, save=True)
     held = result["held_out"]
     assert held["after"]["brier"] > held["before"]["brier"]
