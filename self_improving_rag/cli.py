@@ -127,6 +127,13 @@ def cmd_ingest(args: argparse.Namespace, config: Config) -> int:
             stats_error = exc
     if args.json:
         _print_json({**report.to_json(), **({"stats": stats} if stats else {})})
+    elif report.unchanged:
+        print(f"{report.index_dir} is up to date: {len(report.documents)} document(s), none changed, same settings; "
+              "nothing was written (--rebuild to build it again)")
+        for name, n in report.chunks.items():
+            print(f"  {name:9s} {n:6d} chunks")
+        if stats:
+            _print_stats(stats)
     else:
         print(f"indexed {len(report.documents)} document(s) into {report.index_dir} "
               f"({report.reused_documents} unchanged, {report.embedded_texts} texts embedded, "

@@ -42,6 +42,8 @@ class IngestReport:
     removed_documents: list[str] = field(default_factory=list)
     embedded_texts: int = 0
     cached_texts: int = 0
+    # True when nothing changed (same files, settings and paths): the live index was left as it is.
+    unchanged: bool = False
     timings_ms: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict:
@@ -189,6 +191,7 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
     index = CorpusIndex(root)
     with _ingest_lock(root):
         previous: dict = {}
+        prev_manifest: dict | None = None
         prev_chunks: dict[str, dict[str, list[Chunk]]] = {}
         held_files: dict[str, dict] = {}
         if index.current_dir() is not None:
@@ -198,7 +201,7 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
                 pass  # an unreadable manifest is rebuilt below; nothing to compare with
         held_before = set(held_files)
         if not rebuild and index.current_dir() is not None:
-            m = index.manifest()
+            m = prev_manifest = index.manifest()
             same_embedder = m.get("embedder", {}).get("name") == embedder.name
             if same_embedder:
                 previous = m.get("files", {})
@@ -259,6 +262,22 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
             report.timings_ms["chunk"] = (time.perf_counter() - t_chunk) * 1000
             if not files_meta:
                 raise IngestionError("no document could be ingested: " + "; ".join(report.problems))
+            settings = {
+                "format_version": FORMAT_VERSION,
+                "embedder": {"name": embedder.name, "dim": int(embedder.dim), "max_tokens": embedder.max_tokens},
+                "chunkers": params,
+                "files": files_meta,
+                "sources": [str(Path(p).resolve()) for p in paths],
+                "ann_threshold": config.retrieval.ann_threshold,
+            }
+            if (prev_manifest is not None and report.reused_documents == len(files_meta)
+                    and _same(settings, {k: prev_manifest.get(k) for k in settings})):
+                # Nothing to change: keep the live generation instead of writing an identical one.
+                report.unchanged = True
+                report.chunks = dict(prev_manifest.get("counts", {}))
+                report.documents = [{"doc_id": k, **v} for k, v in files_meta.items()]
+                report.timings_ms["total"] = (time.perf_counter() - t0) * 1000
+                return report
             t_embed = time.perf_counter()
             gen = index.new_generation()
             ebar = tqdm(total=0, desc="embedding", unit="text", disable=not progress or None, leave=False)
@@ -287,12 +306,8 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
             report.embedded_texts = cache.misses - miss0
             report.timings_ms["embed_and_index"] = (time.perf_counter() - t_embed) * 1000
             manifest = {
-                "format_version": FORMAT_VERSION,
+                **settings,
                 "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "embedder": {"name": embedder.name, "dim": int(embedder.dim), "max_tokens": embedder.max_tokens},
-                "chunkers": params,
-                "files": files_meta,
-                "sources": [str(Path(p).resolve()) for p in paths],
                 "counts": report.chunks,
                 "versions": _versions(),
             }
@@ -303,6 +318,11 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
     report.removed_documents = sorted(held_before - set(files_meta))
     report.timings_ms["total"] = (time.perf_counter() - t0) * 1000
     return report
+
+
+def _same(a: dict, b: dict) -> bool:
+    """Equal once both are written as JSON (tuples read back as lists, as the manifest holds them)."""
+    return json.loads(json.dumps(a, sort_keys=True)) == json.loads(json.dumps(b, sort_keys=True))
 
 
 def _with_id(doc, doc_id: str):

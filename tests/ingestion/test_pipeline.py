@@ -159,12 +159,21 @@ def test_changing_the_vector_mode_rebuilds_that_chunker(tmp_path: Path, corpus_d
 
 def test_reingest_unchanged_embeds_nothing(fake_config, built_index: Path, corpus_dir: Path, hash_embedder) -> None:
     before = _chunks(built_index)
+    live = CorpusIndex(built_index).current_dir()
     embedder = CountingEmbedder(hash_embedder)
     report = ingest([corpus_dir], fake_config, embedder, progress=False)
     assert report.embedded_texts == 0
     assert report.reused_documents == 2
     assert embedder.calls == []
     assert _chunks(built_index) == before
+    # Nothing changed: the live generation is kept, not rewritten.
+    assert report.unchanged and CorpusIndex(built_index).current_dir() == live
+    assert report.chunks == CorpusIndex(built_index).manifest()["counts"] and len(report.documents) == 2
+    # A setting the index is built with (here when FAISS switches to an approximate index) writes a new one.
+    cfg = fake_config.model_copy(update={"retrieval": fake_config.retrieval.model_copy(update={"ann_threshold": 1000})})
+    again = ingest([corpus_dir], cfg, embedder, progress=False)
+    assert not again.unchanged and CorpusIndex(built_index).current_dir() != live
+    assert _chunks(built_index) == before and embedder.calls == []
 
 
 def test_rebuild_rechunks_but_reuses_cached_vectors(fake_config, built_index: Path, corpus_dir: Path,
