@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..config import ThresholdsConfig
+from ..text import claim_terms
 from ..types import Attribution, Signals
 from .repairs import CATALOGUE
 
@@ -19,8 +20,9 @@ def attribute(signals: Signals, thr: ThresholdsConfig) -> Attribution:
     1. refusal with coverage and grounding at or above their thresholds -> MISSED_ANSWER
     2. coverage below threshold, or grounding below threshold unless
        the answer's claims are supported by its passages (faithfulness
-       at or above threshold: the evidence was found, and the embedding
-       relevance that grounding counts underrated it)                -> WEAK_RETRIEVAL
+       at or above threshold, with a supported claim that has content
+       words: the evidence was found, and the embedding relevance that
+       grounding counts underrated it)                                -> WEAK_RETRIEVAL
     3. no claim supported and every claim's words mostly absent from
        the passages (the answer came from elsewhere: the evidence was
        not retrieved, whatever the question's words suggest)          -> WEAK_RETRIEVAL
@@ -43,7 +45,7 @@ def attribute(signals: Signals, thr: ThresholdsConfig) -> Attribution:
                                          f"and grounding {_fmt(grd)} >= {thr.grounding:.2f}")
         return make("WEAK_RETRIEVAL", "the model declined and the evidence is weak: " + _weak_reason(signals, thr))
     fth = signals.faithfulness.value
-    supported = fth is not None and fth >= thr.faithfulness
+    supported = fth is not None and fth >= thr.faithfulness and _says_something_supported(signals)
     if weak_cov or (weak_grd and not supported):
         return make("WEAK_RETRIEVAL", _weak_reason(signals, thr))
     if fth is not None and fth < thr.faithfulness and _evidence_absent(signals):
@@ -62,6 +64,13 @@ def attribute(signals: Signals, thr: ThresholdsConfig) -> Attribution:
     if conf is not None and conf < thr.confidence:
         return make("LOW_CONFIDENCE", f"confidence {conf:.2f} < {thr.confidence:.2f}")
     return make("NONE", f"all signals clear their thresholds (confidence {_fmt(conf)})")
+
+
+def _says_something_supported(signals: Signals) -> bool:
+    """Whether a supported claim has content words of its own: "No, he did not." is supported
+    vacuously (nothing in it to check) and cannot show that the evidence was found."""
+    claims = signals.faithfulness.detail.get("claims") or []
+    return any(c.get("supported") and claim_terms(str(c.get("claim", ""))) for c in claims)
 
 
 def _evidence_absent(signals: Signals) -> bool:

@@ -130,26 +130,36 @@ def _ingest_lock(root: Path) -> Iterator[None]:
 def _doc_ids(files: list[Path], held: dict[str, dict] | None = None) -> dict[Path, str]:
     """Each file's document id.
 
-    A file the index already holds (``held``: the manifest's ``files``, id -> metadata with the
-    resolved ``path``) keeps its id, so adding or removing another file never renames it (the
-    memory store and earlier results cite documents by id). A new file gets its
+    A file the index already holds (``held``: the manifest's ``files``, id -> metadata) keeps its
+    id, so adding, removing or moving another file never renames it (the memory store and
+    earlier results cite documents by id). A file is known by its absolute path as given
+    (``file``; a symlink and its target are two files), or, in an index written before that was
+    recorded, by its resolved ``path`` when one held document has it. A new file gets its
     :func:`doc_slug`, with a path hash appended when that id is taken or another new file would
     get it too ("My Book.txt" and "my_book.txt" included).
     """
-    by_path = {str(meta.get("path")): doc_id for doc_id, meta in (held or {}).items() if isinstance(meta, dict)}
+    held = {k: v for k, v in (held or {}).items() if isinstance(v, dict)}
+    by_file = {str(meta["file"]): doc_id for doc_id, meta in held.items() if meta.get("file")}
+    legacy: dict[str, list[str]] = {}
+    for doc_id, meta in held.items():
+        if not meta.get("file"):
+            legacy.setdefault(str(meta.get("path")), []).append(doc_id)
     out: dict[Path, str] = {}
+    assigned: set[str] = set()
     for f in files:
-        old = by_path.get(str(f.resolve()))
-        if old is not None and old not in out.values():
+        old = by_file.get(str(f.absolute()))
+        if old is None and len(legacy.get(str(f.resolve()), [])) == 1:
+            old = legacy[str(f.resolve())][0]
+        if old is not None and old not in assigned:
             out[f] = old
+            assigned.add(old)
     new = [f for f in files if f not in out]
     slugs = {f: doc_slug(f) for f in new}
     counts: dict[str, int] = {}
     for slug in slugs.values():
         counts[slug] = counts.get(slug, 0) + 1
-    taken = set(out.values())
     for f, slug in slugs.items():
-        out[f] = slug + "-" + hashlib.sha256(str(f).encode()).hexdigest()[:6] if counts[slug] > 1 or slug in taken else slug
+        out[f] = slug + "-" + hashlib.sha256(str(f).encode()).hexdigest()[:6] if counts[slug] > 1 or slug in assigned else slug
     return {f: out[f] for f in files}
 
 
@@ -232,7 +242,8 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
                 if sha is not None and old and old.get("sha256") == sha and all(doc_id in prev_chunks.get(n, {}) for n in chunkers):
                     for n in chunkers:
                         all_chunks[n].extend(prev_chunks[n][doc_id])
-                    files_meta[doc_id] = old
+                    # Same content, perhaps at another place: the manifest records where it is now.
+                    files_meta[doc_id] = {**old, "path": str(f.resolve()), "file": str(f.absolute())}
                     report.reused_documents += 1
                     continue
                 try:
@@ -255,7 +266,7 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
                         all_chunks[n] = [c for c in all_chunks[n] if c.doc_id != doc_id]
                     continue
                 files_meta[doc_id] = {
-                    "path": str(f.resolve()), "sha256": doc.sha256 or sha, "title": doc.title,
+                    "path": str(f.resolve()), "file": str(f.absolute()), "sha256": doc.sha256 or sha, "title": doc.title,
                     "author": doc.author, "encoding": doc.encoding, "chars": len(doc.text),
                     "sections": len(doc.sections),
                 }
@@ -269,6 +280,7 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
                 "files": files_meta,
                 "sources": [str(Path(p).resolve()) for p in paths],
                 "ann_threshold": config.retrieval.ann_threshold,
+                "versions": _versions(),  # an upgraded sirag, FAISS or bm25s writes its files again
             }
             if (prev_manifest is not None and report.reused_documents == len(files_meta)
                     and _same(settings, {k: prev_manifest.get(k) for k in settings})):
@@ -309,7 +321,6 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
                 **settings,
                 "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "counts": report.chunks,
-                "versions": _versions(),
             }
             index.commit(gen, manifest)
         finally:

@@ -101,10 +101,8 @@ def _signals(**values):
 @pytest.mark.parametrize("values,expected", [
     ({"coverage": 0.9, "grounding": 0.9, "faithfulness": 1.0, "redundancy": 0.0, "confidence": 0.9}, "NONE"),
     ({"coverage": 0.1, "grounding": 0.9, "faithfulness": 1.0, "redundancy": 0.0, "confidence": 0.9}, "WEAK_RETRIEVAL"),
-    # Weak grounding with supported claims: the evidence was found (the embedding relevance
-    # underrated it); with unsupported or unchecked claims, or a refusal, it was not.
-    ({"coverage": 0.9, "grounding": 0.0, "faithfulness": 1.0, "redundancy": 0.0, "confidence": 0.9}, "NONE"),
-    ({"coverage": 0.9, "grounding": 0.0, "faithfulness": 1.0, "redundancy": 0.0, "confidence": 0.2}, "LOW_CONFIDENCE"),
+    # Weak grounding: with unsupported or unchecked claims, or a refusal, the evidence was not
+    # found (supported claims: see test_weak_grounding_with_a_supported_claim_is_not_weak_retrieval).
     ({"coverage": 0.9, "grounding": 0.0, "faithfulness": 0.5, "redundancy": 0.0, "confidence": 0.9}, "WEAK_RETRIEVAL"),
     ({"coverage": 0.9, "grounding": 0.0, "redundancy": 0.0, "confidence": 0.9}, "WEAK_RETRIEVAL"),
     ({"coverage": 0.9, "grounding": 0.0, "confidence": 0.2, "refusal": True}, "WEAK_RETRIEVAL"),
@@ -141,3 +139,19 @@ def test_unsupported_answer_with_absent_words_is_weak_retrieval(faith, lexicals,
     assert got.failure == expected, got.reason
     if expected == "WEAK_RETRIEVAL":
         assert "not retrieved" in got.reason and "claim 0" in got.reason
+
+
+@pytest.mark.parametrize("claim,confidence,expected", [
+    ("Tobias Fenwick kept a diary of every storm.", 0.9, "NONE"),
+    ("Tobias Fenwick kept a diary of every storm.", 0.2, "LOW_CONFIDENCE"),
+    # Supported only vacuously: nothing in it to check, so nothing shows the evidence was found.
+    ("No, he did not.", 0.9, "WEAK_RETRIEVAL"),
+])
+def test_weak_grounding_with_a_supported_claim_is_not_weak_retrieval(claim, confidence, expected):
+    """The embedding relevance grounding counts can sit below its threshold for every passage
+    while the answer quotes one of them: its supported claim shows the evidence was found."""
+    sig = _signals(coverage=0.9, grounding=0.0, redundancy=0.0, confidence=confidence)
+    fs = Signal("faithfulness", 1.0, "test", {"claims": [{"claim": claim, "lexical": 1.0, "supported": True}],
+                                               "unsupported": []})
+    got = attribute(replace(sig, faithfulness=fs), ThresholdsConfig())
+    assert got.failure == expected, got.reason

@@ -169,7 +169,7 @@ def test_reingest_unchanged_embeds_nothing(fake_config, built_index: Path, corpu
     # Nothing changed: the live generation is kept, not rewritten.
     assert report.unchanged and CorpusIndex(built_index).current_dir() == live
     assert report.chunks == CorpusIndex(built_index).manifest()["counts"] and len(report.documents) == 2
-    # A setting the index is built with (here when FAISS switches to an approximate index) writes a new one.
+    # A setting the index is built with (the size at which FAISS would switch to an approximate index) writes a new one.
     cfg = fake_config.model_copy(update={"retrieval": fake_config.retrieval.model_copy(update={"ann_threshold": 1000})})
     again = ingest([corpus_dir], cfg, embedder, progress=False)
     assert not again.unchanged and CorpusIndex(built_index).current_dir() != live
@@ -260,6 +260,30 @@ def test_a_document_keeps_its_id_when_another_file_comes_or_goes(fake_config, tm
     removed = ingest([folder], fake_config, hash_embedder, progress=False)
     assert [d["doc_id"] for d in removed.documents] == ["notes"]
     assert removed.reused_documents == 1 and removed.removed_documents == [ids["notes.md"]]
+
+
+def test_ids_stay_with_symlinked_and_moved_files(fake_config, tmp_path: Path, hash_embedder) -> None:
+    folder = tmp_path / "docs"
+    (folder / "x").mkdir(parents=True)
+    (folder / "a.txt").write_text("The keeper lit the lamp at dusk.\n", encoding="utf-8")
+    (folder / "b.txt").symlink_to(folder / "a.txt")  # two files, one content
+    for _ in range(3):
+        report = ingest([folder], fake_config, hash_embedder, progress=False)
+        assert sorted(d["doc_id"] for d in report.documents) == ["a", "b"] and report.removed_documents == []
+    assert report.unchanged
+
+    # A file moved elsewhere keeps its id and its chunks; a new file at its old place is a new document.
+    (folder / "x" / "notes.txt").write_text("The miller pressed cider in the barn.\n", encoding="utf-8")
+    ingest([folder], fake_config, hash_embedder, progress=False)
+    (folder / "y").mkdir()
+    (folder / "x" / "notes.txt").rename(folder / "y" / "notes.txt")
+    moved = ingest([folder], fake_config, hash_embedder, progress=False)
+    ids = {d["doc_id"]: Path(d["file"]) for d in moved.documents}
+    assert ids["notes"] == (folder / "y" / "notes.txt").absolute() and moved.reused_documents == 3
+    (folder / "x" / "notes.txt").write_text("A different note about the harbour.\n", encoding="utf-8")
+    again = ingest([folder], fake_config, hash_embedder, progress=False)
+    ids = {Path(d["file"]).relative_to(folder.absolute()).as_posix(): d["doc_id"] for d in again.documents}
+    assert ids["y/notes.txt"] == "notes" and ids["x/notes.txt"].startswith("notes-")
 
 
 def test_names_that_differ_only_by_case_or_spaces_get_distinct_ids(fake_config, tmp_path: Path,
