@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ..config import ThresholdsConfig
-from ..text import claim_terms
 from ..types import Attribution, Signals
 from .repairs import CATALOGUE
 
@@ -18,11 +17,7 @@ def attribute(signals: Signals, thr: ThresholdsConfig) -> Attribution:
     """The first failure whose condition holds, in this order:
 
     1. refusal with coverage and grounding at or above their thresholds -> MISSED_ANSWER
-    2. coverage below threshold, or grounding below threshold unless
-       the answer's claims are supported by its passages (faithfulness
-       at or above threshold, with a supported claim that has content
-       words: the evidence was found, and the embedding relevance that
-       grounding counts underrated it)                                -> WEAK_RETRIEVAL
+    2. coverage or grounding below threshold                          -> WEAK_RETRIEVAL
     3. no claim supported and every claim's words mostly absent from
        the passages (the answer came from elsewhere: the evidence was
        not retrieved, whatever the question's words suggest)          -> WEAK_RETRIEVAL
@@ -44,10 +39,9 @@ def attribute(signals: Signals, thr: ThresholdsConfig) -> Attribution:
             return make("MISSED_ANSWER", f"the model declined although coverage {_fmt(cov)} >= {thr.coverage:.2f} "
                                          f"and grounding {_fmt(grd)} >= {thr.grounding:.2f}")
         return make("WEAK_RETRIEVAL", "the model declined and the evidence is weak: " + _weak_reason(signals, thr))
-    fth = signals.faithfulness.value
-    supported = fth is not None and fth >= thr.faithfulness and _says_something_supported(signals)
-    if weak_cov or (weak_grd and not supported):
+    if weak_cov or weak_grd:
         return make("WEAK_RETRIEVAL", _weak_reason(signals, thr))
+    fth = signals.faithfulness.value
     if fth is not None and fth < thr.faithfulness and _evidence_absent(signals):
         bad = signals.faithfulness.detail.get("unsupported", [])
         return make("WEAK_RETRIEVAL", f"no claim of the answer is supported and most of its words are not in the "
@@ -64,13 +58,6 @@ def attribute(signals: Signals, thr: ThresholdsConfig) -> Attribution:
     if conf is not None and conf < thr.confidence:
         return make("LOW_CONFIDENCE", f"confidence {conf:.2f} < {thr.confidence:.2f}")
     return make("NONE", f"all signals clear their thresholds (confidence {_fmt(conf)})")
-
-
-def _says_something_supported(signals: Signals) -> bool:
-    """Whether a supported claim has content words of its own: "No, he did not." is supported
-    vacuously (nothing in it to check) and cannot show that the evidence was found."""
-    claims = signals.faithfulness.detail.get("claims") or []
-    return any(c.get("supported") and claim_terms(str(c.get("claim", ""))) for c in claims)
 
 
 def _evidence_absent(signals: Signals) -> bool:
@@ -90,5 +77,7 @@ def _weak_reason(signals: Signals, thr: ThresholdsConfig) -> str:
         parts.append(f"coverage {cov.value:.2f} < {thr.coverage:.2f}{m}")
     grd = signals.grounding
     if grd.value is not None and grd.value < thr.grounding:
-        parts.append(f"grounding {grd.value:.2f} < {thr.grounding:.2f}: few passages are relevant")
+        rel = grd.detail.get("relevance") or []
+        best = f" (best relevance {max(rel):.2f}, `scoring.relevance_threshold` sets the bar)" if rel else ""
+        parts.append(f"grounding {grd.value:.2f} < {thr.grounding:.2f}: few passages are relevant{best}")
     return "; ".join(parts) or "evidence looks weak"
