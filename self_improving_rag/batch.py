@@ -34,6 +34,13 @@ from .evaluation.datasets import QAItem, load_qa, squad_contexts
 log = logging.getLogger(__name__)
 
 
+#: What a batch file holds, for messages about a malformed one.
+BATCH_FORMAT = ("a batch file holds name:, questions: (file: a JSONL or SQuAD file, or inline: a list of "
+                "question:/answers: items) and, unless the questions are a SQuAD file, corpus: (document folders) or "
+                "index: (a built index); "
+                "configs/batch-sherlock-dev.yaml in the repository is an example")
+
+
 class QuestionsSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     file: str | None = None
@@ -68,7 +75,7 @@ class BatchSpec(BaseModel):
 def load_batch(path: str | Path) -> tuple[BatchSpec, Path]:
     p = Path(path)
     if not p.is_file():
-        raise BatchError(f"batch file {p} not found; pass a YAML file like configs/batch-sherlock-dev.yaml")
+        raise BatchError(f"batch file {p} not found; pass the path of a batch YAML file ({BATCH_FORMAT})")
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -89,7 +96,7 @@ def load_batch(path: str | Path) -> tuple[BatchSpec, Path]:
         err = errors[0]
         loc = ".".join(str(x) for x in err["loc"])
         what = f"unknown key '{loc}'" if err["type"] == "extra_forbidden" else f"'{loc}': {err['msg']}"
-        raise BatchError(f"{p}: {what}; see configs/batch-sherlock-dev.yaml for the format") from exc
+        raise BatchError(f"{p}: {what}; {BATCH_FORMAT}") from exc
     if not spec.questions.file and not spec.questions.inline:
         raise BatchError(f"{p}: questions needs 'file' (JSONL or SQuAD JSON) or 'inline' items")
     if spec.questions.file and spec.questions.inline:

@@ -298,7 +298,8 @@ def _describe(exc: ValidationError, source: str) -> str:
         else:
             msgs.append(f"'{loc}': {err['msg']} (got {err.get('input')!r})")
     more = f" and {len(exc.errors()) - 3} more" if len(exc.errors()) > 3 else ""
-    return f"{source}: " + "; ".join(msgs) + more + "; see configs/default.yaml for valid keys and values"
+    packaged = resources.files("self_improving_rag").joinpath("configs/default.yaml")
+    return f"{source}: " + "; ".join(msgs) + more + f"; see {packaged} for valid keys and values"
 
 
 def config_from_dict(data: dict[str, Any], source: str = "config") -> Config:
