@@ -108,7 +108,8 @@ def cmd_ingest(args: argparse.Namespace, config: Config) -> int:
     The index then holds exactly the given paths: to add a document, list the earlier paths
     too (their unchanged files reuse their chunks and embeddings); a file not listed, or
     removed, has its chunks dropped, and the documents dropped are named. A path that does
-    not exist stops the ingest with nothing changed.
+    not exist stops the ingest with nothing changed. When no file, path or setting changed,
+    nothing is written and the index is reported up to date (--rebuild builds it again).
     """
     from .ingestion.pipeline import ingest
     from .retrieval.embedder import embedder_from_config
