@@ -664,7 +664,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = add("calibrate", cmd_calibrate)
     sp.add_argument("--min-labels", type=int_at_least(2), default=20, help="labelled outcomes needed to fit (default 20)")
-    sp.add_argument("--dry-run", action="store_true", help="report the fit, and whether a real run would store it, without storing it")
+    sp.add_argument("--dry-run", action="store_true",
+                    help="report the fit, and whether a real run would store it, without storing it")
     sp.add_argument("--force", action="store_true",
                     help="store the fit even when it scores worse than the default weights on held-out labels")
     sp.add_argument("--reset", action="store_true",

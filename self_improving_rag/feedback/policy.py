@@ -46,9 +46,10 @@ def query_features(question: str) -> QueryFeatures:
     """The question's class and shape.
 
     A question that opens with an auxiliary verb, negated or not ("Did Holmes know who ...?",
-    "Didn't he ...?", "Cannot it ...?"), is ``yes-no`` whatever wh-word follows; otherwise the first wh-word among the first words names the
-    class ("In what year ...?" is ``what``), matched as a whole word ("However ..." is not
-    ``how``); ``which`` counts as ``what``, ``whom`` and ``whose`` as ``who``.
+    "Didn't he ...?", "Cannot it ...?"), is ``yes-no`` whatever wh-word follows; otherwise
+    the first wh-word among the first words names the class ("In what year ...?" is
+    ``what``), matched as a whole word ("However ..." is not ``how``); ``which`` counts as
+    ``what``, ``whom`` and ``whose`` as ``who``.
     """
     q = question.strip()
     words = re.findall(r"[\w'’-]+", q)

@@ -159,7 +159,8 @@ def _doc_ids(files: list[Path], held: dict[str, dict] | None = None) -> dict[Pat
     for slug in slugs.values():
         counts[slug] = counts.get(slug, 0) + 1
     for f, slug in slugs.items():
-        out[f] = slug + "-" + hashlib.sha256(str(f).encode()).hexdigest()[:6] if counts[slug] > 1 or slug in assigned else slug
+        clash = counts[slug] > 1 or slug in assigned
+        out[f] = slug + "-" + hashlib.sha256(str(f).encode()).hexdigest()[:6] if clash else slug
     return {f: out[f] for f in files}
 
 
