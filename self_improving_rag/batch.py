@@ -484,11 +484,8 @@ def ensure_index(config: Config, corpus: list[Path], index_dir: str, progress: b
     if changed:
         print(f"note: indexed {changed} new or changed document(s) of {len(report.documents)} into "
               f"{report.index_dir}", file=sys.stderr)
-    for problem in report.problems:
-        print(f"warning: {problem}", file=sys.stderr)
-    if report.removed_documents:
-        print(f"note: {len(report.removed_documents)} document(s) the index held are no longer in it: "
-              f"{', '.join(report.removed_documents)}", file=sys.stderr)
+    for line in report.notices():
+        print(line, file=sys.stderr)
 
 
 def run_inputs(spec: BatchSpec, base: Path, items: list[QAItem]) -> tuple[Path, str, list[Path]]:

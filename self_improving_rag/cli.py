@@ -143,12 +143,8 @@ def cmd_ingest(args: argparse.Namespace, config: Config) -> int:
             print(f"  {name:9s} {n:6d} chunks")
         if stats:
             _print_stats(stats)
-    for p in report.problems:
-        print(f"warning: {p}", file=sys.stderr)
-    if report.removed_documents:
-        print(f"note: {len(report.removed_documents)} document(s) the index held are no longer in it: "
-              f"{', '.join(report.removed_documents)} (a file not among the paths given, or one that could not "
-              "be read now, is dropped)", file=sys.stderr)
+    for line in report.notices():
+        print(line, file=sys.stderr)
     if stats_error is not None:
         print(f"error: the index was built, but the chunk statistics were not: {stats_error}", file=sys.stderr)
         return 2
@@ -369,14 +365,12 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
     if action == "show" and len(words) > 1:
         raise InputError(f"sirag memory show takes one outcome id, got {len(words)}: {' '.join(words)!r}")
     args.arg = " ".join(words) if words else None
-    stray = [flag for flag, value, owner in (("--csv", args.csv, "export"), ("--json-file", args.json_file, "export"),
-                                             ("--html", args.html, "report")) if value and action != owner]
-    if stray:
-        owners = "; ".join(f"{flag} to memory {owner}" for flag, value, owner in
-                           (("--csv", args.csv, "export"), ("--json-file", args.json_file, "export"),
-                            ("--html", args.html, "report")) if flag in stray)
+    owned = [(flag, owner) for flag, value, owner in (("--csv", args.csv, "export"), ("--json-file", args.json_file,
+             "export"), ("--html", args.html, "report")) if value and action != owner]
+    if owned:
+        stray = [flag for flag, _ in owned]
         raise InputError(f"{', '.join(stray)} {'is' if len(stray) == 1 else 'are'} not an option of memory {action} "
-                         f"({owners})")
+                         f"({'; '.join(f'{flag} to memory {owner}' for flag, owner in owned)})")
     if action == "merge":
         return _memory_merge(words, args, config)
     # Analysis only reads: the store is opened read-only unless its schema needs an upgrade first.

@@ -35,17 +35,15 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
     worse = not force and b_before is not None and b_after is not None and b_after > b_before
     # A dry run says what a real run would do: store the fit, or refuse it as below.
     result["would_store"] = not worse
-    if save and worse:
-        result["stored"] = False
-        result["not_stored"] = (f"the fit scores worse than the default weights on the held-out half (Brier "
-                                f"{b_after:.3f} > {b_before:.3f}; one seeded half-split of the labels): too few or "
-                                "unrepresentative labels; the weights in use stay (`sirag calibrate --reset` for the "
-                                "defaults); add labels, or store it anyway with --force")
-        return result
     if worse:
-        result["would_not_store"] = (f"the fit scores worse than the default weights on the held-out half (Brier "
-                                     f"{b_after:.3f} > {b_before:.3f}); a real run would keep the weights in use "
-                                     "unless given --force")
+        why = f"the fit scores worse than the default weights on the held-out half (Brier {b_after:.3f} > {b_before:.3f}"
+        if save:
+            result["stored"] = False
+            result["not_stored"] = (f"{why}; one seeded half-split of the labels): too few or unrepresentative "
+                                    "labels; the weights in use stay (`sirag calibrate --reset` for the defaults); add "
+                                    "labels, or store it anyway with --force")
+            return result
+        result["would_not_store"] = f"{why}); a real run would keep the weights in use unless given --force"
     result["stored"] = save
     if save:
         metrics = {"auroc_before": held_out.get("before", {}).get("auroc"), "auroc_after": held_out.get("after", {}).get("auroc"),

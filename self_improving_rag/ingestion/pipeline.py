@@ -49,6 +49,15 @@ class IngestReport:
     def to_json(self) -> dict:
         return self.__dict__.copy()
 
+    def notices(self) -> list[str]:
+        """The console lines for files left out and documents dropped (stderr of every command that ingests)."""
+        lines = [f"warning: {p}" for p in self.problems]
+        if self.removed_documents:
+            lines.append(f"note: {len(self.removed_documents)} document(s) the index held are no longer in it: "
+                         f"{', '.join(self.removed_documents)} (a file not among the paths given, or one that could "
+                         "not be read now, is dropped)")
+        return lines
+
 
 def chunker_params(config: Config, embed_limit: int) -> dict[str, dict]:
     """Parameters of each configured chunker, as recorded in the manifest (with how its
