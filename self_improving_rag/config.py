@@ -7,12 +7,13 @@ directories are created, nothing is seeded.
 
 from __future__ import annotations
 
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
 from .types import Strategy
@@ -26,7 +27,14 @@ class PathsConfig(_Model):
     index_dir: str = Field("index/default", min_length=1)
     memory_db: str = Field("memory/memory.db", min_length=1)
     log_dir: str = Field("logs", min_length=1)
-    model_cache: str = "~/.cache/self_improving_rag/models"
+    model_cache: str = Field("~/.cache/self_improving_rag/models", validate_default=True)
+
+    @field_validator("index_dir", "memory_db", "log_dir", "model_cache")
+    @classmethod
+    def _expand_home(cls, value: str) -> str:
+        # Neither YAML nor the shell (in `--set paths.memory_db=~/m.db`) expands "~": unexpanded,
+        # it would make a folder literally named "~" and the memory would seem lost.
+        return os.path.expanduser(value)
 
 
 class EmbedderConfig(_Model):

@@ -214,7 +214,7 @@ def _strategies_table(store: MemoryStore, labels: dict[str, str]) -> str:
         return _empty("no attempts recorded")
     return _table(
         ["label", "strategy key", "attempts", "successes", "success rate", "mean confidence", "mean ms"],
-        [[labels[r["strategy_key"]], r["strategy_key"], r["attempts"], r["successes"], r["success_rate"],
+        [[labels.get(r["strategy_key"], "?"), r["strategy_key"], r["attempts"], r["successes"], r["success_rate"],
           r["mean_confidence"], r["mean_total_ms"]] for r in rows],
     )
 
@@ -240,6 +240,24 @@ def _calibration_table(store: MemoryStore) -> str:
     return _table(["calibration", "value"], rows)
 
 
+def _sections(store: MemoryStore, window: int) -> list[tuple[str, str]]:
+    """The report's sections, (title, HTML), in page order."""
+    labels = _strategy_labels(store)
+    reliability_chart, reliability_note = _chart_reliability(store)
+    note_html = f'<p class="note">{html.escape(reliability_note)}</p>' if reliability_note else ""
+    return [
+        ("Summary", _stats_table(store.stats())),
+        ("Strategy success by query class", _chart_strategy_by_class(store, labels)),
+        ("Strategies", _strategies_table(store, labels)),
+        ("Failure types over time", _chart_failures_over_time(store)),
+        ("Failures and the repairs that followed", _failures_table(store)),
+        ("Confidence", _chart_confidence(store)),
+        ("Reliability", reliability_chart + note_html),
+        ("Learning curve", _chart_learning_curve(store, window)),
+        ("Calibration", _calibration_table(store)),
+    ]
+
+
 def write_html_report(store: MemoryStore, path: Path, *, window: int = 20) -> Path:
     """Write a self-contained HTML report of ``store`` to ``path`` and return the path.
 
@@ -252,22 +270,10 @@ def write_html_report(store: MemoryStore, path: Path, *, window: int = 20) -> Pa
     if not isinstance(window, int) or isinstance(window, bool) or window < 1:
         raise ValueError(f"window must be a positive int, got {window!r}")
     path = Path(path)
-    labels = _strategy_labels(store)
-    reliability_chart, reliability_note = _chart_reliability(store)
-    note_html = f'<p class="note">{html.escape(reliability_note)}</p>' if reliability_note else ""
-    generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    sections = [
-        ("Summary", _stats_table(store.stats())),
-        ("Strategy success by query class", _chart_strategy_by_class(store, labels)),
-        ("Strategies", _strategies_table(store, labels)),
-        ("Failure types over time", _chart_failures_over_time(store)),
-        ("Failures and the repairs that followed", _failures_table(store)),
-        ("Confidence", _chart_confidence(store)),
-        ("Reliability", reliability_chart + note_html),
-        ("Learning curve", _chart_learning_curve(store, window)),
-        ("Calibration", _calibration_table(store)),
-    ]
+    with store.snapshot():  # every table and chart from the same moment, even while a batch records
+        sections = _sections(store, window)
     body = "\n".join(f"<section><h2>{html.escape(title)}</h2>\n{content}</section>" for title, content in sections)
+    generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
     page = (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<title>sirag memory report</title>"

@@ -402,6 +402,21 @@ class MemoryStore:
             except sqlite3.DatabaseError as exc:
                 self._raise_translated(exc)
 
+    @contextmanager
+    def snapshot(self) -> Iterator[MemoryStore]:
+        """Read in one consistent snapshot: every query inside sees the store as it was at the
+        first read, even while another process records outcomes (a read transaction; WAL lets
+        writers go on meanwhile)."""
+        with self._lock:
+            if self.db.conn.in_transaction:  # already inside one (a nested snapshot)
+                yield self
+                return
+            self.db.conn.execute("BEGIN")
+            try:
+                yield self
+            finally:
+                self.db.conn.execute("COMMIT")
+
     def _rows(self, sql: str, params: tuple | dict = ()) -> list[dict[str, Any]]:
         with self._lock:
             try:
@@ -619,13 +634,9 @@ class MemoryStore:
             raise MemoryStoreError(f"{other} is this memory store itself; name another store to merge from")
         src = open_merge_source(other)
         try:
-            with src._lock:
-                src.db.conn.execute("BEGIN")  # one snapshot of all five tables, even if a writer is busy
-                try:
-                    data = {t: src._rows(f"SELECT * FROM {t} ORDER BY rowid")
-                            for t in ("questions", "outcomes", "attempts", "feedback", "calibration_fits")}
-                finally:
-                    src.db.conn.execute("COMMIT")
+            with src.snapshot():  # all five tables as of one moment, even if a writer is busy
+                data = {t: src._rows(f"SELECT * FROM {t} ORDER BY rowid")
+                        for t in ("questions", "outcomes", "attempts", "feedback", "calibration_fits")}
         finally:
             src.close()
         counts = dict.fromkeys(("outcomes_added", "outcomes_present", "outcomes_same_run_item", "attempts_added",
@@ -914,6 +925,13 @@ class MemoryStore:
         if not isinstance(outcome_id_or_prefix, str):
             raise ValueError(f"outcome id must be a str, got {outcome_id_or_prefix!r}")
         prefix = outcome_id_or_prefix.strip().lower()
+        try:
+            prefix.encode("utf-8")
+        except UnicodeEncodeError:  # bytes the terminal could not decode: no id has them
+            raise MemoryStoreError(
+                f"outcome id {outcome_id_or_prefix!r} holds bytes that are not text; ids are letters a-f and digits "
+                "(find them with `sirag memory search`)"
+            ) from None
         if len(prefix) < MIN_PREFIX:
             raise MemoryStoreError(
                 f"outcome id {outcome_id_or_prefix!r} is too short; give at least {MIN_PREFIX} characters of the id"

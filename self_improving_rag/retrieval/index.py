@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import os
+import shlex
 import shutil
 import sqlite3
 import time
@@ -284,7 +285,8 @@ class CorpusIndex:
         was built with another configuration."""
         m = self.manifest(directory)
         emb = m.get("embedder", {})
-        how = (f"re-ingest with: sirag ingest --rebuild --index {self.root} {' '.join(m.get('sources', [])) or 'PATH...'}"
+        sources = " ".join(shlex.quote(str(s)) for s in m.get("sources", [])) or "PATH..."
+        how = (f"re-ingest with: sirag ingest --rebuild --index {shlex.quote(str(self.root))} {sources}"
                " (with the --config and --set options given here, so that it is built as this command reads it)")
         if m.get("format_version") != FORMAT_VERSION:
             raise IndexMismatchError(f"index {self.root} has format {m.get('format_version')}, this sirag reads {FORMAT_VERSION}; {how}")

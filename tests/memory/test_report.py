@@ -110,3 +110,26 @@ def test_report_rejects_bad_arguments(tmp_path: Path) -> None:
             write_html_report(store, tmp_path / "r.html", window=0)
     with pytest.raises(ValueError):
         write_html_report("not a store", tmp_path / "r.html")  # type: ignore[arg-type]
+
+
+def test_report_reads_one_snapshot_while_another_process_records(tmp_path: Path) -> None:
+    """A batch recording into the same store while the report is drawn: a strategy first used
+    between two of the report's reads must not break it (it did, with a KeyError), and every
+    table shows the store as of the same moment."""
+    from memory_testkit import STRATEGY_B, make_attempt
+
+    db = tmp_path / "sirag.db"
+    with MemoryStore(db) as store:
+        store.record(make_answer())
+        original = store.strategy_by_class
+
+        def strategy_by_class_then_a_writer_records():
+            rows = original()
+            with MemoryStore(db) as writer:  # another connection, as another process would open
+                writer.record(make_answer("Who wrote it?", (make_attempt(1, strategy=STRATEGY_B),)))
+            return rows
+
+        store.strategy_by_class = strategy_by_class_then_a_writer_records
+        page = write_html_report(store, tmp_path / "r.html").read_text(encoding="utf-8")
+        assert STRATEGY_B.key not in page  # the snapshot predates the other process's answer
+        assert STRATEGY_B.key in {r["strategy_key"] for r in store.strategies()}  # and it was recorded

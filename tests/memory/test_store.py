@@ -284,6 +284,10 @@ def test_feedback_unknown_id_and_bad_arguments(store: MemoryStore) -> None:
         store.add_feedback("ffffffffffff", True)
     with pytest.raises(MemoryStoreError, match="too short"):
         store.add_feedback("abc", True)  # prefix too short: user input, so a clear store error
+    # An argument with a byte the terminal could not decode (Python keeps it as a lone surrogate)
+    # is the user's typo, not an internal error.
+    with pytest.raises(MemoryStoreError, match="bytes that are not text"):
+        store.add_feedback("2e445c\udcff", True)
     oid = store.record(make_answer("x"))
     with pytest.raises(ValueError):
         store.add_feedback(oid, True, source="robot")

@@ -316,3 +316,20 @@ def test_a_searcher_loads_chunkers_only_from_a_generation_it_checked(built_index
     res = searcher.search("Who built the lighthouse?", Strategy(chunker="fixed"))
     assert res.hits and searcher._generation == CorpusIndex(built_index).current_dir()
     searcher.close()
+
+
+def test_the_rebuild_command_quotes_paths_with_spaces(tmp_path: Path, fake_config, hash_embedder) -> None:
+    """The mismatch error's command is meant to be pasted: a folder named "my docs" must stay one argument."""
+    import shlex
+
+    from self_improving_rag.ingestion.pipeline import ingest
+
+    docs = tmp_path / "my docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("Holmes looked at the lamp. " * 30, encoding="utf-8")
+    root = tmp_path / "the index"
+    ingest([docs], fake_config, hash_embedder, index_dir=root, progress=False)
+    with pytest.raises(IndexMismatchError) as info:
+        CorpusIndex(root).check_compatible("other", 64, _params(fake_config, hash_embedder))
+    command = str(info.value).split("re-ingest with: ", 1)[1].split(" (with the", 1)[0]
+    assert shlex.split(command)[-3:] == ["--index", str(root), str(docs)]

@@ -1,0 +1,36 @@
+"""Paths in the config: "~" means the home folder wherever a path is given."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from self_improving_rag.config import load_config
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def test_tilde_in_a_set_override_is_the_home_folder(home: Path) -> None:
+    # The shell leaves "~" alone in `--set paths.memory_db=~/m.db`: the config must expand it, or a
+    # folder literally named "~" is made in the working directory and the memory seems lost.
+    config = load_config(None, ["paths.memory_db=~/m.db", "paths.index_dir=~/idx", "paths.log_dir=~/logs"])
+    assert config.paths.memory_db == str(home / "m.db")
+    assert config.paths.index_dir == str(home / "idx")
+    assert config.paths.log_dir == str(home / "logs")
+
+
+def test_tilde_in_a_config_file_is_the_home_folder(home: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("paths:\n  memory_db: ~/sirag/memory.db\n", encoding="utf-8")
+    assert load_config(cfg).paths.memory_db == str(home / "sirag" / "memory.db")
+    assert load_config(None).paths.model_cache == str(home / ".cache" / "self_improving_rag" / "models")
+
+
+def test_relative_paths_stay_relative(home: Path) -> None:
+    config = load_config(None, ["paths.memory_db=memory/m.db"])
+    assert config.paths.memory_db == "memory/m.db"
