@@ -50,6 +50,9 @@ SIGNAL_NAMES = ("coverage", "redundancy", "grounding", "faithfulness", "confiden
 # Attempt columns holding JSON, and the keys they are parsed into by show() and export().
 _JSON_COLUMNS = (("strategy_json", "strategy"), ("signals_json", "signals"), ("timings_json", "timings_ms"))
 _TOKEN_RE = re.compile(r"\w+", re.UNICODE)
+#: A possessive or contraction ending ("Holmes's", "don't" stays): its lone letter would have to
+#: occur as a word of its own, so "lighthouse's" would miss a question that says "lighthouse".
+_POSSESSIVE_RE = re.compile(r"(?<=\w)['’]s\b", re.UNICODE)
 # FTS5 query strings grow with every token; a pasted page must not become a huge query.
 _MAX_SEARCH_TOKENS = 64
 
@@ -973,14 +976,14 @@ class MemoryStore:
     def search(self, text: str, limit: int = 20) -> list[dict[str, Any]]:
         """Full-text search of questions and answers, best match first.
 
-        Every word of ``text`` must occur (porter stemming); FTS operators and quotes in
-        the input are treated as plain words, so no input can break the query.
+        Every word of ``text`` must occur (porter stemming; a possessive "'s" is dropped); FTS
+        operators and quotes in the input are treated as plain words, so no input can break the query.
         """
         if not isinstance(text, str):
             raise ValueError(f"text must be a str, got {text!r}")
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise ValueError(f"limit must be a positive int, got {limit!r}")
-        tokens = _TOKEN_RE.findall(text)[:_MAX_SEARCH_TOKENS]
+        tokens = _TOKEN_RE.findall(_POSSESSIVE_RE.sub("", text))[:_MAX_SEARCH_TOKENS]
         if not tokens:
             return []
         # Each token is a quoted FTS5 string; \w+ tokens never contain a quote.

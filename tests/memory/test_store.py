@@ -436,6 +436,9 @@ def test_search_finds_questions_and_answers(store: MemoryStore) -> None:
     assert [r["answer"] for r in store.search("bartholomew")] == ["At St Bartholomew's hospital [1]"]
     # Porter stemming: "hound" finds "hounds"; FTS words in the input are plain words.
     assert len(store.search("hound")) == 1
+    # A possessive finds the plain word, in either apostrophe.
+    assert [r["answer"] for r in store.search("Stapleton's")] == ["Stapleton [2]"]
+    assert [r["answer"] for r in store.search("Stapleton’s hounds")] == ["Stapleton [2]"]
     assert store.search('"hound" OR holmes*') == []
     assert "[" in store.search("stapleton")[0]["snippet"]
     with pytest.raises(ValueError):
