@@ -6,7 +6,9 @@ the ``sirag ask --json`` keys plus ``id`` and the gold fields), ``summary.json``
 resolved ``config.yaml``. Runs resume: questions already in ``results.jsonl`` are skipped,
 and memory rows are keyed by (run, question id), so a killed run loses at most the question
 in flight and never duplicates a row. A resume with settings that differ from the stored
-``config.yaml`` (beyond ``_RESUME_FREE``) is refused rather than mixing two configurations.
+``config.yaml`` (beyond ``_RESUME_FREE``) is refused rather than mixing two configurations, and
+so is one whose questions have other text under the same ids (another dataset with the same
+name); a summary grades with the dataset's current gold and leaves out ids it no longer has.
 """
 
 from __future__ import annotations
@@ -230,6 +232,45 @@ def _check_resume_config(run_dir: Path, config: Config, n_done: int) -> None:
         raise BatchError(f"{run_dir} already holds {n_done} result(s) made with other settings ({shown}); "
                          "resuming would mix them. Run with the same settings, give the run another name "
                          "(the batch file's name:, or sirag eval --name NEW), or delete that folder")
+
+
+def _same_text(a: str | None, b: str | None) -> bool:
+    return " ".join((a or "").split()) == " ".join((b or "").split())
+
+
+def _check_same_questions(run_dir: Path, done: dict[str, dict], items: dict[str, Any]) -> None:
+    """A run folder's rows answer the questions they were asked: an id whose question text is now
+    different (another dataset with the same name, or an edited one) would be summarised with the
+    answer to another question, so the run is refused."""
+    changed = [k for k, r in done.items() if k in items and not _same_text(r.get("question"), items[k].question)]
+    if changed:
+        raise BatchError(
+            f"{run_dir} holds answers to {len(changed)} question(s) whose text is different in this dataset (id "
+            f"{changed[0]!r}: the run asked {' '.join(str(done[changed[0]].get('question')).split())[:80]!r}); a "
+            "resume would mix answers to other questions into this run. Give the run another name (the batch "
+            "file's name:, or sirag eval --name NEW), or delete that folder to ask them again"
+        )
+
+
+def _current_rows(run_name: str, rows: dict[str, dict], items: dict[str, Any]) -> list[dict]:
+    """The run's rows for the dataset's questions, with its current gold: rows for ids it no
+    longer holds are left out, and gold edited since a row was written is the gold graded."""
+    out, regraded = [], 0
+    for k, r in rows.items():
+        it = items.get(k)
+        if it is None:
+            continue
+        if list(it.answers) != list(r.get("gold_answers") or []) or it.answerable != r.get("answerable"):
+            r = {**r, "gold_answers": list(it.answers), "answerable": it.answerable}
+            regraded += 1
+        out.append(r)
+    if len(out) < len(rows):
+        print(f"note: run {run_name} holds {len(rows) - len(out)} result(s) for question ids this dataset no longer "
+              "has; they are left out of its summary", file=sys.stderr)
+    if regraded:
+        print(f"note: the gold answers of {regraded} question(s) changed since run {run_name} answered them; "
+              "they are graded with the dataset's current gold", file=sys.stderr)
+    return out
 
 
 def _check_index_sources(index_dir: str, corpus: list[Path]) -> None:
@@ -531,6 +572,9 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
 
     items = load_items(spec, base)
     n_all = len(items)
+    # The summary covers every question of the dataset the run has answered (not only this
+    # call's --offset/--limit slice), always with the dataset's current text and gold.
+    by_id = {it.id: it for it in items}
     offset = spec.offset if offset is None else offset
     if offset:
         items = items[offset:]
@@ -577,6 +621,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
             # Error rows of earlier versions recorded setup failures (no index, generator down) as
             # answers: those questions are asked again; only unusable questions stay done.
             done = {k: r for k, r in done.items() if "error" not in r or r.get("error_type") == "InputError"}
+            _check_same_questions(run_dir, done, by_id)
             todo = [it for it in items if it.id not in done]
             # A finished run is only summarised again, whatever the settings now; a resume is
             # checked before any index is built for it.
@@ -624,7 +669,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
             if failed and created:
                 _remove_unused_run(run_dir)
             lock.close()  # closing the file releases the lock
-        rows = list(read_done(results).values())
+        rows = _current_rows(run_name, read_done(results), by_id)
         summary = {"run": run_name, "grid_point": point, "loop": loop, **summarise(rows)}
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
         _record_gold(config, run_name, rows)

@@ -107,6 +107,51 @@ def test_user_errors_are_one_line_with_exit_2(tmp_path):
     assert "Traceback" not in r.stderr
 
 
+def test_a_resume_never_mixes_in_answers_to_other_questions(tmp_path):
+    """A run folder keyed by a dataset's name: another dataset with the same name (same ids, other
+    questions) is refused, edited gold is graded as it is now, and rows for questions outside
+    this call are not summarised."""
+    docs = write_corpus(tmp_path / "docs")
+    rows = [
+        {"id": "a", "question": "Who built the lighthouse of Marrow Point?", "answers": ["Clara Venn"], "answerable": True},
+        {"id": "b", "question": "How many apple trees grow in the orchard?", "answers": ["Clara"], "answerable": True},
+        {"id": "c", "question": "What is the name of the harbour master's dog?", "answers": [], "answerable": False},
+    ]
+    qa = tmp_path / "dev" / "qa.jsonl"
+    qa.parent.mkdir()
+    qa.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ov = fake_overrides(tmp_path) + ['generator.replies=["Clara Venn built it [1]."]']
+    base = ["eval", "--dataset", str(qa), "--corpus", str(docs), "--json", "--output-dir", str(tmp_path / "runs")]
+    r = run(base, tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    res = tmp_path / "runs" / "qa" / "results.jsonl"
+    before = res.read_bytes()
+    # Another file named qa.jsonl, with an id whose question is different: refused, nothing changed.
+    other = tmp_path / "test" / "qa.jsonl"
+    other.parent.mkdir()
+    other.write_text(json.dumps({**rows[0], "question": "Who painted the harbour?"}) + "\n")
+    r = run(["eval", "--dataset", str(other), *base[3:]], tmp_path, ov)
+    assert r.returncode == 2 and "whose text is different" in r.stderr and "--name" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and res.read_bytes() == before
+    # Gold edited since: graded with the current gold (b's answer "Clara" no longer matches).
+    qa.write_text("".join(json.dumps({**x, "answers": ["sixty"]} if x["id"] == "b" else x) + "\n" for x in rows))
+    r = run(base, tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert "gold answers of 1 question(s) changed" in r.stderr
+    summary = json.loads(r.stdout)[0]
+    assert summary["n"] == 3
+    # A slice still summarises every question the run answered (as --help says) ...
+    r = run([*base, "--limit", "1"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)[0]["n"] == 3
+    # ... but not questions the dataset no longer has.
+    qa.write_text("".join(json.dumps(x) + "\n" for x in rows[:2]))
+    r = run(base, tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)[0]["n"] == 2 and "1 result(s) for question ids this dataset no longer has" in r.stderr
+    assert res.read_bytes() == before  # nothing was asked again or rewritten
+
+
 def test_batch_and_eval_resume(tmp_path):
     docs = write_corpus(tmp_path / "docs")
     qa = tmp_path / "qa.jsonl"
