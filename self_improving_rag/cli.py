@@ -585,7 +585,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .batch import int_at_least
 
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", metavar="FILE", help="YAML config layered over the packaged defaults")
+    common.add_argument("--config", metavar="FILE", action="append",
+                        help="YAML config layered over the packaged defaults; repeat to layer several files, "
+                             "later ones winning")
     common.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override one setting, e.g. --set strategy.top_k=8 (repeatable)")
     common.add_argument("--index", metavar="DIR", help="corpus index directory (default: paths.index_dir; for batch and eval: "

@@ -318,12 +318,14 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> Config:
         raise ConfigError(_describe(exc, source)) from exc
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Load the packaged defaults, then the user file, then ``--set`` overrides."""
+def load_config(path: str | Path | list[str | Path] | tuple[str | Path, ...] | None = None,
+                overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Load the packaged defaults, then the user file(s) in order (a later file's keys win), then
+    ``--set`` overrides."""
     data = _read_yaml(default_config_text(), "packaged configs/default.yaml")
     source = "packaged configs/default.yaml"
-    if path is not None:
-        p = Path(path)
+    paths = [] if path is None else [path] if isinstance(path, (str, Path)) else list(path)
+    for p in map(Path, paths):
         if p.is_dir():
             raise ConfigError(f"--config {p} is a folder; pass a YAML file, e.g. configs/default.yaml")
         if not p.is_file():
@@ -333,7 +335,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config file {p} cannot be read ({exc}); check its permissions and encoding") from exc
         user = _read_yaml(text, str(p))
-        # Validate the user's layer alone first so errors name their file.
+        # Validate each user layer as it is added, so errors name their file.
         config_from_dict(_merge(data, user), str(p))
         data = _merge(data, user)
         source = str(p)

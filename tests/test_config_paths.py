@@ -34,3 +34,19 @@ def test_tilde_in_a_config_file_is_the_home_folder(home: Path, tmp_path: Path) -
 def test_relative_paths_stay_relative(home: Path) -> None:
     config = load_config(None, ["paths.memory_db=memory/m.db"])
     assert config.paths.memory_db == "memory/m.db"
+
+
+def test_several_config_files_layer_in_order(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("strategy:\n  top_k: 9\n  rerank: false\n", encoding="utf-8")
+    b.write_text("strategy:\n  top_k: 7\n", encoding="utf-8")
+    config = load_config([a, b])
+    assert (config.strategy.top_k, config.strategy.rerank) == (7, False)  # b wins top_k, a's rerank stays
+    assert load_config([b, a]).strategy.top_k == 9
+
+
+def test_repeated_config_on_the_command_line_layers_every_file(tmp_path: Path) -> None:
+    from self_improving_rag.cli import build_parser
+
+    args = build_parser().parse_args(["ask", "Who?", "--config", "a.yaml", "--config", "b.yaml"])
+    assert args.config == ["a.yaml", "b.yaml"]
