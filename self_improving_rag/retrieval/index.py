@@ -242,6 +242,10 @@ def build_bm25(texts: list[str]):
     return retriever
 
 
+class _PartsDisagree(ValueError):
+    """A chunker's files that do not belong together (its message says how)."""
+
+
 class CorpusIndex:
     """Reads and writes generations of a corpus directory."""
 
@@ -335,10 +339,20 @@ class CorpusIndex:
             bm25_dir = d / f"bm25-{name}"
             bm25 = (bm25s.BM25.load(str(bm25_dir), load_corpus=False, show_progress=False, allow_pickle=False)
                     if bm25_dir.is_dir() else None)
+            # The three parts are written together: counts that disagree (a line lost from the
+            # chunks file, a missing BM25 folder) would mis-map hits to chunks or silently empty a
+            # retriever, so they are damage, named as such.
+            if dense.ntotal != len(chunks):
+                raise _PartsDisagree(f"{dense.ntotal} vectors for {len(chunks)} chunks")
+            if chunks and bm25 is None:
+                raise _PartsDisagree(f"{bm25_dir.name} is missing")
+            if bm25 is not None and int(bm25.scores.get("num_docs", len(chunks))) != len(chunks):
+                raise _PartsDisagree(f"BM25 holds {bm25.scores.get('num_docs')} documents for {len(chunks)} chunks")
         except (OSError, RuntimeError, ValueError, TypeError, KeyError) as exc:
             raise IndexNotFoundError(
-                f"the '{name}' index in {d} is damaged ({type(exc).__name__}); rebuild it with: "
-                f"sirag ingest --rebuild --index {self.root} PATH..."
+                f"the '{name}' index in {d} is damaged ({exc if isinstance(exc, _PartsDisagree) else type(exc).__name__}); "
+                "rebuild it with: "
+                f"sirag ingest --rebuild --index {shlex.quote(str(self.root))} PATH..."
             ) from exc
         return ChunkerIndex(name=name, chunks=chunks, dense=on_gpu_if_available(dense), bm25=bm25)
 

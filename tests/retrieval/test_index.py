@@ -61,6 +61,26 @@ def test_a_built_chunker_whose_chunks_file_is_gone_is_a_damaged_index(built_inde
         index.load_chunker("section")
 
 
+def test_a_chunks_file_that_lost_a_line_is_a_damaged_index(built_index: Path) -> None:
+    # One line fewer than vectors: hits would point past the chunk list (it crashed in dedupe).
+    index = CorpusIndex(built_index)
+    path = index.current_dir() / "chunks-section.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    path.write_text("".join(lines[:-1]), encoding="utf-8")
+    with pytest.raises(IndexNotFoundError, match=r"damaged \(\d+ vectors for \d+ chunks\).*sirag ingest --rebuild"):
+        index.load_chunker("section")
+
+
+def test_a_missing_bm25_folder_is_a_damaged_index(built_index: Path) -> None:
+    # Without it BM25 found nothing and the hybrid retriever quietly ran on dense alone.
+    import shutil
+
+    index = CorpusIndex(built_index)
+    shutil.rmtree(index.current_dir() / "bm25-section")
+    with pytest.raises(IndexNotFoundError, match=r"damaged \(bm25-section is missing\)"):
+        index.load_chunker("section")
+
+
 def test_unreadable_manifest_says_to_rebuild(built_index: Path) -> None:
     index = CorpusIndex(built_index)
     (index.current_dir() / "manifest.json").write_text("{not json", encoding="utf-8")
