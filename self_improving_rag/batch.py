@@ -113,6 +113,8 @@ def _resolve(base: Path, path: str) -> Path:
 
 
 _INLINE_FIELDS = ("id", "question", "answers", "answerable", "evidence", "book")
+#: Keys users write for the gold answers (``gold_answers`` is what results.jsonl calls them).
+_GOLD_SYNONYMS = ("gold_answers", "gold", "gold_answer", "expected", "reference", "references")
 
 
 def load_items(spec: BatchSpec, base: Path) -> list[QAItem]:
@@ -131,7 +133,8 @@ def load_items(spec: BatchSpec, base: Path) -> list[QAItem]:
             for key in row:
                 # Other keys are kept as the item's metadata; one that looks like a misspelt
                 # field would silently leave the question ungraded.
-                close = difflib.get_close_matches(str(key), _INLINE_FIELDS, n=1, cutoff=0.8)
+                close = (["answers"] if key in _GOLD_SYNONYMS else
+                         difflib.get_close_matches(str(key), _INLINE_FIELDS, n=1, cutoff=0.8))
                 if key not in _INLINE_FIELDS and close and close[0] not in row:
                     raise BatchError(f"{spec.name}: inline question {i + 1} has the key '{key}'; did you mean "
                                      f"'{close[0]}'? (fields: {', '.join(_INLINE_FIELDS)}; other keys are kept as "
@@ -927,6 +930,10 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
     summaries = run_batch(spec, base, config, limit=args.limit, workers=args.workers,
                           loop=False if args.no_retry else None, progress=progress, offset=args.offset,
                           cli_overrides=args.overrides, guard_index=bool(args.index))
+    if summaries and not any("correct_or_rightly_refused" in s for s in summaries):
+        print("warning: no question of this evaluation has gold answers, so nothing was graded (no accuracy, "
+              "refusal or calibration figures); give each question 'answers' (or 'answerable: false'), or use "
+              "`sirag batch` to only run questions", file=sys.stderr)
     if args.compare_no_retry:
         out_root = _resolve(base, spec.output_dir)
         loop_runs = [s for s in summaries if s["loop"]]  # a grid point with the loop off is its own loop-off run

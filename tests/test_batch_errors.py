@@ -238,6 +238,11 @@ def test_batch_file_mistakes_are_named(tmp_path):
     spec = BatchSpec(name="t", questions=QuestionsSpec(inline=[{"question": "Who built it?", "answer": "Clara"}]))
     with pytest.raises(BatchError, match="inline question 1 has the key 'answer'; did you mean 'answers'"):
         load_items(spec, tmp_path)
+    # results.jsonl calls them gold_answers: a user copying that name is told the field's name.
+    for key in ("gold_answers", "gold"):
+        spec = BatchSpec(name="t", questions=QuestionsSpec(inline=[{"question": "Who built it?", key: ["Clara"]}]))
+        with pytest.raises(BatchError, match=f"the key '{key}'; did you mean 'answers'"):
+            load_items(spec, tmp_path)
     # Keys unlike any field are metadata, as in QA files.
     spec = BatchSpec(name="t", questions=QuestionsSpec(inline=[{"question": "Who?", "answers": ["C"], "difficulty": 2}]))
     assert load_items(spec, tmp_path)[0].meta["difficulty"] == 2
@@ -269,3 +274,13 @@ def test_a_batch_that_builds_its_index_says_what_it_indexed_and_left_out(tmp_pat
     f.write_text(yaml.safe_dump(spec))
     r = run(["batch", str(f), "--limit", "1"], tmp_path, ov)
     assert r.returncode == 0 and "note: indexed" not in r.stderr, r.stderr
+
+
+def test_eval_without_any_gold_says_nothing_was_graded(tmp_path):
+    rows = [{"question": "Who built the lighthouse of Marrow Point?"}]
+    f = _batch(tmp_path, questions={"inline": rows})
+    r = run(["eval", str(f), "--json"], tmp_path, fake_overrides(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "warning: no question of this evaluation has gold answers, so nothing was graded" in r.stderr
+    r = run(["batch", str(f), "--json"], tmp_path, fake_overrides(tmp_path))
+    assert "nothing was graded" not in r.stderr  # a batch may just run questions
