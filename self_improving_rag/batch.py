@@ -29,7 +29,8 @@ from typing import Any, Callable
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .config import Config, _merge, config_from_dict, default_config_text, parse_override, pins_strategy, to_yaml
+from .config import (Config, DuplicateKeyError, _merge, config_from_dict, default_config_text, load_yaml_unique,
+                     parse_override, pins_strategy, to_yaml)
 from .errors import BatchError, ConfigError, SiragError
 from .evaluation.datasets import QAItem, load_qa, squad_contexts
 
@@ -83,7 +84,10 @@ def load_batch(path: str | Path) -> tuple[BatchSpec, Path]:
     except UnicodeDecodeError as exc:
         raise BatchError(f"{p}: not UTF-8 text (byte {exc.start} cannot be decoded); save the file as UTF-8") from exc
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml_unique(text)
+    except DuplicateKeyError as exc:
+        raise BatchError(f"{p}: the key {exc.key!r} is given twice in one mapping (line {exc.problem_mark.line + 1}); "
+                         "YAML would keep only the last: keep one of them") from exc
     except (yaml.YAMLError, ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else f" ({exc.__class__.__name__})"

@@ -252,9 +252,43 @@ def default_config_text() -> str:
     return resources.files("self_improving_rag").joinpath("configs/default.yaml").read_text("utf-8")
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping names the same key twice (YAML keeps only the last: the first is lost unseen)."""
+
+    def __init__(self, key: Any, mark: Any) -> None:
+        super().__init__(f"the key {key!r} appears twice in one mapping")
+        self.key, self.problem_mark = key, mark
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load that refuses a key repeated in one mapping."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: the base loader names that problem
+                continue
+            if duplicate:
+                raise DuplicateKeyError(key, key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml_unique(text: str) -> Any:
+    """``yaml.safe_load`` that raises :class:`DuplicateKeyError` for a key given twice."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def _read_yaml(text: str, source: str) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml_unique(text)
+    except DuplicateKeyError as exc:
+        mark = exc.problem_mark
+        raise ConfigError(f"{source}: the key {exc.key!r} is given twice in one mapping (line {mark.line + 1}); "
+                          "keep one of them") from exc
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
         # safe_load raises these for a mistyped explicit tag (e.g. "!!int abc") or absurd nesting.
         raise ConfigError(f"{source}: a value cannot be read ({type(exc).__name__}); fix the YAML") from exc

@@ -232,6 +232,9 @@ def test_batch_file_mistakes_are_named(tmp_path):
     f.write_text("name: t\nquestions:\n  file: q.jsonl\n  inline:\n    - question: Who?\n")
     with pytest.raises(BatchError, match="both 'file' and 'inline'; give one of them"):
         load_batch(f)
+    f.write_text("name: t2\nquestions:\n  inline:\n    - question: Who?\nname: t3\n")
+    with pytest.raises(BatchError, match=r"the key 'name' is given twice in one mapping \(line 5\)"):
+        load_batch(f)
     f.write_text("name: t\nquestions:\n  inline: [\n    - question: Who?\n")
     with pytest.raises(BatchError, match=r"malformed YAML at line \d+, column \d+"):
         load_batch(f)

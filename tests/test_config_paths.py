@@ -50,3 +50,15 @@ def test_repeated_config_on_the_command_line_layers_every_file(tmp_path: Path) -
 
     args = build_parser().parse_args(["ask", "Who?", "--config", "a.yaml", "--config", "b.yaml"])
     assert args.config == ["a.yaml", "b.yaml"]
+
+
+def test_a_key_given_twice_in_a_config_file_is_refused(tmp_path: Path) -> None:
+    from self_improving_rag.errors import ConfigError
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("strategy:\n  top_k: 9\n  top_k: 3\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"c.yaml: the key 'top_k' is given twice in one mapping \(line 3\)"):
+        load_config(cfg)
+    # The same key in two different mappings is fine.
+    cfg.write_text("strategy:\n  top_k: 9\nretrieval:\n  candidates: 40\nscoring: {}\n", encoding="utf-8")
+    assert load_config(cfg).strategy.top_k == 9
