@@ -71,6 +71,12 @@ def load_qa(path: Path | str) -> list[QAItem]:
     elif isinstance(doc, list):
         items = [_jsonl_item(path, f"item {i}", obj) for i, obj in enumerate(doc)]
     elif isinstance(doc, dict):  # a one-line JSONL file parses as a single object
+        if "question" not in doc and "id" not in doc:
+            raise InputError(
+                f"{path}: neither a SQuAD 2.0 file (no top-level 'data') nor QA items (no 'id' or 'question'; "
+                f"top-level keys: {', '.join(map(repr, list(doc)[:6])) or 'none'}); give a QA JSONL file, one "
+                "{\"id\", \"question\", \"answers\"} object per line, or a SQuAD 2.0 JSON file"
+            )
         items = [_jsonl_item(path, "line 1", doc)]
     else:
         items = [_jsonl_item(path, f"line {n}", obj) for n, obj in _jsonl_objects(path, text)]
@@ -117,10 +123,21 @@ def _parse_whole(path: Path, text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         if path.suffix.lower() == ".json":
+            if exc.msg == "Extra data" and _is_jsonl(text):
+                # One JSON object per line is JSONL whatever the file is called: read it so.
+                return None
             raise InputError(
                 f"{path}: line {exc.lineno}: malformed JSON ({exc.msg}); fix the JSON syntax there"
             ) from exc
         return None
+
+
+def _is_jsonl(text: str) -> bool:
+    """Every non-blank line is a JSON object on its own."""
+    try:
+        return all(isinstance(json.loads(line), dict) for line in text.split("\n") if line.strip())
+    except json.JSONDecodeError:
+        return False
 
 
 def _jsonl_objects(path: Path, text: str) -> Iterator[tuple[int, Any]]:

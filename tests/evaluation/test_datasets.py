@@ -212,6 +212,21 @@ def test_malformed_json_names_line(tmp_path: Path) -> None:
         load_qa(path)
 
 
+def test_a_jsonl_file_named_json_is_read_as_jsonl(tmp_path: Path) -> None:
+    # Its content is right, only the extension is not: "malformed JSON (Extra data)" misled.
+    path = tmp_path / "qa.json"
+    path.write_text('{"id": "a", "question": "Q?", "answers": ["x"]}\n{"id": "b", "question": "R?", "answers": []}\n',
+                    encoding="utf-8")
+    assert [it.id for it in load_qa(path)] == ["a", "b"]
+
+
+def test_an_object_that_is_neither_squad_nor_a_qa_item_is_named_so(tmp_path: Path) -> None:
+    path = tmp_path / "obj.json"
+    path.write_text('{"questions": []}', encoding="utf-8")
+    with pytest.raises(InputError, match=r"neither a SQuAD 2.0 file .* top-level keys: 'questions'"):
+        load_qa(path)
+
+
 @pytest.mark.parametrize(
     ("row", "pattern"),
     [
