@@ -300,6 +300,28 @@ def _check_index_sources(index_dir: str, corpus: list[Path]) -> None:
                          "(the batch file's corpus:, or eval's --corpus)")
 
 
+def _check_index_keeps_documents(index_dir: str, corpus: list[Path]) -> None:
+    """The batch's own index (its ``index:``, or the run's default) follows its corpus, so paths
+    added to the corpus are ingested into it; but an ingest that would drop documents the index
+    holds (built from other paths, e.g. with `sirag ingest`) is refused rather than replace them."""
+    from .retrieval.index import CorpusIndex
+
+    idx = CorpusIndex(index_dir)
+    if idx.current_dir() is None:
+        return
+    try:
+        sources = idx.manifest().get("sources") or []
+    except SiragError:
+        return  # a damaged index is rebuilt by ingest, which says so
+    wanted = {str(Path(c).resolve()) for c in corpus}
+    dropped = sorted(s for s in sources if s not in wanted)
+    if dropped:
+        raise BatchError(f"the index {index_dir} holds documents from {', '.join(dropped)}, which this batch's corpus "
+                         f"({', '.join(sorted(wanted))}) does not list; ingesting the corpus there would remove them. "
+                         "Add those paths to the corpus, give the batch another index (the batch file's index:, or "
+                         "--index NEW), or rebuild that index on purpose with `sirag ingest --rebuild`")
+
+
 def read_done(path: Path) -> dict[str, dict]:
     """Rows already written; a torn last line (killed mid-write) is cut off. A damaged line with
     rows after it is not a torn write: BatchError names it, and nothing is cut."""
@@ -609,6 +631,8 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     check_documents(spec, index_dir, corpus)
     if guard_index and corpus:
         _check_index_sources(index_dir, corpus)
+    elif corpus:
+        _check_index_keeps_documents(index_dir, corpus)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if workers > cpus:
         print(f"note: --workers {workers} is more than this machine's {cpus} CPU(s); each worker loads its own "

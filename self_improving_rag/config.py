@@ -279,7 +279,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def load_yaml_unique(text: str) -> Any:
     """``yaml.safe_load`` that raises :class:`DuplicateKeyError` for a key given twice."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    loader = _UniqueKeyLoader(text)  # a SafeLoader: safe_load's constructors, plus the key check
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def _read_yaml(text: str, source: str) -> dict[str, Any]:

@@ -287,3 +287,25 @@ def test_eval_without_any_gold_says_nothing_was_graded(tmp_path):
     assert "warning: no question of this evaluation has gold answers, so nothing was graded" in r.stderr
     r = run(["batch", str(f), "--json"], tmp_path, fake_overrides(tmp_path))
     assert "nothing was graded" not in r.stderr  # a batch may just run questions
+
+
+def test_a_batch_never_drops_documents_its_index_holds_from_elsewhere(tmp_path):
+    """The batch file's index: built with `sirag ingest` from other documents is not replaced by
+    the batch's corpus (it was, with a note after the fact); a corpus that adds documents is fine."""
+    from self_improving_rag.retrieval.index import CorpusIndex
+
+    ov = fake_overrides(tmp_path)
+    other = write_corpus(tmp_path / "other")
+    idx = tmp_path / "index"
+    assert run(["ingest", str(other), "--index", str(idx)], tmp_path, ov).returncode == 0
+    before = CorpusIndex(idx).current_dir()
+    f = _batch(tmp_path)  # corpus: tmp_path/docs, index: tmp_path/index
+    r = run(["batch", str(f), "--json"], tmp_path, ov)
+    assert r.returncode == 2 and "would remove them" in r.stderr and str(other) in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and CorpusIndex(idx).current_dir() == before
+    # Listing the index's documents too makes it an addition: the batch runs.
+    spec = yaml.safe_load(f.read_text())
+    spec["corpus"] = [str(other), *spec["corpus"]]
+    f.write_text(yaml.safe_dump(spec))
+    r = run(["batch", str(f), "--json"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
