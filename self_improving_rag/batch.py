@@ -118,7 +118,7 @@ def _resolve(base: Path, path: str) -> Path:
 
 _INLINE_FIELDS = ("id", "question", "answers", "answerable", "evidence", "book")
 #: Keys users write for the gold answers (``gold_answers`` is what results.jsonl calls them).
-_GOLD_SYNONYMS = ("gold_answers", "gold", "gold_answer", "expected", "reference", "references")
+_GOLD_SYNONYMS = ("gold_answers", "gold", "gold_answer")
 
 
 def load_items(spec: BatchSpec, base: Path) -> list[QAItem]:
@@ -259,7 +259,7 @@ def _check_same_questions(run_dir: Path, done: dict[str, dict], items: dict[str,
         )
 
 
-def _current_rows(run_name: str, rows: dict[str, dict], items: dict[str, Any]) -> list[dict]:
+def _current_rows(run_name: str, rows: dict[str, dict], items: dict[str, Any], quiet: bool = False) -> list[dict]:
     """The run's rows for the dataset's questions, with its current gold: rows for ids it no
     longer holds are left out, and gold edited since a row was written is the gold graded."""
     out, regraded = [], 0
@@ -271,10 +271,10 @@ def _current_rows(run_name: str, rows: dict[str, dict], items: dict[str, Any]) -
             r = {**r, "gold_answers": list(it.answers), "answerable": it.answerable}
             regraded += 1
         out.append(r)
-    if len(out) < len(rows):
+    if len(out) < len(rows) and not quiet:
         print(f"note: run {run_name} holds {len(rows) - len(out)} result(s) for question ids this dataset no longer "
               "has; they are left out of its summary", file=sys.stderr)
-    if regraded:
+    if regraded and not quiet:
         print(f"note: the gold answers of {regraded} question(s) changed since run {run_name} answered them; "
               "they are graded with the dataset's current gold", file=sys.stderr)
     return out
@@ -313,13 +313,15 @@ def _check_index_keeps_documents(index_dir: str, corpus: list[Path]) -> None:
         sources = idx.manifest().get("sources") or []
     except SiragError:
         return  # a damaged index is rebuilt by ingest, which says so
-    wanted = {str(Path(c).resolve()) for c in corpus}
-    dropped = sorted(s for s in sources if s not in wanted)
+    wanted = sorted({Path(c).resolve() for c in corpus})
+    # A source is kept when the corpus names it or a folder that holds it.
+    dropped = sorted(s for s in sources if not any(Path(s) == w or Path(s).is_relative_to(w) for w in wanted))
     if dropped:
         raise BatchError(f"the index {index_dir} holds documents from {', '.join(dropped)}, which this batch's corpus "
-                         f"({', '.join(sorted(wanted))}) does not list; ingesting the corpus there would remove them. "
-                         "Add those paths to the corpus, give the batch another index (the batch file's index:, or "
-                         "--index NEW), or rebuild that index on purpose with `sirag ingest --rebuild`")
+                         f"({', '.join(map(str, wanted))}) does not list; ingesting the corpus there would remove them. "
+                         "Add those paths to the corpus, or run under another name (the batch file's name:, or sirag "
+                         "eval --name NEW) with another index (the batch file's index:, or --index NEW), or rebuild "
+                         "that index on purpose with `sirag ingest --rebuild`")
 
 
 def read_done(path: Path) -> dict[str, dict]:
@@ -631,8 +633,6 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     check_documents(spec, index_dir, corpus)
     if guard_index and corpus:
         _check_index_sources(index_dir, corpus)
-    elif corpus:
-        _check_index_keeps_documents(index_dir, corpus)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if workers > cpus:
         print(f"note: --workers {workers} is more than this machine's {cpus} CPU(s); each worker loads its own "
@@ -659,6 +659,8 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
             if todo:
                 if done:
                     _check_resume_config(run_dir, config, len(done))
+                if corpus and not guard_index:
+                    _check_index_keeps_documents(index_dir, corpus)  # only when it would be ingested into
                 (run_dir / "config.yaml").write_text(to_yaml(config), encoding="utf-8")
                 if corpus:
                     ensure_index(config, corpus, index_dir, progress)
@@ -759,10 +761,16 @@ def single_attempt_row(row: dict, threshold: float) -> dict:
     return _ungraded(out)
 
 
-def derive_single_attempt_run(run_dir: Path, threshold: float) -> dict:
-    """Write ``<run>-single`` (results.jsonl, summary.json) from a loop-on run's first attempts."""
-    return _derive_run(run_dir, "-single",
-                       [single_attempt_row(r, threshold) for r in read_done(run_dir / "results.jsonl").values()])
+def _loop_rows(run_dir: Path, items: dict[str, Any] | None) -> list[dict]:
+    """A loop-on run's rows, restricted to ``items`` (by id) and graded with their gold when given."""
+    rows = read_done(run_dir / "results.jsonl")
+    return list(rows.values()) if items is None else _current_rows(run_dir.name, rows, items, quiet=True)
+
+
+def derive_single_attempt_run(run_dir: Path, threshold: float, items: dict[str, Any] | None = None) -> dict:
+    """Write ``<run>-single`` (results.jsonl, summary.json) from a loop-on run's first attempts
+    (of the questions in ``items``, with their current gold, when given)."""
+    return _derive_run(run_dir, "-single", [single_attempt_row(r, threshold) for r in _loop_rows(run_dir, items)])
 
 
 def plain_attempt_row(row: dict) -> dict:
@@ -795,9 +803,9 @@ def _derive_run(run_dir: Path, suffix: str, rows: list[dict]) -> dict:
     return summary
 
 
-def derive_plain_run(run_dir: Path) -> dict:
+def derive_plain_run(run_dir: Path, items: dict[str, Any] | None = None) -> dict:
     """Write ``<run>-plain`` (results.jsonl, summary.json) from a run's first attempts, answered as given."""
-    return _derive_run(run_dir, "-plain", [plain_attempt_row(r) for r in read_done(run_dir / "results.jsonl").values()])
+    return _derive_run(run_dir, "-plain", [plain_attempt_row(r) for r in _loop_rows(run_dir, items)])
 
 
 def _record_gold(config: Config, run_name: str, rows: list[dict]) -> None:
@@ -965,6 +973,7 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
     if args.compare_no_retry:
         out_root = _resolve(base, spec.output_dir)
         loop_runs = [s for s in summaries if s["loop"]]  # a grid point with the loop off is its own loop-off run
+        current = {it.id: it for it in load_items(spec, base)}  # the derived runs summarise what the loop run did
         if args.separate_no_retry_run:
             summaries += run_batch(spec, base, config, limit=args.limit, workers=args.workers, loop=False,
                                    progress=progress, offset=args.offset, cli_overrides=args.overrides,
@@ -972,9 +981,9 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
         else:
             for s in loop_runs:
                 run_cfg = config_from_dict(yaml.safe_load((out_root / s["run"] / "config.yaml").read_text(encoding="utf-8")))
-                summaries.append(derive_single_attempt_run(out_root / s["run"], run_cfg.loop.answer_threshold))
+                summaries.append(derive_single_attempt_run(out_root / s["run"], run_cfg.loop.answer_threshold, current))
         # No loop at all: the first attempt's answer as the model gave it, no checks, no refusal.
-        summaries += [derive_plain_run(out_root / s["run"]) for s in loop_runs]
+        summaries += [derive_plain_run(out_root / s["run"], current) for s in loop_runs]
         out = _resolve(base, spec.output_dir) / f"{spec.name}-loop-vs-noloop"
         write_comparison(summaries, out)
     if args.json:

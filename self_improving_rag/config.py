@@ -266,6 +266,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         seen: set[Any] = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # "<<: *anchor" merges; it may repeat
+                continue
             key = self.construct_object(key_node, deep=deep)
             try:
                 duplicate = key in seen

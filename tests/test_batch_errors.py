@@ -246,6 +246,9 @@ def test_batch_file_mistakes_are_named(tmp_path):
         spec = BatchSpec(name="t", questions=QuestionsSpec(inline=[{"question": "Who built it?", key: ["Clara"]}]))
         with pytest.raises(BatchError, match=f"the key '{key}'; did you mean 'answers'"):
             load_items(spec, tmp_path)
+    # Other keys stay metadata, as the message says.
+    spec = BatchSpec(name="t", questions=QuestionsSpec(inline=[{"question": "Who built it?", "reference": "ch. 3"}]))
+    assert load_items(spec, tmp_path)[0].meta["reference"] == "ch. 3"
     # Keys unlike any field are metadata, as in QA files.
     spec = BatchSpec(name="t", questions=QuestionsSpec(inline=[{"question": "Who?", "answers": ["C"], "difficulty": 2}]))
     assert load_items(spec, tmp_path)[0].meta["difficulty"] == 2
@@ -306,6 +309,30 @@ def test_a_batch_never_drops_documents_its_index_holds_from_elsewhere(tmp_path):
     # Listing the index's documents too makes it an addition: the batch runs.
     spec = yaml.safe_load(f.read_text())
     spec["corpus"] = [str(other), *spec["corpus"]]
+    f.write_text(yaml.safe_dump(spec))
+    r = run(["batch", str(f), "--json"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    # --retrieval-only ingests into the same index: the same rule.
+    spec["corpus"] = spec["corpus"][1:]
+    spec["name"] = "t-retrieval"
+    f.write_text(yaml.safe_dump(spec))
+    r = run(["eval", str(f), "--retrieval-only"], tmp_path, ov)
+    assert r.returncode == 2 and "would remove them" in r.stderr, r.stderr
+    # A finished run is only summarised again: nothing is ingested, so nothing is refused.
+    spec["name"] = "t"
+    f.write_text(yaml.safe_dump(spec))
+    r = run(["batch", str(f), "--json"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_corpus_folder_that_holds_the_indexed_one_keeps_its_documents(tmp_path):
+    ov = fake_overrides(tmp_path)
+    docs = write_corpus(tmp_path / "all" / "docs")
+    idx = tmp_path / "index"
+    assert run(["ingest", str(docs), "--index", str(idx)], tmp_path, ov).returncode == 0
+    f = _batch(tmp_path)
+    spec = yaml.safe_load(f.read_text())
+    spec["corpus"] = [str(tmp_path / "all")]
     f.write_text(yaml.safe_dump(spec))
     r = run(["batch", str(f), "--json"], tmp_path, ov)
     assert r.returncode == 0, r.stderr

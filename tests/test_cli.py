@@ -139,7 +139,13 @@ def test_a_resume_never_mixes_in_answers_to_other_questions(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "gold answers of 1 question(s) changed" in r.stderr
     summary = json.loads(r.stdout)[0]
-    assert summary["n"] == 3
+    assert summary["n"] == 3 and summary["contains"] == 0.5  # b, answered "Clara ...", is now wrong (was right)
+    # --compare-no-retry's derived runs summarise the same questions with the same gold.
+    r = run([*base, "--compare-no-retry"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    by_run = {s["run"]: s for s in json.loads(r.stdout)}
+    assert {s["n"] for s in by_run.values()} == {3}
+    assert by_run["qa-plain"]["contains"] == by_run["qa-single"]["contains"] == 0.5
     # A slice still summarises every question the run answered (as --help says) ...
     r = run([*base, "--limit", "1"], tmp_path, ov)
     assert r.returncode == 0, r.stderr
@@ -149,6 +155,8 @@ def test_a_resume_never_mixes_in_answers_to_other_questions(tmp_path):
     r = run(base, tmp_path, ov)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)[0]["n"] == 2 and "1 result(s) for question ids this dataset no longer has" in r.stderr
+    r = run([*base, "--compare-no-retry"], tmp_path, ov)
+    assert {s["n"] for s in json.loads(r.stdout)} == {2}
     assert res.read_bytes() == before  # nothing was asked again or rewritten
 
 

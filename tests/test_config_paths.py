@@ -62,3 +62,38 @@ def test_a_key_given_twice_in_a_config_file_is_refused(tmp_path: Path) -> None:
     # The same key in two different mappings is fine.
     cfg.write_text("strategy:\n  top_k: 9\nretrieval:\n  candidates: 40\nscoring: {}\n", encoding="utf-8")
     assert load_config(cfg).strategy.top_k == 9
+
+
+def test_yaml_anchors_and_merge_keys_still_load(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("x-common: &c {top_k: 6}\nstrategy:\n  <<: *c\n  rerank: false\n", encoding="utf-8")
+    from self_improving_rag.config import load_yaml_unique
+
+    assert load_yaml_unique(cfg.read_text())["strategy"] == {"top_k": 6, "rerank": False}
+    # Two merges in one mapping are YAML too.
+    assert load_yaml_unique("a: &a {x: 1}\nb: &b {y: 2}\nc:\n  <<: *a\n  <<: *b\n")["c"] == {"x": 1, "y": 2}
+
+
+def test_the_cli_layers_every_config_file(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import fake_overrides, write_corpus
+
+    docs = write_corpus(tmp_path / "docs")
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("strategy:\n  top_k: 3\n  rerank: false\n", encoding="utf-8")
+    b.write_text("strategy:\n  top_k: 2\n", encoding="utf-8")
+    ov = [x for o in fake_overrides(tmp_path) for x in ("--set", o)]
+
+    def sirag(*args):
+        return subprocess.run([sys.executable, "-m", "self_improving_rag.cli", *args, *ov], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+
+    assert sirag("ingest", str(docs)).returncode == 0
+    r = sirag("search", "Who built the lighthouse?", "--config", str(a), "--config", str(b), "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["strategy"]["top_k"] == 2 and len(out["hits"]) == 2  # b's top_k wins ...
+    assert out["strategy"]["rerank"] is False  # ... and a's other setting stays

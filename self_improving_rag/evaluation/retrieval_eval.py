@@ -29,7 +29,8 @@ def _hit(item: QAItem, doc_id: str, text: str) -> bool:
 def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, ks=(1, 3, 5, 10),
                    chunkers=None, retrievers=("dense", "bm25", "hybrid"), rerank=(False, True),
                    cli_overrides=(), offset: int | None = None, guard_index: bool = False) -> dict:
-    from ..batch import _check_index_sources, check_documents, ensure_index, load_items, resolved_config, run_inputs
+    from ..batch import (_check_index_keeps_documents, _check_index_sources, check_documents, ensure_index, load_items,
+                         resolved_config, run_inputs)
     from ..errors import BatchError
     from ..retrieval.embedder import embedder_from_config
     from ..retrieval.searcher import Searcher
@@ -46,6 +47,8 @@ def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, k
     if corpus:
         if guard_index:
             _check_index_sources(index_dir, corpus)
+        else:
+            _check_index_keeps_documents(index_dir, corpus)
         ensure_index(cfg, corpus, index_dir, progress=False)
     embedder = embedder_from_config(cfg)
     searcher = Searcher(cfg, embedder, index_dir)

@@ -326,7 +326,7 @@ class CorpusIndex:
             if name in self.manifest(d).get("chunkers", {}):
                 raise IndexNotFoundError(
                     f"the index in {self.root} is damaged: chunker '{name}' was built but {chunks_path.name} is "
-                    f"missing; rebuild it with: sirag ingest --rebuild PATH... (--index {self.root})"
+                    f"missing; rebuild it with: sirag ingest --rebuild PATH... (--index {shlex.quote(str(self.root))})"
                 )
             raise IndexMismatchError(
                 f"index {self.root} has no '{name}' chunker (built: {built}); "
