@@ -280,18 +280,24 @@ def _current_rows(run_name: str, rows: dict[str, dict], items: dict[str, Any], q
     return out
 
 
-def _check_index_sources(index_dir: str, corpus: list[Path]) -> None:
-    """An index named with --index that was built from other documents is not re-ingested from the
-    batch's corpus: that would replace the user's documents in it."""
+def _index_sources(index_dir: str) -> list[str] | None:
+    """The paths the live index at ``index_dir`` was ingested from; None when there is no index
+    or it is damaged (ingest rebuilds a damaged one, and says so)."""
     from .retrieval.index import CorpusIndex
 
     idx = CorpusIndex(index_dir)
     if idx.current_dir() is None:
-        return
+        return None
     try:
-        sources = sorted(idx.manifest().get("sources") or [])
+        return list(idx.manifest().get("sources") or [])
     except SiragError:
-        return  # a damaged index is rebuilt by ingest, which says so
+        return None
+
+
+def _check_index_sources(index_dir: str, corpus: list[Path]) -> None:
+    """An index named with --index that was built from other documents is not re-ingested from the
+    batch's corpus: that would replace the user's documents in it."""
+    sources = sorted(_index_sources(index_dir) or [])
     wanted = sorted(str(Path(c).resolve()) for c in corpus)
     if sources and sources != wanted:
         raise BatchError(f"the index {index_dir} (--index) was built from {', '.join(sources)}, not from this "
@@ -304,18 +310,9 @@ def _check_index_keeps_documents(index_dir: str, corpus: list[Path]) -> None:
     """The batch's own index (its ``index:``, or the run's default) follows its corpus, so paths
     added to the corpus are ingested into it; but an ingest that would drop documents the index
     holds (built from other paths, e.g. with `sirag ingest`) is refused rather than replace them."""
-    from .retrieval.index import CorpusIndex
-
-    idx = CorpusIndex(index_dir)
-    if idx.current_dir() is None:
-        return
-    try:
-        sources = idx.manifest().get("sources") or []
-    except SiragError:
-        return  # a damaged index is rebuilt by ingest, which says so
     wanted = sorted({Path(c).resolve() for c in corpus})
-    # A source is kept when the corpus names it or a folder that holds it.
-    dropped = sorted(s for s in sources if not any(Path(s) == w or Path(s).is_relative_to(w) for w in wanted))
+    # A source is kept when the corpus names it or a folder that holds it (is_relative_to covers both).
+    dropped = sorted(s for s in _index_sources(index_dir) or [] if not any(Path(s).is_relative_to(w) for w in wanted))
     if dropped:
         raise BatchError(f"the index {index_dir} holds documents from {', '.join(dropped)}, which this batch's corpus "
                          f"({', '.join(map(str, wanted))}) does not list; ingesting the corpus there would remove them. "
