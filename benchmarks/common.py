@@ -65,3 +65,20 @@ def ensure_sherlock_index() -> Path:
     # Unchanged files cost well under a second; a missing index is built (a few minutes).
     ingest([SHARED / "data" / "corpora" / "sherlock"], cfg, embedder_from_config(cfg), progress=False)
     return index
+
+
+def generator_token_counter(cfg):
+    """The configured generator's token counter, from its vocabulary alone (no weights, < 1 s),
+    or None (with the reason printed) when the model or llama-cpp-python is not available."""
+    try:
+        from llama_cpp import Llama
+
+        from self_improving_rag.generation.registry import resolve_model
+
+        path = resolve_model(cfg.generator.model, cfg.paths.model_cache)
+        llm = Llama(model_path=str(path), vocab_only=True, verbose=False)
+    except Exception as exc:  # a figure is left out, the benchmark goes on
+        print(f"note: generator tokens not counted ({type(exc).__name__}: {exc})")
+        return None
+    return lambda text: len(llm.tokenize(text.encode("utf-8"), add_bos=False))
+

@@ -228,7 +228,7 @@ class StrategyConfig(_Model):
     prompt: Literal["base", "cite_then_answer", "strict"] = "cite_then_answer"
     neighbors: int = Field(0, ge=0, le=5)
     query_rewrite: Literal["none", "keywords"] = "none"
-    context_budget: int = Field(450, ge=32, le=32000)
+    context_budget: int = Field(440, ge=32, le=32000)
 
     def to_strategy(self) -> Strategy:
         return Strategy(**self.model_dump())

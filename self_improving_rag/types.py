@@ -172,7 +172,7 @@ class Strategy:
     prompt: str = "cite_then_answer"
     neighbors: int = 0
     query_rewrite: str = "none"
-    context_budget: int = 450  # prompt tokens given to passages
+    context_budget: int = 440  # prompt tokens given to passages (embedder word pieces)
 
     @property
     def key(self) -> str:

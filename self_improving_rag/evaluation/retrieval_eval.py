@@ -80,10 +80,18 @@ def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, k
             "markdown": markdown_table(rows) + "\n" + markdown_table([rows_ref])}
 
 
-def refinement_eval(searcher, items: list[QAItem], strategy) -> dict:
-    """Prompt tokens and evidence presence: raw top-k chunks vs the refined context."""
+def refinement_eval(searcher, items: list[QAItem], strategy, count_prompt=None) -> dict:
+    """Prompt tokens and evidence presence: raw top-k chunks vs the refined context.
+
+    Tokens are the embedder's word pieces (what ``strategy.context_budget`` counts). With
+    ``count_prompt`` (the generator's token counter) the passages are also counted as the
+    prompt shows them, numbered one per line: the unit generation time is paid in.
+    """
+    from ..generation.prompts import number_texts
+
     count = searcher.embedder.tokenizer.count
     raw_tokens, ref_tokens, raw_ev, ref_ev, raw_ans, ref_ans = [], [], [], [], [], []
+    raw_prompt, ref_prompt = [], []
 
     def has_answer(texts: list[str]) -> bool:
         hay = " ".join(" ".join(t.split()).lower() for t in texts)
@@ -95,15 +103,22 @@ def refinement_eval(searcher, items: list[QAItem], strategy) -> dict:
         ref_text = [p.text for p in res.passages]
         raw_tokens.append(sum(count(t) for t in raw_text))
         ref_tokens.append(sum(count(t) for t in ref_text))
+        if count_prompt is not None:
+            raw_prompt.append(count_prompt(number_texts(raw_text)))
+            ref_prompt.append(count_prompt(number_texts(ref_text)))
         raw_ev.append(any(_hit(it, h.chunk.doc_id, h.chunk.text) for h in res.hits))
         ref_ev.append(any(_hit(it, p.doc_id, p.text) for p in res.passages) if it.evidence else raw_ev[-1])
         if it.answers:
             raw_ans.append(has_answer(raw_text))
             ref_ans.append(has_answer(ref_text))
     n = max(1, len(items))
-    return {"strategy": strategy.key, "raw_tokens_mean": sum(raw_tokens) / n, "refined_tokens_mean": sum(ref_tokens) / n,
-            "token_reduction": 1 - (sum(ref_tokens) / max(1, sum(raw_tokens))),
-            "evidence_in_raw": sum(raw_ev) / n, "evidence_in_refined": sum(ref_ev) / n,
-            # A gold answer string (whitespace- and case-normalised) in the raw / refined context.
-            "answer_in_raw": sum(raw_ans) / len(raw_ans) if raw_ans else None,
-            "answer_in_refined": sum(ref_ans) / len(ref_ans) if ref_ans else None}
+    out = {"strategy": strategy.key, "raw_tokens_mean": sum(raw_tokens) / n, "refined_tokens_mean": sum(ref_tokens) / n,
+           "token_reduction": 1 - (sum(ref_tokens) / max(1, sum(raw_tokens))),
+           "evidence_in_raw": sum(raw_ev) / n, "evidence_in_refined": sum(ref_ev) / n,
+           # A gold answer string (whitespace- and case-normalised) in the raw / refined context.
+           "answer_in_raw": sum(raw_ans) / len(raw_ans) if raw_ans else None,
+           "answer_in_refined": sum(ref_ans) / len(ref_ans) if ref_ans else None}
+    if count_prompt is not None:
+        out.update({"raw_prompt_tokens_mean": sum(raw_prompt) / n, "refined_prompt_tokens_mean": sum(ref_prompt) / n,
+                    "prompt_token_reduction": 1 - (sum(ref_prompt) / max(1, sum(raw_prompt)))})
+    return out

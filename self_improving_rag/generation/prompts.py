@@ -76,7 +76,13 @@ def quote_passage_text(text: str) -> str:
 def format_passages(passages: tuple[Passage, ...] | list[Passage]) -> str:
     """Numbered passages, text only: section labels cost ~15 prompt tokens each and a small model
     tends to copy them as answers (the sources shown to the user keep them)."""
-    return "\n".join(f"[{p.number}] {quote_passage_text(p.text)}" for p in passages)
+    return number_texts([p.text for p in passages], [p.number for p in passages])
+
+
+def number_texts(texts: list[str], numbers: list[int] | None = None) -> str:
+    """Texts as the prompt shows passages: one per line, each after its number in brackets."""
+    numbers = numbers if numbers is not None else list(range(1, len(texts) + 1))
+    return "\n".join(f"[{n}] {quote_passage_text(t)}" for n, t in zip(numbers, texts))
 
 
 def build_messages(template: str, question: str, passages, **extra: str) -> list[dict[str, str]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 
 import pytest
 
@@ -62,3 +63,38 @@ def test_refinement_row_and_markdown(table: dict) -> None:
     assert ref["token_reduction"] == pytest.approx(1 - ref["refined_tokens_mean"] / ref["raw_tokens_mean"])
     assert 0.0 <= ref["evidence_in_refined"] <= ref["evidence_in_raw"] <= 2 / 3 + 1e-9
     assert "recall@5" in table["markdown"] and "token_reduction" in table["markdown"]
+
+
+def test_refinement_counts_prompt_tokens_as_the_prompt_shows_passages(tmp_path) -> None:
+    from self_improving_rag.evaluation.datasets import load_qa
+    from self_improving_rag.evaluation.retrieval_eval import refinement_eval
+    from self_improving_rag.generation.prompts import format_passages, number_texts
+    from self_improving_rag.ingestion.pipeline import ingest
+    from self_improving_rag.retrieval.embedder import embedder_from_config
+    from self_improving_rag.retrieval.searcher import Searcher
+    from tests.conftest import write_corpus
+
+    cfg = load_config(None, fake_overrides(tmp_path) + ["strategy.context_budget=40"])
+    embedder = embedder_from_config(cfg)
+    ingest([write_corpus(tmp_path / "docs")], cfg, embedder, progress=False)
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text("\n".join(json.dumps(q) for q in QUESTIONS[:2]), encoding="utf-8")
+    items = load_qa(qa)
+    seen: list[str] = []
+
+    def count_prompt(text: str) -> int:  # characters stand in for a generator's tokens
+        seen.append(text)
+        return len(text)
+
+    searcher = Searcher(cfg, embedder)
+    try:
+        ref = refinement_eval(searcher, items, cfg.strategy.to_strategy(), count_prompt)
+        res = searcher.search(items[0].question, cfg.strategy.to_strategy())
+    finally:
+        searcher.close()
+    # The refined text is counted exactly as the prompt numbers it.
+    assert format_passages(res.passages) in seen
+    assert number_texts(["a  b", "c"]) == "[1] a b\n[2] c"
+    assert 0 < ref["refined_prompt_tokens_mean"] < ref["raw_prompt_tokens_mean"]
+    assert ref["prompt_token_reduction"] == pytest.approx(
+        1 - ref["refined_prompt_tokens_mean"] / ref["raw_prompt_tokens_mean"])

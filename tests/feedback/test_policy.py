@@ -138,4 +138,4 @@ def test_raise_top_k_never_shrinks_a_large_context_budget() -> None:
 
     big = replace(DEFAULT, context_budget=4000)
     assert apply_repair("raise_top_k", big, ("section",)) == replace(big, top_k=10)
-    assert apply_repair("raise_top_k", DEFAULT, ("section",)).context_budget == 675
+    assert apply_repair("raise_top_k", DEFAULT, ("section",)).context_budget == int(DEFAULT.context_budget * 1.5)
