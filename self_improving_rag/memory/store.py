@@ -253,6 +253,9 @@ class MemoryStore:
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             conn.execute("PRAGMA foreign_keys = ON")
             db = Database(conn, execute_plugins=False)
+            # Somebody else's database is refused before anything is written to it (the WAL
+            # switch below persists in the file).
+            self._refuse_foreign(db)
             if not self.memory and not self.read_only:
                 # WAL lets readers and one writer work at once; the pragma must run
                 # outside any transaction and persists in the file.
@@ -265,6 +268,19 @@ class MemoryStore:
             conn.close()
             raise
         return db
+
+    def _refuse_foreign(self, db: Database) -> None:
+        """Raise MemoryStoreError for a database with tables of its own and no sirag migration (reads only)."""
+        if MIGRATIONS.applied(db):
+            return
+        others = [t for t in db.table_names() if not t.startswith("sqlite_") and t != "_sqlite_migrations"]
+        # Looked at again after the tables: another process may have migrated the file meanwhile
+        # (its tables and its migration records are committed together).
+        if others and not MIGRATIONS.applied(db):
+            raise MemoryStoreError(
+                f"{self.path} is not a sirag memory store (it holds other tables: {', '.join(others[:5])}); "
+                "pass the --memory path of a store that sirag wrote"
+            )
 
     def _migrate(self, db: Database) -> None:
         known = migration_names()
@@ -279,24 +295,14 @@ class MemoryStore:
                 )
             return [name for name in known if name not in applied]
 
-        def foreign_tables() -> list[str]:
-            return [t for t in db.table_names() if not t.startswith("sqlite_") and t != "_sqlite_migrations"]
-
-        def refuse_foreign(others: list[str]) -> None:
-            raise MemoryStoreError(
-                f"{self.path} is not a sirag memory store (it holds other tables: {', '.join(others[:5])}); "
-                "pass the --memory path of a store that sirag wrote"
-            )
-
         pending = check()
         if not pending:
             return
         if self.read_only:
             if len(pending) == len(known):
-                # Nothing of sirag's was ever applied: somebody else's database, or an empty file.
-                others = foreign_tables()
-                if others:
-                    refuse_foreign(others)
+                # Nothing of sirag's was ever applied: an empty file (somebody else's database was
+                # refused when it was opened).
+                self._refuse_foreign(db)
                 raise MemoryStoreError(
                     f"memory database {self.path} is empty: nothing has been recorded in it yet; "
                     "run `sirag ask` or `sirag batch` with this --memory path first"
@@ -316,10 +322,8 @@ class MemoryStore:
                     return
                 if len(todo) == len(known):
                     # Nothing of sirag's applied: somebody else's database is never adopted
-                    # (sirag's tables added beside its own).
-                    others = foreign_tables()
-                    if others:
-                        refuse_foreign(others)
+                    # (sirag's tables added beside its own), also one made since the first look.
+                    self._refuse_foreign(db)
                 MIGRATIONS.apply(db)
 
         try:

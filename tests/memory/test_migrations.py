@@ -176,10 +176,14 @@ def test_a_foreign_database_is_not_adopted_even_when_opened_for_writing(tmp_path
     path = tmp_path / "theirs.db"
     with sqlite3.connect(path) as conn:
         conn.execute("CREATE TABLE foo (x)")
+    before = path.read_bytes()
     for read_only in (False, True):
         with pytest.raises(MemoryStoreError, match=r"not a sirag memory store \(it holds other tables: foo\)"):
             MemoryStore(path, read_only=read_only)
+    # Not a byte written: its journal mode, too, stays the owner's (WAL would persist in the file).
+    assert path.read_bytes() == before
     with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
         assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["foo"]
 
 
