@@ -162,18 +162,26 @@ def cmd_fetch_gutenberg(args: argparse.Namespace, config: Config) -> int:
     from .ingestion.pipeline import ingest
     from .retrieval.embedder import embedder_from_config
 
-    ids = parse_ids(args.ids)
-    dest = Path(config.ingestion.gutenberg_dir)
-    files = fetch_gutenberg(ids, dest, config.ingestion.gutenberg_mirror,
-                            max_bytes=int(config.ingestion.max_file_mb * 2**20))
-    embedder = embedder_from_config(config)
-    # The index keeps what it had and adds the downloaded books (every file in the download folder).
     from .retrieval.index import CorpusIndex
 
+    ids = parse_ids(args.ids)
+    dest = Path(config.ingestion.gutenberg_dir)
+    # The index keeps what it had and adds the downloaded books (every file in the download
+    # folder): checked before anything is downloaded, so a source that is gone stops the command
+    # instead of silently taking its documents out of the index.
     index_dir = args.index or config.paths.index_dir
     sources = []
     if CorpusIndex(index_dir).current_dir() is not None:
-        sources = [s for s in CorpusIndex(index_dir).manifest().get("sources", []) if Path(s).exists()]
+        sources = list(CorpusIndex(index_dir).manifest().get("sources", []))
+    missing = [s for s in sources if not Path(s).exists() and Path(s).resolve() != dest.resolve()]
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise InputError(f"the index {index_dir} holds documents from paths that no longer exist ({missing[0]}{more}): "
+                         "restore them, or run `sirag ingest` with the paths to keep, then fetch again; "
+                         "nothing was downloaded or changed")
+    files = fetch_gutenberg(ids, dest, config.ingestion.gutenberg_mirror,
+                            max_bytes=int(config.ingestion.max_file_mb * 2**20))
+    embedder = embedder_from_config(config)
     paths = list(dict.fromkeys([*sources, str(dest.resolve())]))
     report = ingest(paths, config, embedder, index_dir=index_dir, progress=not args.json and sys.stderr.isatty())
     if args.json:
@@ -183,8 +191,8 @@ def cmd_fetch_gutenberg(args: argparse.Namespace, config: Config) -> int:
         for d in report.documents:
             if d["doc_id"] in {f.stem for f in files}:
                 print(f"  {d['doc_id']}: {d['title']}" + (f" by {d['author']}" if d.get("author") else ""))
-    for p in report.problems:
-        print(f"warning: {p}", file=sys.stderr)
+    for line in report.notices():
+        print(line, file=sys.stderr)
     return 0
 
 

@@ -99,3 +99,22 @@ def test_fetch_errors_are_one_line(tmp_path, mirror):
     assert r.returncode == 2 and "not a positive number" in r.stderr
     r = run(["fetch-gutenberg", "1"], tmp_path, fake_overrides(tmp_path) + ["ingestion.gutenberg_mirror=http://127.0.0.1:9/x.txt"])
     assert r.returncode == 2 and "placeholder" in r.stderr
+
+
+def test_fetch_refuses_when_a_source_of_the_index_is_gone(tmp_path, mirror):
+    # The index keeps what it had: a document whose file was moved away is not silently dropped.
+    url, requests = mirror
+    ov = fake_overrides(tmp_path) + [f"ingestion.gutenberg_mirror={url}", f"ingestion.gutenberg_dir={tmp_path / 'dl'}"]
+    docs = tmp_path / "mine"
+    docs.mkdir()
+    (docs / "notes.txt").write_text("The lighthouse keeper logged every ship that passed the cape.\n", encoding="utf-8")
+    assert run(["ingest", str(docs / "notes.txt")], tmp_path, ov).returncode == 0
+    (docs / "notes.txt").rename(docs / "moved.txt")
+    r = run(["fetch-gutenberg", "4242"], tmp_path, ov)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "no longer exist" in r.stderr and "notes.txt" in r.stderr and "nothing was downloaded" in r.stderr
+    assert requests == []  # checked before the download
+    (docs / "moved.txt").rename(docs / "notes.txt")
+    r = run(["fetch-gutenberg", "4242", "--json"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert {d["doc_id"] for d in json.loads(r.stdout)["documents"]} == {"notes", "pg4242"}
