@@ -592,10 +592,13 @@ def squad_corpus(squad_file: Path, out_dir: Path) -> Path:
 def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | None = None, workers: int = 1,
               loop: bool | None = None, progress: bool = True, suffix: str = "",
               on_row: Callable[[dict], None] | None = None, offset: int | None = None,
-              cli_overrides: tuple[str, ...] | list[str] = (), guard_index: bool = False) -> list[dict]:
+              cli_overrides: tuple[str, ...] | list[str] = (), guard_index: bool = False,
+              derived: tuple[str, ...] = ()) -> list[dict]:
     """Run every grid point; returns one summary per run. ``cli_overrides`` are the command
     line's ``--set`` items, applied over the batch file's overrides. ``guard_index``: the index
-    was named on the command line, so one built from other documents is refused, not re-ingested."""
+    was named on the command line, so one built from other documents is refused, not re-ingested.
+    ``derived``: suffixes of the runs to be derived from each loop run afterwards (``-plain``),
+    whose folders are checked first: another run there stops this one before it starts."""
     from tqdm import tqdm
 
     items = load_items(spec, base)
@@ -627,6 +630,9 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
         dup = next(n for n in names if names.count(n) > 1)
         raise BatchError(f"batch {spec.name}: two grid points share the run folder {dup}; make the grid's values "
                          "differ in letters or digits")
+    for _, _, run_name, point_loop in runs:
+        for suf in derived if point_loop else ():
+            _check_derived_folder(out_root / run_name, suf)
     check_documents(spec, index_dir, corpus)
     if guard_index and corpus:
         _check_index_sources(index_dir, corpus)
@@ -789,7 +795,33 @@ def plain_attempt_row(row: dict) -> dict:
     return _ungraded(out)
 
 
+def _check_derived_folder(run_dir: Path, suffix: str) -> None:
+    """Raise BatchError when ``<run><suffix>`` holds something other than a run derived from ``run``
+    (a run of its own, or one derived from another run): deriving would overwrite it."""
+    out_dir = run_dir.with_name(run_dir.name + suffix)
+    if not out_dir.exists():
+        return
+    why = None
+    if not out_dir.is_dir():
+        why = "it is a file"
+    elif (out_dir / "config.yaml").exists():
+        why = "a run of its own"
+    elif (out_dir / "summary.json").is_file():
+        try:
+            source = json.loads((out_dir / "summary.json").read_text(encoding="utf-8")).get("derived_from")
+        except (OSError, ValueError, AttributeError):
+            source = None
+        if source != run_dir.name:
+            why = f"derived from run {source}" if source else "a summary sirag did not derive from this run"
+    elif any(p.name != "results.jsonl" for p in out_dir.iterdir()):
+        why = "files sirag did not write there"
+    if why:
+        raise BatchError(f"{out_dir} already holds something else ({why}); the comparison with no loop writes its "
+                         f"figures of run {run_dir.name} there: give the run another --name, or move that folder away")
+
+
 def _derive_run(run_dir: Path, suffix: str, rows: list[dict]) -> dict:
+    _check_derived_folder(run_dir, suffix)
     out_dir = run_dir.with_name(run_dir.name + suffix)
     out_dir.mkdir(parents=True, exist_ok=True)
     with (out_dir / "results.jsonl").open("w", encoding="utf-8") as fh:
@@ -960,9 +992,10 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
         print(json.dumps(table) if args.json else table["markdown"])
         return 0
     progress = sys.stderr.isatty() and not args.json
+    derived = (("-plain",) if args.separate_no_retry_run else ("-single", "-plain")) if args.compare_no_retry else ()
     summaries = run_batch(spec, base, config, limit=args.limit, workers=args.workers,
                           loop=False if args.no_retry else None, progress=progress, offset=args.offset,
-                          cli_overrides=args.overrides, guard_index=bool(args.index))
+                          cli_overrides=args.overrides, guard_index=bool(args.index), derived=derived)
     if summaries and not any("correct_or_rightly_refused" in s for s in summaries):
         print("warning: no question of this evaluation has gold answers, so nothing was graded (no accuracy, "
               "refusal or calibration figures); give each question 'answers' (or 'answerable: false'), or use "

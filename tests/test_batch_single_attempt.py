@@ -358,3 +358,27 @@ def test_markdown_table_cells_keep_their_pipes_inside():
     count = lambda line: len(re.findall(r"(?<!\\)\|", line)) - 1  # noqa: E731
     assert count(header) == count(row) == 3 and rule == "|---|---|---|"
     assert "c=section\\|r=hybrid\\|k=5" in row and "0.800" in row
+
+
+def test_compare_never_overwrites_a_run_that_owns_the_derived_folder(world, capsys):
+    # A real run named five-plain exists: deriving five's plain-RAG figures there would overwrite it.
+    assert sirag(world, "eval", str(world / "five.yaml"), "--limit", "1", "--name", "five-plain") == 0
+    runs = world / "runs"
+    before = {p.name: p.read_bytes() for p in (runs / "five-plain").iterdir() if p.is_file()}
+    capsys.readouterr()
+    assert sirag(world, "eval", str(world / "five.yaml"), "--limit", "1", "--compare-no-retry") == 2
+    err = capsys.readouterr().err
+    assert "five-plain already holds something else (a run of its own)" in err and "--name" in err
+    assert {p.name: p.read_bytes() for p in (runs / "five-plain").iterdir() if p.is_file()} == before
+    assert not (runs / "five").exists(), "refused before the run started"
+    # Derived folders of this run are rewritten by a second comparison, as before.
+    assert sirag(world, "eval", str(world / "five.yaml"), "--limit", "1", "--compare-no-retry", "--name", "other") == 0
+    assert sirag(world, "eval", str(world / "five.yaml"), "--limit", "2", "--compare-no-retry", "--name", "other") == 0
+    assert len(rows_of(runs / "other-plain")) == 2
+    # A derived folder of another run is not taken over either.
+    (runs / "x-single").mkdir()
+    (runs / "x-single" / "summary.json").write_text(json.dumps({"derived_from": "y"}), encoding="utf-8")
+    from self_improving_rag.errors import BatchError
+
+    with pytest.raises(BatchError, match="derived from run y"):
+        batch.derive_single_attempt_run(runs / "x", 0.5)
