@@ -135,7 +135,7 @@ class GeneratorConfig(_Model):
     n_ctx: int = Field(4096, ge=256)
     n_threads: int = Field(2, ge=1)
     n_batch: int = Field(512, ge=8)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**32 - 1)  # llama.cpp's -1 ("random") is not offered: runs are reproducible
     temperature: float = Field(0.0, ge=0, le=2)
     max_tokens: int = Field(160, ge=1, le=4096)
     timeout_s: float = Field(300.0, gt=0)
@@ -151,6 +151,13 @@ class GeneratorConfig(_Model):
     gguf_file: str | None = None
     # scripted backend (tests): replies returned in order
     replies: list[str] = []
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError(f"the server's URL must start with http:// or https://, e.g. http://{v}")
+        return v
 
 
 class ScoringConfig(_Model):
@@ -192,7 +199,7 @@ def pins_strategy(keys) -> bool:
 
 class PolicyConfig(_Model):
     method: Literal["thompson", "ucb", "fixed"] = "thompson"
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**32 - 1)
     min_history: int = Field(3, ge=0)  # counted attempts of a query class before memory overrides the default
     # What the first-strategy choice learns from: every attempt (a strategy that succeeded as a
     # repair becomes a candidate first choice for its query class) or first attempts only (then

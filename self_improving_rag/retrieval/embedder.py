@@ -389,6 +389,9 @@ def make_embedder(name: str, batch_size: int = 64, max_tokens: int = 256, backen
         return HashEmbedder(dim=dim, max_tokens=max_tokens)
     if os.path.isdir(os.path.expanduser(name)):
         model_dir = os.path.expanduser(name)
+        if not os.path.isfile(os.path.join(model_dir, "config.json")):
+            raise ModelNotFoundError(f"embedder.name {name} is a folder but not a model (no config.json there); "
+                                     "point it at a local sentence-transformers model folder, or use all-minilm-l6-v2")
         ident = f"{os.path.basename(os.path.normpath(name))}-{model_fingerprint(model_dir)}"
         if backend == "onnx-int8":
             e = OnnxEmbedder(model_dir=model_dir, batch_size=batch_size, max_tokens=max_tokens, cache_dir=cache_dir)

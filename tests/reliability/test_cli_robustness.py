@@ -376,3 +376,22 @@ def test_an_answer_accepted_despite_a_flag_says_so():
     assert "(attempt 1 of 1; its checks flagged WEAK_RETRIEVAL: reason for WEAK_RETRIEVAL)" in text
     clean = make_answer("Who built it?")
     assert "flagged" not in _format_answer(clean.to_json(), verbose=False)
+
+
+@pytest.mark.parametrize("setting, words", [
+    ("generator.seed=-1", "greater than or equal to 0"),
+    ("policy.seed=-1", "greater than or equal to 0"),
+    ("generator.base_url=localhost:8000/v1", "must start with http:// or https://, e.g. http://localhost:8000/v1"),
+])
+def test_config_values_the_backends_would_reject_are_refused_when_read(tmp_path, setting, words):
+    # Each used to pass the config check and fail later as an "internal error" traceback summary.
+    r = run(["search", "Who built the lighthouse?", "--set", setting], tmp_path, fake_overrides(tmp_path))
+    assert r.returncode == 2 and words in r.stderr and "internal error" not in r.stderr
+
+
+def test_an_embedder_folder_without_a_model_is_named(tmp_path):
+    (tmp_path / "not-a-model").mkdir()
+    r = run(["ingest", str(write_corpus(tmp_path / "docs"))], tmp_path,
+            [*fake_overrides(tmp_path), f"embedder.name={tmp_path / 'not-a-model'}"])
+    assert r.returncode == 2 and "is a folder but not a model (no config.json there)" in r.stderr
+    assert "internal error" not in r.stderr
