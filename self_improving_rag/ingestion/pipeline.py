@@ -181,6 +181,12 @@ def _file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _parts_present(gen: Path | None, manifest: dict) -> bool:
+    """Whether a generation holds the chunks and dense index of every chunker its manifest lists."""
+    return gen is not None and all((gen / f"chunks-{n}.jsonl").is_file() and (gen / f"dense-{n}.faiss").is_file()
+                                   for n in manifest.get("chunkers", {}))
+
+
 def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_dir: str | Path | None = None,
            rebuild: bool = False, progress: bool = True) -> IngestReport:
     """Ingest files and folders into the corpus index; unchanged files reuse their chunks."""
@@ -221,16 +227,29 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
                 pass  # an unreadable manifest is rebuilt below; nothing to compare with
         held_before = set(held_files)
         if not rebuild and index.current_dir() is not None:
-            m = prev_manifest = index.manifest()
-            same_embedder = m.get("embedder", {}).get("name") == embedder.name
-            if same_embedder:
-                previous = m.get("files", {})
-                for name in chunkers:
-                    if m.get("chunkers", {}).get(name) == params[name]:
-                        by_doc: dict[str, list[Chunk]] = {}
-                        for c in index.load_chunks(name):
-                            by_doc.setdefault(c.doc_id, []).append(c)
-                        prev_chunks[name] = by_doc
+            try:
+                m = index.manifest()
+                same_embedder = m.get("embedder", {}).get("name") == embedder.name
+                if same_embedder:
+                    previous = m.get("files", {})
+                    for name in chunkers:
+                        if m.get("chunkers", {}).get(name) == params[name]:
+                            by_doc: dict[str, list[Chunk]] = {}
+                            held = index.load_chunks(name)
+                            expected = m.get("counts", {}).get(name)
+                            if expected is not None and expected != len(held):
+                                raise ValueError(f"chunks-{name}.jsonl holds {len(held)} chunks, its manifest "
+                                                 f"{expected}")
+                            for c in held:
+                                by_doc.setdefault(c.doc_id, []).append(c)
+                            prev_chunks[name] = by_doc
+                # Reported unchanged only when every part of the live generation is there.
+                prev_manifest = m if _parts_present(index.current_dir(), m) else None
+            except (SiragError, OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+                # The index is derived from the documents: a damaged one is built again from them.
+                previous, prev_chunks, prev_manifest = {}, {}, None
+                report.problems.append(f"the index in {root} is damaged ({type(exc).__name__}: {exc}); "
+                                       "it is built again from the documents")
         cache = EmbeddingCache(root / "embeddings.sqlite", embedder.name)
         hits0, miss0 = cache.hits, cache.misses
         try:

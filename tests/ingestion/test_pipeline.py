@@ -176,6 +176,29 @@ def test_reingest_unchanged_embeds_nothing(fake_config, built_index: Path, corpu
     assert _chunks(built_index) == before and embedder.calls == []
 
 
+@pytest.mark.parametrize("damage", ["garbled line", "lost line", "wrong fields", "missing dense file"])
+def test_a_damaged_index_is_built_again_from_the_documents(fake_config, built_index: Path, corpus_dir: Path,
+                                                           hash_embedder, damage: str) -> None:
+    before = _chunks(built_index)
+    live = CorpusIndex(built_index).current_dir()
+    path = live / "chunks-section.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    if damage == "garbled line":
+        path.write_text("".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2] + "\n", encoding="utf-8")
+    elif damage == "lost line":  # still valid JSON: only the manifest's count shows the loss
+        path.write_text("".join(lines[:-1]), encoding="utf-8")
+    elif damage == "wrong fields":
+        path.write_text("".join(lines[:-1]) + '{"text": "x"}\n', encoding="utf-8")
+    else:
+        (live / "dense-section.faiss").unlink()
+    report = ingest([corpus_dir], fake_config, hash_embedder, progress=False)
+    assert not report.unchanged and CorpusIndex(built_index).current_dir() != live
+    assert _chunks(built_index) == before  # nothing lost: the same chunks, from the documents
+    if damage != "missing dense file":
+        assert any("is damaged" in p and "built again" in p for p in report.problems)
+    CorpusIndex(built_index).load_chunker("section")  # whole again
+
+
 def test_rebuild_rechunks_but_reuses_cached_vectors(fake_config, built_index: Path, corpus_dir: Path,
                                                     hash_embedder) -> None:
     before = _chunks(built_index)
