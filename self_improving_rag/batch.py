@@ -232,6 +232,20 @@ def _changed_settings(run_dir: Path, config: Config) -> str:
     return shown + (", ..." if len(changed) > 4 else "")
 
 
+def _run_config(run_dir: Path) -> Config:
+    """The settings a run was made with (its config.yaml); BatchError names the file when it cannot be read."""
+    path = run_dir / "config.yaml"
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("not a mapping of settings")
+        return config_from_dict(data, str(path))
+    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError, SiragError) as exc:
+        why = " ".join(str(exc).split())[:200]
+        raise BatchError(f"{path} cannot be read as the run's settings ({why}); the comparison with no loop needs "
+                         "them: restore the file, or run again under another --name") from None
+
+
 def _check_resume_config(run_dir: Path, config: Config, n_done: int) -> None:
     """A resumed run must use the settings its earlier results were made with."""
     shown = _changed_settings(run_dir, config)
@@ -321,6 +335,10 @@ def _check_index_keeps_documents(index_dir: str, corpus: list[Path]) -> None:
                          "that index on purpose with `sirag ingest --rebuild`")
 
 
+#: Fields every result row has (an error row too), which summaries and resumes read.
+ROW_KEYS = ("id", "question", "answer", "refused", "attempts")
+
+
 def read_done(path: Path) -> dict[str, dict]:
     """Rows already written; a torn last line (killed mid-write) is cut off. A damaged line with
     rows after it is not a torn write: BatchError names it, and nothing is cut."""
@@ -341,6 +359,11 @@ def read_done(path: Path) -> dict[str, dict]:
             break
         if not raw.endswith(b"\n"):
             break
+        lacking = [k for k in ROW_KEYS if k not in row]
+        if lacking:  # a whole line, so not a torn write: an edited or foreign row, named, nothing cut
+            raise BatchError(f"{path}: line {n} (id {row['id']!r}) is not a whole result row (no "
+                             f"{', '.join(repr(k) for k in lacking)}); delete or repair that line (its question is "
+                             "then asked again)")
         done[row["id"]] = row
         good_bytes += len(raw)
     if good_bytes != path.stat().st_size:
@@ -1010,7 +1033,7 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
                                    guard_index=bool(args.index))
         else:
             for s in loop_runs:
-                run_cfg = config_from_dict(yaml.safe_load((out_root / s["run"] / "config.yaml").read_text(encoding="utf-8")))
+                run_cfg = _run_config(out_root / s["run"])
                 summaries.append(derive_single_attempt_run(out_root / s["run"], run_cfg.loop.answer_threshold, current))
         # No loop at all: the first attempt's answer as the model gave it, no checks, no refusal.
         summaries += [derive_plain_run(out_root / s["run"], current) for s in loop_runs]

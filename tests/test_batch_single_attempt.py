@@ -382,3 +382,15 @@ def test_compare_never_overwrites_a_run_that_owns_the_derived_folder(world, caps
 
     with pytest.raises(BatchError, match="derived from run y"):
         batch.derive_single_attempt_run(runs / "x", 0.5)
+
+
+def test_a_damaged_run_config_is_named_by_the_comparison(world, capsys):
+    assert sirag(world, "eval", str(world / "five.yaml"), "--limit", "1") == 0
+    cfg = world / "runs" / "five" / "config.yaml"
+    cfg.write_text("loop: [unclosed\n", encoding="utf-8")
+    capsys.readouterr()
+    # The run is finished, so the comparison only derives its figures: it needs the run's settings.
+    assert sirag(world, "eval", str(world / "five.yaml"), "--limit", "1", "--compare-no-retry") == 2
+    err = capsys.readouterr().err
+    assert f"{cfg} cannot be read as the run's settings" in err and "internal error" not in err
+    assert cfg.read_text(encoding="utf-8") == "loop: [unclosed\n"
