@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed, wait
 from pathlib import Path
@@ -79,6 +80,11 @@ def load_batch(path: str | Path) -> tuple[BatchSpec, Path]:
     p = Path(path)
     if not p.is_file():
         raise BatchError(f"batch file {p} not found; pass the path of a batch YAML file ({BATCH_FORMAT})")
+    if p.suffix.lower() in (".json", ".jsonl"):
+        # A question file given where the batch file goes: its keys would be reported as unknown.
+        raise BatchError(f"{p} is a question file, not a batch YAML file: evaluate it with `sirag eval --dataset "
+                         f"{shlex.quote(str(p))} --corpus DOCS` (a SQuAD file needs no --corpus), or name it under "
+                         "questions: file: in a batch YAML file")
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:

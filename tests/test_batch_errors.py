@@ -238,6 +238,11 @@ def test_batch_file_mistakes_are_named(tmp_path):
     f.write_text("name: t\nquestions:\n  inline: [\n    - question: Who?\n")
     with pytest.raises(BatchError, match=r"malformed YAML at line \d+, column \d+"):
         load_batch(f)
+    # A question file where the batch file goes is named as such, with the command that takes it.
+    for name, text in (("qa.json", '{"data": []}'), ("qa.jsonl", '{"id": "a", "question": "Q?", "answers": ["x"]}\n')):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(BatchError, match=rf"{name} is a question file, not a batch YAML file: .*sirag eval --dataset"):
+            load_batch(tmp_path / name)
     spec = BatchSpec(name="t", questions=QuestionsSpec(inline=[{"question": "Who built it?", "answer": "Clara"}]))
     with pytest.raises(BatchError, match="inline question 1 has the key 'answer'; did you mean 'answers'"):
         load_items(spec, tmp_path)

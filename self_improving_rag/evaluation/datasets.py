@@ -161,8 +161,10 @@ def _jsonl_item(path: Path, where: str, obj: Any) -> QAItem:
     if not isinstance(obj, dict):
         raise InputError(f"{path}: {where}: expected a JSON object, got {type(obj).__name__}; write one object per line")
     for key in _JSONL_REQUIRED:
-        if key not in obj:
-            raise InputError(f"{path}: {where}: missing required field '{key}'; add it (required: id, question, answers)")
+        # An unanswerable item may leave its (empty) answers out.
+        if key not in obj and not (key == "answers" and obj.get("answerable") is False):
+            raise InputError(f"{path}: {where}: missing required field '{key}'; add it (required: id, question, "
+                             "answers; an unanswerable item may give 'answerable: false' instead of answers)")
     item_id = obj["id"]
     if isinstance(item_id, int) and not isinstance(item_id, bool):
         item_id = str(item_id)
@@ -171,7 +173,7 @@ def _jsonl_item(path: Path, where: str, obj: Any) -> QAItem:
     question = obj["question"]
     if not isinstance(question, str) or not question.strip():
         raise InputError(f"{path}: {where}: 'question' must be a non-empty string; write the question text")
-    answers = _string_tuple(path, where, "answers", obj["answers"])
+    answers = _string_tuple(path, where, "answers", obj.get("answers", []))
     # Older files omit 'answerable'; the answers then decide it.
     answerable = obj.get("answerable", bool(answers))
     if not isinstance(answerable, bool):

@@ -186,7 +186,8 @@ def _check_file(path: Path, max_bytes: int) -> str:
         raise _fail(
             path,
             f"file is {info.st_size} bytes, larger than the limit of {max_bytes}",
-            "split the file or raise the size limit",
+            "split the file or raise the size limit (ingestion.max_file_mb, e.g. --set ingestion.max_file_mb="
+            f"{info.st_size // 2**20 + 1})",
         )
     if info.st_size == 0:
         raise _fail(path, "file is empty", "add text to it or leave it out")

@@ -295,9 +295,12 @@ class CorpusIndex:
         if m.get("format_version") != FORMAT_VERSION:
             raise IndexMismatchError(f"index {self.root} has format {m.get('format_version')}, this sirag reads {FORMAT_VERSION}; {how}")
         if emb.get("name") != embedder_name or emb.get("dim") != dim:
+            # The name carries the runner ("+onnx-int8"): the same model run another way is named so.
+            same_model = str(emb.get("name", "")).split("+")[0] == embedder_name.split("+")[0]
+            backend = " (the same model with another embedder.backend)" if same_model else ""
             raise IndexMismatchError(
                 f"index {self.root} was built with embedder {emb.get('name')} (dim {emb.get('dim')}), "
-                f"the config uses {embedder_name} (dim {dim}); vectors cannot be mixed: {how}"
+                f"the config uses {embedder_name} (dim {dim}){backend}; vectors cannot be mixed: {how}"
             )
         for name, params in chunker_params.items():
             built = m.get("chunkers", {}).get(name)

@@ -247,6 +247,15 @@ def test_bad_fields(tmp_path: Path, row: dict, pattern: str) -> None:
     assert "line 2" in str(info.value)
 
 
+def test_an_unanswerable_item_may_leave_its_answers_out(tmp_path: Path) -> None:
+    # What `sirag eval`'s warning suggests: "give each question 'answers' (or 'answerable: false')".
+    path = _write_jsonl(tmp_path / "q.jsonl", [{"id": "u", "question": "Who painted the mill?", "answerable": False}])
+    (item,) = load_qa(path)
+    assert item.answerable is False and item.answers == ()
+    with pytest.raises(InputError, match="missing required field 'answers'.*'answerable: false' instead"):
+        load_qa(_write_jsonl(tmp_path / "r.jsonl", [{"id": "a", "question": "Q?", "answerable": True}]))
+
+
 def test_duplicate_ids(tmp_path: Path) -> None:
     row = {"id": "a", "question": "Q?", "answers": ["x"], "answerable": True}
     with pytest.raises(InputError, match="duplicate id 'a'"):

@@ -134,7 +134,7 @@ CASES: dict[str, Case] = {
                                      ("utf-8",)),
     "ingest-file-over-size-limit": Case(
         lambda d, w: ["ingest", str(_write(d / "big.txt", "lighthouse keeper " * 400))],
-        ("larger than the limit",), extra=("ingestion.max_file_mb=0.001",)),
+        ("larger than the limit", "ingestion.max_file_mb"), extra=("ingestion.max_file_mb=0.001",)),
     "ingest-nonexistent-path": Case(lambda d, w: ["ingest", str(d / "no-such-file.txt")], ("no such file",)),
     "ingest-unsupported-type": Case(lambda d, w: ["ingest", str(_write(d / "notes.docx", "PK fake"))],
                                     ("unsupported file type",)),

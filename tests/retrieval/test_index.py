@@ -112,7 +112,9 @@ def test_check_compatible_accepts_the_same_configuration(built_index: Path, fake
 
 @pytest.mark.parametrize(
     ("name", "dim", "mentions"),
-    [("all-minilm-l6-v2", 64, "all-minilm-l6-v2"), ("hash-64", 384, "dim 384")],
+    [("all-minilm-l6-v2", 64, "all-minilm-l6-v2"), ("hash-64", 384, "dim 384"),
+     # The same model through another runner (the name carries it, e.g. all-minilm-l6-v2+onnx-int8).
+     ("hash-64+onnx-int8", 64, "the same model with another embedder.backend")],
 )
 def test_check_compatible_rejects_another_embedder(built_index: Path, fake_config, hash_embedder,
                                                    name: str, dim: int, mentions: str) -> None:
