@@ -665,6 +665,12 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     check_documents(spec, index_dir, corpus)
     if guard_index and corpus:
         _check_index_sources(index_dir, corpus)
+    from .memory import MemoryStore
+
+    for db in dict.fromkeys(c.paths.memory_db for _, c, _, _ in runs):
+        # Opened (and migrated) once before any index is built: an unusable --memory path must not
+        # be found only after minutes of ingesting.
+        MemoryStore(db).close()
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if workers > cpus:
         print(f"note: --workers {workers} is more than this machine's {cpus} CPU(s); each worker loads its own "
