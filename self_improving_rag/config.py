@@ -29,6 +29,14 @@ class PathsConfig(_Model):
     log_dir: str = Field("logs", min_length=1)
     model_cache: str = Field("~/.cache/self_improving_rag/models", validate_default=True)
 
+    @field_validator("index_dir", "memory_db", "log_dir", "model_cache", mode="before")
+    @classmethod
+    def _a_path(cls, value):
+        if value is None:  # YAML reads a bare "~" (and an empty value) as null
+            raise ValueError("give a path; a bare ~ or an empty value is YAML's null: write ~/NAME for a file in "
+                             "the home folder, or quote it")
+        return value
+
     @field_validator("index_dir", "memory_db", "log_dir", "model_cache")
     @classmethod
     def _expand_home(cls, value: str) -> str:

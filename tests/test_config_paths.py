@@ -31,6 +31,13 @@ def test_tilde_in_a_config_file_is_the_home_folder(home: Path, tmp_path: Path) -
     assert load_config(None).paths.model_cache == str(home / ".cache" / "self_improving_rag" / "models")
 
 
+def test_a_bare_tilde_is_yamls_null_and_the_message_says_so(home: Path) -> None:
+    from self_improving_rag.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"paths.memory_db.*a bare ~ or an empty value is YAML's null: write ~/NAME"):
+        load_config(None, ["paths.memory_db=~"])
+
+
 def test_relative_paths_stay_relative(home: Path) -> None:
     config = load_config(None, ["paths.memory_db=memory/m.db"])
     assert config.paths.memory_db == "memory/m.db"
