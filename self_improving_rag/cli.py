@@ -193,7 +193,12 @@ def cmd_fetch_gutenberg(args: argparse.Namespace, config: Config) -> int:
                 print(f"  {d['doc_id']}: {d['title']}" + (f" by {d['author']}" if d.get("author") else ""))
     for line in report.notices():
         print(line, file=sys.stderr)
-    return 0
+    indexed = {d["doc_id"] for d in report.documents}
+    left_out = [f for f in files if f.stem not in indexed]
+    for f in left_out:
+        print(f"error: {f} was downloaded but not indexed (the warning above says why); it is kept and reused by the "
+              "next fetch: delete it to download it again", file=sys.stderr)
+    return 2 if left_out else 0
 
 
 @command

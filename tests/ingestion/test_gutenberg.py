@@ -49,6 +49,12 @@ def mirror():
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+            elif self.path == "/books/5.txt":  # a mirror answering with an image
+                body = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" * 40
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
             else:
                 self.send_response(404)
                 self.end_headers()
@@ -118,3 +124,12 @@ def test_fetch_refuses_when_a_source_of_the_index_is_gone(tmp_path, mirror):
     r = run(["fetch-gutenberg", "4242", "--json"], tmp_path, ov)
     assert r.returncode == 0, r.stderr
     assert {d["doc_id"] for d in json.loads(r.stdout)["documents"]} == {"notes", "pg4242"}
+
+
+def test_a_download_that_cannot_be_indexed_is_an_error(tmp_path, mirror):
+    url, _ = mirror
+    ov = fake_overrides(tmp_path) + [f"ingestion.gutenberg_mirror={url}", f"ingestion.gutenberg_dir={tmp_path / 'dl'}"]
+    r = run(["fetch-gutenberg", "4242", "5"], tmp_path, ov)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "pg5.txt was downloaded but not indexed" in r.stderr and "delete it to download it again" in r.stderr
+    assert "pg4242: The Salt Road" in r.stdout  # the good book is indexed all the same
