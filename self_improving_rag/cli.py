@@ -156,7 +156,9 @@ def cmd_fetch_gutenberg(args: argparse.Namespace, config: Config) -> int:
     """Download Project Gutenberg books by id from the configured mirror, clean and ingest them.
 
     Example: sirag fetch-gutenberg 1661 2852 --index index/books
-    Books are kept in ingestion.gutenberg_dir; the mirror is ingestion.gutenberg_mirror ({id} is the id).
+    Books are kept in ingestion.gutenberg_dir (a book already there is reused); the mirror is
+    ingestion.gutenberg_mirror ({id} is the id). The index keeps the documents it holds and adds
+    the books: a source of the index that no longer exists stops the command before any download.
     """
     from .ingestion.gutenberg import fetch_gutenberg, parse_ids
     from .ingestion.pipeline import ingest
