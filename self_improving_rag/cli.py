@@ -60,8 +60,16 @@ _OUTPUT_SUFFIX = {"--csv": ".csv", "--json-file": ".json", "--html": ".html", "-
 
 def _output_file(path: str, option: str, config: Config) -> Path:
     """Check a file a command will write (its missing folders are created by the writer): not a
-    folder, not under a file, and not the memory store."""
+    folder, not under a file, not a device, pipe or socket, and not the memory store. A symlink
+    stands for its target: the file is written there and the link is kept (the writers write
+    beside the file and rename, which would otherwise replace the link with a file)."""
     p = Path(path)
+    if p.is_symlink():
+        p = p.resolve()
+    if p.exists() and not p.is_file() and not p.is_dir():
+        raise InputError(f"{option} {path} is not a regular file (a device, pipe or socket); the file is written "
+                         "whole and then renamed into place, so give a file name, e.g. "
+                         f"out{_OUTPUT_SUFFIX.get(option, '.txt')}")
     if p.is_dir():
         raise InputError(f"{option} {path} is a folder; give a file name, e.g. "
                          f"{p / ('out' + _OUTPUT_SUFFIX.get(option, '.txt'))}")
@@ -420,9 +428,9 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
             elif len(targets) == 2 and Path(args.csv).resolve() == Path(args.json_file).resolve():
                 raise InputError("--csv and --json-file name the same file; give each format its own file")
             else:
-                for fmt, path in targets:
-                    _output_file(path, "--csv" if fmt == "csv" else "--json-file", config)
-                for fmt, path in targets:
+                checked = [_output_file(path, "--csv" if fmt == "csv" else "--json-file", config)
+                           for fmt, path in targets]
+                for (fmt, _), path in zip(targets, checked):
                     n = store.export(fmt, path)
                 data = {"exported_outcomes": n,
                         "files": [{"path": str(path), "format": fmt} for fmt, path in targets]}
@@ -696,8 +704,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     debug = getattr(args, "debug", False) or os.environ.get("SIRAG_DEBUG") == "1"
     try:
+        for option in ("index", "memory"):
+            value = getattr(args, option, None)
+            if value is not None and not value.strip():
+                # An empty variable in a script ("--index $DIR"): the current folder or the default
+                # store would be used in its place.
+                raise InputError(f"--{option} is empty; give a path, e.g. --{option} "
+                                 + ("index/mine" if option == "index" else "memory/mine.db"))
+        if getattr(args, "index", None):
+            args.index = os.path.expanduser(args.index)  # "--index=~/x" reaches us unexpanded, as paths.* would not
         # --memory is a --set of paths.memory_db; batch and eval re-apply these over a batch file's overrides.
-        args.overrides = [*args.overrides, *([f"paths.memory_db={args.memory}"] if args.memory else [])]
+        args.overrides = [*args.overrides, *([f"paths.memory_db={args.memory}"] if args.memory is not None else [])]
         if pins_strategy(args.overrides):
             args.overrides.append("policy.first_from_memory=false")
         config = load_config(args.config, args.overrides)

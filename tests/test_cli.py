@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -318,3 +320,46 @@ def test_commands_that_read_memory_refuse_to_create_destroy_or_adopt_a_database(
     # A second label says what it replaces.
     r = run(["feedback", oid[:10], "--correct"], tmp_path, ov)
     assert r.returncode == 0 and "replaces the earlier user label (wrong)" in r.stderr
+
+
+def test_empty_or_home_relative_index_and_memory_paths(tmp_path):
+    """An empty --index or --memory (an unset variable in a script) is refused instead of using the
+    current folder or the default store; "--index=~/x", which the shell leaves alone, is the home
+    folder, as a ~ in paths.* is."""
+    ov = fake_overrides(tmp_path)
+    write_corpus(tmp_path / "docs")
+    for option in ("--index", "--memory"):
+        r = run(["ingest", "docs", option, ""], tmp_path, ov)
+        assert r.returncode == 2 and f"{option} is empty" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "CURRENT").exists()
+    home = tmp_path / "home"
+    home.mkdir()
+    cmd = [sys.executable, "-m", "self_improving_rag.cli", "ingest", "docs", "--index=~/idx"]
+    for o in ov:
+        cmd += ["--set", o]
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "HOME": str(home)})
+    assert r.returncode == 0, r.stderr
+    assert (home / "idx" / "CURRENT").is_file() and not (tmp_path / "~").exists()
+
+
+def test_exports_write_through_a_symlink_and_refuse_special_files(tmp_path):
+    """The writers write beside the file and rename: a symlink would be replaced by a file (its
+    target left as it was), a FIFO or device by a regular file."""
+    ov = fake_overrides(tmp_path)
+    write_corpus(tmp_path / "docs")
+    assert run(["ingest", "docs"], tmp_path, ov).returncode == 0
+    assert run(["ask", "Who built the lighthouse?"], tmp_path, ov).returncode == 0
+    (tmp_path / "real.csv").write_text("old\n")
+    (tmp_path / "link.csv").symlink_to("real.csv")
+    r = run(["memory", "export", "--csv", "link.csv"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "link.csv").is_symlink() and (tmp_path / "real.csv").read_text().startswith("outcome_")
+    (tmp_path / "mine.html").write_text("<p>mine</p>")
+    (tmp_path / "link.html").symlink_to("mine.html")
+    assert run(["memory", "report", "--html", "link.html"], tmp_path, ov).returncode == 0
+    assert (tmp_path / "link.html").is_symlink() and "sirag memory report" in (tmp_path / "mine.html").read_text()
+    os.mkfifo(tmp_path / "fifo.csv")
+    r = run(["memory", "export", "--csv", "fifo.csv"], tmp_path, ov)
+    assert r.returncode == 2 and "not a regular file" in r.stderr
+    assert stat.S_ISFIFO((tmp_path / "fifo.csv").lstat().st_mode)

@@ -205,6 +205,12 @@ def _string_tuple(path: Path, where: str, key: str, value: Any) -> tuple[str, ..
     """A list of strings as a tuple without duplicates, first occurrence kept."""
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise InputError(f"{path}: {where}: '{key}' must be a list of strings; write it as [\"...\", ...]")
+    blank = next((i for i, v in enumerate(value, 1) if not v.strip()), None)
+    if blank is not None:
+        # An empty gold answer matches no answer: every answer would be graded wrong (and the
+        # wrong labels stored in memory, where calibration and the strategy policy read them).
+        hint = (" (an unanswerable question has \"answers\": [] or \"answerable\": false)" if key == "answers" else "")
+        raise InputError(f"{path}: {where}: '{key}' item {blank} is empty; remove it or write its text{hint}")
     return tuple(dict.fromkeys(value))
 
 
@@ -260,6 +266,9 @@ def _squad_items(path: Path, doc: dict[str, Any]) -> Iterator[QAItem]:
             raw = qa.get("answers", [])
             if not isinstance(raw, list) or not all(isinstance(x, dict) and isinstance(x.get("text"), str) for x in raw):
                 raise InputError(f"{path}: {where}: 'answers' must be a list of {{\"text\", \"answer_start\"}} objects")
+            if any(not x["text"].strip() for x in raw):
+                raise InputError(f"{path}: {where}: an answer's 'text' is empty; remove that answer or write its "
+                                 "text (an unanswerable question has is_impossible: true)")
             answers = tuple(dict.fromkeys(x["text"] for x in raw))
             if not impossible and not answers:
                 raise InputError(f"{path}: {where}: answerable question has no answers; add one or set is_impossible")

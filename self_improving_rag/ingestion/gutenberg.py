@@ -18,13 +18,25 @@ def book_url(template: str, book_id: int) -> str:
     if "{id}" not in template:
         raise IngestionError(f"ingestion.gutenberg_mirror {template!r} has no {{id}} placeholder; "
                              "use e.g. https://www.gutenberg.org/cache/epub/{id}/pg{id}.txt")
-    return template.replace("{id}", str(book_id))
+    url = template.replace("{id}", str(book_id))
+    import httpx
+
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError) as exc:  # a bad port or host: one line naming the setting
+        raise IngestionError(f"ingestion.gutenberg_mirror {template!r} is not a valid URL ({exc}); "
+                             "use e.g. https://www.gutenberg.org/cache/epub/{id}/pg{id}.txt") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise IngestionError(f"ingestion.gutenberg_mirror {template!r} is not an http(s) URL with a host; "
+                             "use e.g. https://www.gutenberg.org/cache/epub/{id}/pg{id}.txt")
+    return url
 
 
 def parse_ids(raw: list[str]) -> list[int]:
     ids = []
     for r in raw:
-        if not r.isdigit() or int(r) <= 0:
+        # isdecimal alone admits other scripts' digits ("٣"); isdigit admits superscripts ("²"), which int() refuses.
+        if not (r.isascii() and r.isdigit()) or int(r) <= 0:
             raise IngestionError(f"Gutenberg id {r!r} is not a positive number; use e.g. sirag fetch-gutenberg 1661")
         ids.append(int(r))
     return ids

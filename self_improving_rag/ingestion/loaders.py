@@ -136,7 +136,9 @@ def iter_source_files(paths: list[Path]) -> tuple[list[Path], list[str]]:
             problems.append(f"{path}: no such file or folder; check the path")
             continue
         for file in found:
-            absolute = file.absolute()
+            # ".." collapsed, so "docs/../docs/a.txt" and "docs/a.txt" are one file, not two
+            # documents; symlinks are kept as given (a link and its target are two files).
+            absolute = Path(os.path.normpath(file.absolute()))
             try:
                 str(absolute).encode("utf-8")
             except UnicodeEncodeError:  # the index, the memory and JSON output all need UTF-8 names

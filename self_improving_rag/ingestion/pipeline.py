@@ -167,9 +167,21 @@ def _doc_ids(files: list[Path], held: dict[str, dict] | None = None) -> dict[Pat
     counts: dict[str, int] = {}
     for slug in slugs.values():
         counts[slug] = counts.get(slug, 0) + 1
+    # Plain slugs are reserved first, so a hashed id never takes the id another file has by its
+    # own name ("notes.txt" hashed to "notes-2b40d5" beside a file named "notes-2b40d5.txt");
+    # a hashed id that is still taken grows its hash until it is unique.
+    plain = {slug for slug in slugs.values() if counts[slug] == 1 and slug not in assigned}
+    taken = assigned | plain
     for f, slug in slugs.items():
-        clash = counts[slug] > 1 or slug in assigned
-        out[f] = slug + "-" + hashlib.sha256(str(f).encode()).hexdigest()[:6] if clash else slug
+        if slug in plain:
+            out[f] = slug
+            continue
+        digest = hashlib.sha256(str(f).encode()).hexdigest()
+        width = 6
+        while f"{slug}-{digest[:width]}" in taken and width < len(digest):
+            width += 2
+        out[f] = f"{slug}-{digest[:width]}"
+        taken.add(out[f])
     return {f: out[f] for f in files}
 
 

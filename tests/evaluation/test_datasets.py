@@ -277,3 +277,19 @@ def test_squad_contexts_rejects_jsonl(tmp_path: Path) -> None:
     path = _write_jsonl(tmp_path / "qa.jsonl", [{"id": "a", "question": "Q?", "answers": ["x"]}] * 2)
     with pytest.raises(InputError, match="not a SQuAD 2.0 file"):
         squad_contexts(path)
+
+
+def test_an_empty_gold_answer_is_refused(tmp_path: Path) -> None:
+    """An empty gold string matches no answer: every answer would be graded wrong, and the wrong
+    labels would reach memory (calibration and the strategy policy read them)."""
+    for answers in ([""], ["Rex", "  "]):
+        with pytest.raises(InputError, match=r"'answers' item \d is empty.*\"answers\": \[\]"):
+            load_qa(_write_jsonl(tmp_path / "q.jsonl", [{"id": "a", "question": "Q?", "answers": answers}]))
+    with pytest.raises(InputError, match="'evidence' item 1 is empty"):
+        load_qa(_write_jsonl(tmp_path / "e.jsonl", [{"id": "a", "question": "Q?", "answers": ["x"], "evidence": [""]}]))
+    doc = {"version": "v2.0", "data": [{"title": "T", "paragraphs": [{"context": "Rollo led.", "qas": [
+        {"id": "q1", "question": "Who led?", "is_impossible": False, "answers": [{"text": " ", "answer_start": 0}]}]}]}]}
+    path = tmp_path / "squad.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(InputError, match="an answer's 'text' is empty.*is_impossible"):
+        load_qa(path)

@@ -105,6 +105,12 @@ def test_fetch_errors_are_one_line(tmp_path, mirror):
     assert r.returncode == 2 and "not a positive number" in r.stderr
     r = run(["fetch-gutenberg", "1"], tmp_path, fake_overrides(tmp_path) + ["ingestion.gutenberg_mirror=http://127.0.0.1:9/x.txt"])
     assert r.returncode == 2 and "placeholder" in r.stderr
+    # A superscript digit passes str.isdigit but not int(); a bad port or host is no URL.
+    r = run(["fetch-gutenberg", "\u00b2"], tmp_path, ov)
+    assert r.returncode == 2 and "not a positive number" in r.stderr and "internal error" not in r.stderr
+    for bad in ("https://mirror.example:80a/{id}.txt", "https://[mirror]/{id}", "/books/{id}.txt"):
+        r = run(["fetch-gutenberg", "1"], tmp_path, fake_overrides(tmp_path) + [f"ingestion.gutenberg_mirror={bad}"])
+        assert r.returncode == 2 and "ingestion.gutenberg_mirror" in r.stderr and "internal error" not in r.stderr, r.stderr
 
 
 def test_fetch_refuses_when_a_source_of_the_index_is_gone(tmp_path, mirror):

@@ -442,3 +442,11 @@ def test_a_file_name_that_is_not_utf8_is_skipped_with_its_own_message(tmp_path: 
     assert [f.name for f in files] == ["ok.txt"]
     assert len(problems) == 1 and "not valid UTF-8" in problems[0] and "rename" in problems[0]
     problems[0].encode("utf-8")  # printable as it is
+
+
+def test_a_file_given_twice_through_dot_dot_is_one_document(tmp_path: Path) -> None:
+    folder = tmp_path / "c5"
+    folder.mkdir()
+    (folder / "real.txt").write_text("The ferry leaves at nine from Pier Seven.\n", encoding="utf-8")
+    files, problems = iter_source_files([folder, folder / ".." / "c5" / "real.txt"])
+    assert files == [(folder / "real.txt").absolute()] and problems == []

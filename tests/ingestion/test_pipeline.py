@@ -323,6 +323,34 @@ def test_names_that_differ_only_by_case_or_spaces_get_distinct_ids(fake_config, 
         assert len({c.doc_id for c in chunks}) == 2 and len(chunks) == 2
 
 
+def test_a_hashed_id_never_takes_the_id_of_a_file_named_like_it(fake_config, tmp_path: Path,
+                                                                 hash_embedder) -> None:
+    """A file whose own name is another file's hashed id ("notes-<hash>.txt" beside two
+    "notes.txt"): every document keeps an id of its own, and deleting one file removes its
+    passages, not another file's."""
+    import hashlib
+
+    folder = tmp_path / "docs"
+    for sub, text in (("a", "The dog is named Rex."), ("b", "The cat is named Tom.")):
+        (folder / sub).mkdir(parents=True)
+        (folder / sub / "notes.txt").write_text(text + "\n", encoding="utf-8")
+    digest = hashlib.sha256(str((folder / "b" / "notes.txt").absolute()).encode()).hexdigest()[:6]
+    (folder / "c").mkdir()
+    (folder / "c" / f"notes-{digest}.txt").write_text("The owl is named Hoot.\n", encoding="utf-8")
+    for _ in range(2):
+        report = ingest([folder], fake_config, hash_embedder, progress=False)
+        ids = {Path(d["file"]).parent.name: d["doc_id"] for d in report.documents}
+        assert len(ids) == 3 and len(set(ids.values())) == 3 and ids["c"] == f"notes-{digest}"
+        chunks = CorpusIndex(Path(fake_config.paths.index_dir)).load_chunks("section")
+        assert len(chunks) == 3 and len({c.doc_id for c in chunks}) == 3
+    assert report.unchanged
+
+    (folder / "b" / "notes.txt").unlink()
+    ingest([folder], fake_config, hash_embedder, progress=False)
+    texts = {c.doc_id: c.text for c in CorpusIndex(Path(fake_config.paths.index_dir)).load_chunks("section")}
+    assert not any("Tom" in t for t in texts.values()) and "Hoot" in texts[f"notes-{digest}"]
+
+
 # ---------------------------------------------------------------- bad inputs
 
 
