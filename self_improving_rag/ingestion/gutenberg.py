@@ -35,7 +35,7 @@ def book_url(template: str, book_id: int) -> str:
 def parse_ids(raw: list[str]) -> list[int]:
     ids = []
     for r in raw:
-        # isdecimal alone admits other scripts' digits ("٣"); isdigit admits superscripts ("²"), which int() refuses.
+        # ASCII digits only: str.isdigit() also holds for "²", which int() refuses.
         if not (r.isascii() and r.isdigit()) or int(r) <= 0:
             raise IngestionError(f"Gutenberg id {r!r} is not a positive number; use e.g. sirag fetch-gutenberg 1661")
         ids.append(int(r))
