@@ -144,11 +144,11 @@ def analyse(run_dirs: list[Path]) -> None:
 
     rows = []
     for run_dir in run_dirs:
-        traces: dict[tuple[str, str], dict] = {}
+        traces: dict[str, dict] = {}  # question -> its first answer prompt's trace
         for line in (run_dir / TRACE_NAME).read_text(encoding="utf-8").splitlines():
             t = json.loads(line)
             if t["system"].startswith("You answer questions"):
-                traces[(t["question"], t["text"])] = t
+                traces.setdefault(t["question"], t)
         results = run_dir / "results.jsonl"
         if not results.exists():  # `--no-retry` writes its results under <name>-noloop
             results = run_dir.with_name(run_dir.name + "-noloop") / "results.jsonl"
@@ -166,7 +166,7 @@ def analyse(run_dirs: list[Path]) -> None:
             sig = att["signals"]
             conf = sig["confidence"]
             feats = (conf.get("detail") or {}).get("features") or {}
-            t = next((v for (q, _), v in traces.items() if q == r["question"]), None)
+            t = traces.get(r["question"])
             if t is None:
                 continue
             claims = (sig["faithfulness"].get("detail") or {}).get("claims") or []
