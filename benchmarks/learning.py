@@ -16,6 +16,14 @@ class, the order of repairs per failure type). Both keep learning as the stream 
     python benchmarks/learning.py --run --batch ... --split 43 --tag s4   # new code, same warm-up
     python benchmarks/learning.py --run --batch ... --split 43 --tag s5 --new-warmup   # new code throughout
 
+With --two-way the roles are also swapped, so twice as many questions are measured: the first
+part runs again with a copy of the cold stream run's memory (memory warmed on the second part),
+and its cold counterpart is the warm-up run itself (that part from empty memory). The report
+then has the figures of each direction and of both pooled (``pooled``): one direction of 43
+questions moves by 2.3 points per question, which is about the size of the target.
+
+    python benchmarks/learning.py --run --two-way --batch configs/batch-literaryqa-dev.yaml --split 43 --tag s13
+
 Figures on the stream, per condition: first-attempt success (the first attempt passes every
 check), first attempt correct (graded against gold, as the loop-off engine would answer),
 attempts per question, final share answered correctly or rightly refused, and which first
@@ -60,6 +68,31 @@ def condition(rows: list[dict], threshold: float) -> dict:
     }
 
 
+def _copy_db(src_path: Path, dst_path: Path) -> None:
+    """A consistent copy of a memory store, WAL included."""
+    import sqlite3
+
+    src, dst = sqlite3.connect(src_path), sqlite3.connect(dst_path)
+    with dst:
+        src.backup(dst)
+    src.close()
+    dst.close()
+
+
+def _pooled(parts: list[dict], threshold: float) -> dict:
+    """Both directions' cold and warm rows as one stream."""
+    cold = [r for p in parts for r in p["cold_rows"]]
+    warm = [r for p in parts for r in p["warm_rows"]]
+    out = {"stream_questions": len(cold), "cold": condition(cold, threshold), "warm": condition(warm, threshold)}
+    _deltas(out)
+    return out
+
+
+def _deltas(figures: dict) -> None:
+    for k in ("first_attempt_success", "first_attempt_correct", "attempts_per_question", "correct_or_rightly_refused"):
+        figures[f"delta_{k}"] = figures["warm"][k] - figures["cold"][k]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", default=str(REPO / "configs" / "batch-squad-normans.yaml"))
@@ -72,6 +105,8 @@ def main() -> None:
                     "new code on the same warm-up (the warm-up run and its memory are reused when complete)")
     ap.add_argument("--new-warmup", action="store_true", help="with --tag: run the warm-up again at the current "
                     "code (its run and memory get the tag too) instead of reusing the untagged one")
+    ap.add_argument("--two-way", action="store_true", help="also run the first part warmed on the cold stream's "
+                    "memory, and report both directions pooled")
     args = ap.parse_args()
     if args.new_warmup and not args.tag:
         ap.error("--new-warmup needs --tag, so the new warm-up does not overwrite the old one")
@@ -98,15 +133,14 @@ def main() -> None:
         warmup_db, warm_db = out / f"mem-{spec.name}-learn-warmup{wtag}.db", out / f"mem-{spec.name}-learn-warm{tag}.db"
         run(f"{spec.name}-learn-warmup{wtag}", warmup_db, 0, args.split)
         if not warm_db.exists():  # a resumed run keeps the warm memory it has
-            import sqlite3
-
-            src, dst = sqlite3.connect(warmup_db), sqlite3.connect(warm_db)
-            with dst:
-                src.backup(dst)  # a consistent copy, WAL included
-            src.close()
-            dst.close()
+            _copy_db(warmup_db, warm_db)
         run(warm_dir.name, warm_db, args.split, None)
         run(cold_dir.name, out / f"mem-{spec.name}-learn-cold{tag}.db", args.split, None)
+        if args.two_way:
+            back_db = out / f"mem-{spec.name}-learn-warmback{tag}.db"
+            if not back_db.exists():
+                _copy_db(out / f"mem-{spec.name}-learn-cold{tag}.db", back_db)
+            run(f"{spec.name}-learn-warmback{tag}", back_db, 0, args.split)
     warm, cold = _rows(warm_dir), _rows(cold_dir)
     ids = [i for i in stream if i in warm and i in cold]
     if not ids:
@@ -117,8 +151,21 @@ def main() -> None:
         "cold": condition([cold[i] for i in ids], args.threshold),
         "warm": condition([warm[i] for i in ids], args.threshold),
     }
-    for k in ("first_attempt_success", "first_attempt_correct", "attempts_per_question", "correct_or_rightly_refused"):
-        figures[f"delta_{k}"] = figures["warm"][k] - figures["cold"][k]
+    _deltas(figures)
+    if args.two_way:
+        wtag = tag if args.new_warmup else ""
+        back_dir, front_dir = out / f"{spec.name}-learn-warmback{tag}", out / f"{spec.name}-learn-warmup{wtag}"
+        back, front = _rows(back_dir), _rows(front_dir)
+        first = [i for i in (it.id for it in items[:args.split]) if i in back and i in front]
+        if not first:
+            sys.exit(f"error: {back_dir} and {front_dir} share no question of the first part; run with --run --two-way")
+        figures["back"] = {"stream_questions": len(first), "warm_run": str(back_dir), "cold_run": str(front_dir),
+                           "cold": condition([front[i] for i in first], args.threshold),
+                           "warm": condition([back[i] for i in first], args.threshold)}
+        _deltas(figures["back"])
+        figures["pooled"] = _pooled([
+            {"cold_rows": [cold[i] for i in ids], "warm_rows": [warm[i] for i in ids]},
+            {"cold_rows": [front[i] for i in first], "warm_rows": [back[i] for i in first]}], args.threshold)
     report("learning", figures)
 
 
