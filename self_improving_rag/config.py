@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -21,6 +21,18 @@ from .types import Strategy
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_yes_no_for_numbers(cls, value: Any, info) -> Any:
+        # YAML reads true/false/yes/no as booleans, and pydantic would take them as 1 and 0 for
+        # a number: `--set strategy.top_k=true` must be an error, not top_k 1.
+        if isinstance(value, bool):
+            ann = cls.model_fields[info.field_name].annotation
+            kinds = set(get_args(ann)) or {ann}
+            if bool not in kinds and kinds & {int, float}:
+                raise ValueError("expected a number, not a yes/no value")
+        return value
 
 
 class PathsConfig(_Model):
@@ -373,6 +385,10 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> Config:
         raise ConfigError(_describe(exc, source)) from exc
 
 
+#: A configuration file is a few kilobytes; past this, --config was given the wrong file.
+_CONFIG_MAX_BYTES = 1_000_000
+
+
 def load_config(path: str | Path | list[str | Path] | tuple[str | Path, ...] | None = None,
                 overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Load the packaged defaults, then the user file(s) in order (a later file's keys win), then
@@ -383,10 +399,17 @@ def load_config(path: str | Path | list[str | Path] | tuple[str | Path, ...] | N
     for p in map(Path, paths):
         if p.is_dir():
             raise ConfigError(f"--config {p} is a folder; pass a YAML file, e.g. configs/default.yaml")
-        if not p.is_file():
+        if not p.exists():
             raise ConfigError(f"config file {p} not found; pass an existing YAML file to --config")
+        # Not only regular files: `--config /dev/null` (no user settings) and `--config <(...)`
+        # (a pipe) are read too, up to a size no configuration reaches.
         try:
-            text = p.read_text(encoding="utf-8")
+            with open(p, "rb") as fh:
+                raw = fh.read(_CONFIG_MAX_BYTES + 1)
+            if len(raw) > _CONFIG_MAX_BYTES:
+                raise ConfigError(f"config file {p} is over {_CONFIG_MAX_BYTES // 1_000_000} MB; pass a YAML "
+                                  "configuration file to --config")
+            text = raw.decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config file {p} cannot be read ({exc}); check its permissions and encoding") from exc
         user = _read_yaml(text, str(p))
