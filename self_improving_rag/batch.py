@@ -75,6 +75,14 @@ class BatchSpec(BaseModel):
                              "(no spaces or slashes, not '.' or '..')")
         return v
 
+    @field_validator("limit", "offset", mode="before")
+    @classmethod
+    def check_number(cls, v: Any) -> Any:
+        """YAML's true/yes is a boolean, which pydantic would take as the number 1."""
+        if isinstance(v, bool):
+            raise ValueError("expected a number, not a yes/no value")
+        return v
+
     @field_validator("corpus")
     @classmethod
     def check_corpus(cls, v: list[str]) -> list[str]:

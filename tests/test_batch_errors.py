@@ -350,3 +350,9 @@ def test_a_blank_corpus_entry_is_refused_not_read_as_the_batch_folder(tmp_path, 
     line = _one_error_line(r)
     assert "corpus" in line and "entry 1 is empty" in line
     assert not (tmp_path / "index").exists(), "an index was built from the batch file's folder"
+
+
+def test_a_yes_no_limit_is_refused_not_read_as_one_question(tmp_path):
+    f = _batch(tmp_path, limit=True)
+    line = _one_error_line(run(["batch", str(f)], cwd=tmp_path))
+    assert "limit" in line and "expected a number" in line
