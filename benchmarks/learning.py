@@ -107,6 +107,8 @@ def main() -> None:
                     "code (its run and memory get the tag too) instead of reusing the untagged one")
     ap.add_argument("--two-way", action="store_true", help="also run the first part warmed on the cold stream's "
                     "memory, and report both directions pooled")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override for every run (e.g. policy.method=greedy); use a new --tag with it")
     args = ap.parse_args()
     if args.new_warmup and not args.tag:
         ap.error("--new-warmup needs --tag, so the new warm-up does not overwrite the old one")
@@ -125,7 +127,7 @@ def main() -> None:
         from self_improving_rag.config import load_config
 
         def run(name: str, db: Path, offset: int, limit: int | None) -> None:
-            cfg = load_config(None, [f"paths.memory_db={db}"])
+            cfg = load_config(None, [*args.overrides, f"paths.memory_db={db}"])
             run_batch(spec.model_copy(update={"name": name, "output_dir": str(out), "limit": limit}), base, cfg,
                       offset=offset, progress=sys.stderr.isatty())
 

@@ -218,7 +218,11 @@ def pins_strategy(keys) -> bool:
 
 
 class PolicyConfig(_Model):
-    method: Literal["thompson", "ucb", "fixed"] = "thompson"
+    # thompson: each candidate's success rate is drawn from its posterior and the best draw wins;
+    # greedy: the best posterior mean wins, and a seeded share `explore` of questions draws as
+    # thompson does (so records can still change); ucb: UCB1; fixed: memory is not used.
+    method: Literal["thompson", "greedy", "ucb", "fixed"] = "thompson"
+    explore: float = Field(0.1, ge=0, le=1)
     seed: int = Field(0, ge=0, le=2**32 - 1)
     min_history: int = Field(3, ge=0)  # counted attempts of a query class before memory overrides the default
     # What the first-strategy choice learns from: every attempt (a strategy that succeeded as a

@@ -139,3 +139,35 @@ def test_raise_top_k_never_shrinks_a_large_context_budget() -> None:
     big = replace(DEFAULT, context_budget=4000)
     assert apply_repair("raise_top_k", big, ("section",)) == replace(big, top_k=10)
     assert apply_repair("raise_top_k", DEFAULT, ("section",)).context_budget == int(DEFAULT.context_budget * 1.5)
+
+
+def test_greedy_keeps_the_default_against_many_thin_alternatives() -> None:
+    # Ten alternatives tried twice each, one success apiece, against a default at 6 of 11:
+    # Thompson draws make the best of ten thin posteriors beat the default often; the
+    # posterior means never do, so greedy explores only its `explore` share of questions.
+    alts = [replace(DEFAULT, top_k=k) for k in range(6, 16)]
+    counts = {DEFAULT.key: (6, 5), **{a.key: (1, 1) for a in alts}}
+    def share_default(cfg):
+        policy = StrategyPolicy(cfg, DEFAULT, Counts(counts))
+        return sum(policy.first(q, query_features(q)) == DEFAULT for q in QUESTIONS) / len(QUESTIONS)
+    thompson = share_default(PolicyConfig(method="thompson"))
+    greedy = share_default(PolicyConfig(method="greedy", explore=0.1))
+    assert thompson < 0.8
+    assert greedy > 0.88
+    assert share_default(PolicyConfig(method="greedy", explore=0.0)) == 1.0
+
+
+def test_greedy_follows_a_proven_record() -> None:
+    counts = {DEFAULT.key: (10, 10), OTHER.key: (15, 2)}
+    policy = StrategyPolicy(PolicyConfig(method="greedy", explore=0.0), DEFAULT, Counts(counts))
+    assert {policy.first(q, query_features(q)) for q in QUESTIONS[:50]} == {OTHER}
+
+
+def test_greedy_repair_order_follows_the_better_record() -> None:
+    class RepairCounts(Counts):
+        def repair_counts(self, failure, qc=None, use_labels=False):
+            return {"switch_chunker": (1, 9), "raise_top_k": (9, 1)}
+
+    policy = StrategyPolicy(PolicyConfig(method="greedy", explore=0.0), DEFAULT, RepairCounts({}))
+    order = policy.repair_order("Who?", "WEAK_RETRIEVAL", query_features("Who?"))
+    assert order.index("raise_top_k") < order.index("switch_chunker")
