@@ -24,6 +24,14 @@ questions moves by 2.3 points per question, which is about the size of the targe
 
     python benchmarks/learning.py --run --two-way --batch configs/batch-literaryqa-dev.yaml --split 43 --tag s13
 
+With --interleave the questions are split alternately (the 1st, 3rd, 5th ... are the first part,
+the 2nd, 4th ... the stream) instead of at --split: LiteraryQA's file is ordered by book, so its
+first 43 questions ask about two books and the last 43 about two others, one shared; alternate
+questions ask about the same documents, as a user's own questions do. The parts are written as
+JSONL files under runs/ and the runs get "-il" in their names.
+
+    python benchmarks/learning.py --run --two-way --interleave --batch configs/batch-literaryqa-dev.yaml --tag s14
+
 Figures on the stream, per condition: first-attempt success (the first attempt passes every
 check), first attempt correct (graded against gold, as the loop-off engine would answer),
 attempts per question, final share answered correctly or rightly refused, and which first
@@ -93,6 +101,26 @@ def _deltas(figures: dict) -> None:
         figures[f"delta_{k}"] = figures["warm"][k] - figures["cold"][k]
 
 
+def _interleaved(spec, base: Path, out: Path):
+    """Two batch specs over alternate questions of the spec's JSONL file, and their items."""
+    from self_improving_rag.batch import _resolve, load_items
+
+    if not spec.questions.file or not spec.questions.file.endswith(".jsonl"):
+        sys.exit("error: --interleave needs a batch whose questions are a JSONL file")
+    lines = [ln for ln in _resolve(base, spec.questions.file).read_text(encoding="utf-8").splitlines() if ln.strip()]
+    specs, parts = [], []
+    for k in (0, 1):
+        path = out / f"{spec.name}-il-part{k + 1}.jsonl"
+        text = "".join(ln + "\n" for ln in lines[k::2])
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            out.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        part = spec.model_copy(update={"questions": spec.questions.model_copy(update={"file": str(path)})})
+        specs.append(part)
+        parts.append(load_items(part, base))
+    return specs, parts
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", default=str(REPO / "configs" / "batch-squad-normans.yaml"))
@@ -109,6 +137,8 @@ def main() -> None:
                     "memory, and report both directions pooled")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="a config override for every run (e.g. policy.method=greedy); use a new --tag with it")
+    ap.add_argument("--interleave", action="store_true", help="alternate questions form the two parts "
+                    "(a JSONL question file only); --split is ignored")
     args = ap.parse_args()
     if args.new_warmup and not args.tag:
         ap.error("--new-warmup needs --tag, so the new warm-up does not overwrite the old one")
@@ -117,8 +147,15 @@ def main() -> None:
 
     spec, base = load_batch(args.batch)
     items = load_items(spec, base)
-    stream = [it.id for it in items[args.split:]]
     out = REPO / "runs"
+    if args.interleave:
+        specs, parts = _interleaved(spec, base, out)
+        spec = spec.model_copy(update={"name": f"{spec.name}-il"})
+        args.split = len(parts[0])
+        items = parts[0] + parts[1]
+    else:
+        specs = (spec, spec)
+    stream = [it.id for it in items[args.split:]]
     tag = f"-{args.tag}" if args.tag else ""
     warm_dir = Path(args.warm) if args.warm else out / f"{spec.name}-learn-warm{tag}"
     cold_dir = Path(args.cold) if args.cold else out / f"{spec.name}-learn-cold{tag}"
@@ -126,23 +163,24 @@ def main() -> None:
         from self_improving_rag.batch import run_batch
         from self_improving_rag.config import load_config
 
-        def run(name: str, db: Path, offset: int, limit: int | None) -> None:
+        def run(name: str, db: Path, part: int) -> None:
             cfg = load_config(None, [*args.overrides, f"paths.memory_db={db}"])
-            run_batch(spec.model_copy(update={"name": name, "output_dir": str(out), "limit": limit}), base, cfg,
+            offset, limit = ((0, None) if args.interleave else (0, args.split) if part == 0 else (args.split, None))
+            run_batch(specs[part].model_copy(update={"name": name, "output_dir": str(out), "limit": limit}), base, cfg,
                       offset=offset, progress=sys.stderr.isatty())
 
         wtag = tag if args.new_warmup else ""
         warmup_db, warm_db = out / f"mem-{spec.name}-learn-warmup{wtag}.db", out / f"mem-{spec.name}-learn-warm{tag}.db"
-        run(f"{spec.name}-learn-warmup{wtag}", warmup_db, 0, args.split)
+        run(f"{spec.name}-learn-warmup{wtag}", warmup_db, 0)
         if not warm_db.exists():  # a resumed run keeps the warm memory it has
             _copy_db(warmup_db, warm_db)
-        run(warm_dir.name, warm_db, args.split, None)
-        run(cold_dir.name, out / f"mem-{spec.name}-learn-cold{tag}.db", args.split, None)
+        run(warm_dir.name, warm_db, 1)
+        run(cold_dir.name, out / f"mem-{spec.name}-learn-cold{tag}.db", 1)
         if args.two_way:
             back_db = out / f"mem-{spec.name}-learn-warmback{tag}.db"
             if not back_db.exists():
                 _copy_db(out / f"mem-{spec.name}-learn-cold{tag}.db", back_db)
-            run(f"{spec.name}-learn-warmback{tag}", back_db, 0, args.split)
+            run(f"{spec.name}-learn-warmback{tag}", back_db, 0)
     warm, cold = _rows(warm_dir), _rows(cold_dir)
     ids = [i for i in stream if i in warm and i in cold]
     if not ids:
