@@ -221,7 +221,7 @@ class PolicyConfig(_Model):
     # thompson: each candidate's success rate is drawn from its posterior and the best draw wins;
     # greedy: the best posterior mean wins, and a seeded share `explore` of questions draws as
     # thompson does (so records can still change); ucb: UCB1; fixed: memory is not used.
-    method: Literal["thompson", "greedy", "ucb", "fixed"] = "thompson"
+    method: Literal["thompson", "greedy", "ucb", "fixed"] = "greedy"
     explore: float = Field(0.1, ge=0, le=1)
     seed: int = Field(0, ge=0, le=2**32 - 1)
     min_history: int = Field(3, ge=0)  # counted attempts of a query class before memory overrides the default
@@ -233,9 +233,11 @@ class PolicyConfig(_Model):
     # the repairs. Set for you when a command line (--set), a batch file's overrides or a grid
     # point sets a strategy.* key: an explicit strategy is honoured, not replaced by memory.
     first_from_memory: bool = True
-    # Labelled outcomes (gold from `sirag eval`, `sirag feedback`) count by their label instead
-    # of the attempt's own checks: the policy learns what was right, not what passed.
-    use_labels: bool = True
+    # true: the attempt a labelled outcome answered with (gold from `sirag eval`, `sirag
+    # feedback`) counts by its label, every other attempt by its checks. Off by default: one count
+    # then mixes two measures, and where labels are strict (LiteraryQA) every strategy's record
+    # looks equally bad; labels reach the checks through the calibrated confidence anyway.
+    use_labels: bool = False
     # Thompson sampling prior: every strategy of a query class starts at Beta(κ·m, κ·(1 − m)),
     # m = the class's pooled success rate, κ = prior_strength pseudo-attempts, so one lucky
     # success of a rarely tried strategy does not outweigh a long record.

@@ -42,8 +42,8 @@ Y = replace(DEFAULT, prompt="strict")
 def test_alternatives_prior_keeps_one_lucky_success_from_displacing_a_long_record() -> None:
     # One lucky success among alternatives that mostly failed.
     counts = {DEFAULT.key: (40, 10), OTHER.key: (1, 0), X.key: (0, 3), Y.key: (1, 4)}
-    flat = share_other(StrategyPolicy(PolicyConfig(prior_strength=0), DEFAULT, Counts(counts)))
-    pooled = share_other(StrategyPolicy(PolicyConfig(prior_strength=4), DEFAULT, Counts(counts)))
+    flat = share_other(StrategyPolicy(PolicyConfig(method="thompson", prior_strength=0), DEFAULT, Counts(counts)))
+    pooled = share_other(StrategyPolicy(PolicyConfig(method="thompson", prior_strength=4), DEFAULT, Counts(counts)))
     # Beta(1 + 1, 1) beats Beta(1 + 41, 1 + 10) about a third of the time; starting it where the
     # alternatives landed (m = 3/11, four pseudo-attempts) makes that rare.
     assert flat > 0.25
@@ -52,7 +52,7 @@ def test_alternatives_prior_keeps_one_lucky_success_from_displacing_a_long_recor
 
 def test_alternatives_prior_still_lets_a_proven_strategy_win() -> None:
     counts = {DEFAULT.key: (20, 20), OTHER.key: (18, 2)}
-    assert share_other(StrategyPolicy(PolicyConfig(prior_strength=4), DEFAULT, Counts(counts))) > 0.9
+    assert share_other(StrategyPolicy(PolicyConfig(method="thompson", prior_strength=4), DEFAULT, Counts(counts))) > 0.9
 
 
 @pytest.mark.parametrize("use_labels", [True, False])
@@ -61,7 +61,7 @@ def test_policy_learns_from_labels_when_configured(use_labels: bool) -> None:
     plain = {DEFAULT.key: (25, 0), OTHER.key: (10, 15)}
     labelled = {DEFAULT.key: (5, 20), OTHER.key: (20, 5)}
     memory = Counts(plain, labelled)
-    share = share_other(StrategyPolicy(PolicyConfig(use_labels=use_labels), DEFAULT, memory))
+    share = share_other(StrategyPolicy(PolicyConfig(method="thompson", use_labels=use_labels), DEFAULT, memory))
     assert all(c["use_labels"] is use_labels and c["qc"] == "who" for c in memory.calls)
     if use_labels:
         assert share > 0.9
@@ -73,19 +73,19 @@ def test_alternatives_prior_never_favours_an_unproven_alternative_over_an_equal_
     # Alternatives have done well, but the default has done just as well: a newcomer with the
     # same record as the default is not preferred to it.
     counts = {DEFAULT.key: (25, 0), OTHER.key: (25, 0)}
-    assert share_other(StrategyPolicy(PolicyConfig(prior_strength=4), DEFAULT, Counts(counts))) < 0.6
+    assert share_other(StrategyPolicy(PolicyConfig(method="thompson", prior_strength=4), DEFAULT, Counts(counts))) < 0.6
 
 
 def test_first_strategy_choice_is_seeded() -> None:
     counts = {DEFAULT.key: (10, 10), OTHER.key: (10, 10)}
-    a = [StrategyPolicy(PolicyConfig(seed=3), DEFAULT, Counts(counts)).first(q, query_features(q)) for q in QUESTIONS[:40]]
-    b = [StrategyPolicy(PolicyConfig(seed=3), DEFAULT, Counts(counts)).first(q, query_features(q)) for q in QUESTIONS[:40]]
-    c = [StrategyPolicy(PolicyConfig(seed=4), DEFAULT, Counts(counts)).first(q, query_features(q)) for q in QUESTIONS[:40]]
+    a = [StrategyPolicy(PolicyConfig(method="thompson", seed=3), DEFAULT, Counts(counts)).first(q, query_features(q)) for q in QUESTIONS[:40]]
+    b = [StrategyPolicy(PolicyConfig(method="thompson", seed=3), DEFAULT, Counts(counts)).first(q, query_features(q)) for q in QUESTIONS[:40]]
+    c = [StrategyPolicy(PolicyConfig(method="thompson", seed=4), DEFAULT, Counts(counts)).first(q, query_features(q)) for q in QUESTIONS[:40]]
     assert a == b and a != c
 
 
 def test_thin_memory_falls_back_to_the_default() -> None:
-    policy = StrategyPolicy(PolicyConfig(min_history=10), DEFAULT, Counts({OTHER.key: (5, 0)}))
+    policy = StrategyPolicy(PolicyConfig(method="thompson", min_history=10), DEFAULT, Counts({OTHER.key: (5, 0)}))
     assert share_other(policy) == 0.0
 
 
