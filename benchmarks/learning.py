@@ -135,6 +135,8 @@ def main() -> None:
                     "code (its run and memory get the tag too) instead of reusing the untagged one")
     ap.add_argument("--two-way", action="store_true", help="also run the first part warmed on the cold stream's "
                     "memory, and report both directions pooled")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override for every run (e.g. policy.method=greedy); use a new --tag with it")
     ap.add_argument("--interleave", action="store_true", help="alternate questions form the two parts "
                     "(a JSONL question file only); --split is ignored")
     args = ap.parse_args()
@@ -162,7 +164,7 @@ def main() -> None:
         from self_improving_rag.config import load_config
 
         def run(name: str, db: Path, part: int) -> None:
-            cfg = load_config(None, [f"paths.memory_db={db}"])
+            cfg = load_config(None, [*args.overrides, f"paths.memory_db={db}"])
             offset, limit = ((0, None) if args.interleave else (0, args.split) if part == 0 else (args.split, None))
             run_batch(specs[part].model_copy(update={"name": name, "output_dir": str(out), "limit": limit}), base, cfg,
                       offset=offset, progress=sys.stderr.isatty())

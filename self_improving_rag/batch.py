@@ -75,6 +75,24 @@ class BatchSpec(BaseModel):
                              "(no spaces or slashes, not '.' or '..')")
         return v
 
+    @field_validator("limit", "offset", mode="before")
+    @classmethod
+    def check_number(cls, v: Any) -> Any:
+        """YAML's true/yes is a boolean, which pydantic would take as the number 1."""
+        if isinstance(v, bool):
+            raise ValueError("expected a number, not a yes/no value")
+        return v
+
+    @field_validator("corpus")
+    @classmethod
+    def check_corpus(cls, v: list[str]) -> list[str]:
+        """No blank entry: relative to the batch file, "" would be the batch file's own folder."""
+        blank = [i + 1 for i, c in enumerate(v) if not str(c).strip()]
+        if blank:
+            raise ValueError(f"entry {blank[0]} is empty; list document files or folders (relative to the batch "
+                             "file), or leave corpus: out for a SQuAD question file")
+        return v
+
 
 def load_batch(path: str | Path) -> tuple[BatchSpec, Path]:
     p = Path(path)

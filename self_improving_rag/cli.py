@@ -22,6 +22,19 @@ log = logging.getLogger("sirag")
 COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {}
 
 
+#: What Ctrl-C leaves behind, per command (said after "interrupted: ").
+_INTERRUPTED = {
+    "ingest": "stopped; the index is as it was before this ingest (a new index goes live only when it is "
+              "complete), so run the ingest again",
+    "fetch-gutenberg": "stopped; the index is as it was before (a new index goes live only when it is complete), "
+                       "so run the command again",
+    "batch": "stopped cleanly; finished questions were kept, and the same command resumes the run",
+    "eval": "stopped cleanly; finished questions were kept, and the same command resumes the run",
+    "ask": "stopped; the unfinished answer was not stored in memory",
+    "calibrate": "stopped; no new fit was stored",
+}
+
+
 def command(fn: Callable[[argparse.Namespace, Config], int]) -> Callable[[argparse.Namespace, Config], int]:
     COMMANDS[fn.__name__.removeprefix("cmd_").replace("_", "-")] = fn
     return fn
@@ -727,7 +740,7 @@ def main(argv: list[str] | None = None) -> int:
         log.debug("error", exc_info=True)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("interrupted: stopped cleanly; finished results were kept", file=sys.stderr)
+        print(f"interrupted: {_INTERRUPTED.get(args.command, 'stopped cleanly')}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -21,6 +21,18 @@ from .types import Strategy
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_yes_no_for_numbers(cls, value: Any, info) -> Any:
+        # YAML reads true/false/yes/no as booleans, and pydantic would take them as 1 and 0 for
+        # a number: `--set strategy.top_k=true` must be an error, not top_k 1.
+        if isinstance(value, bool):
+            ann = cls.model_fields[info.field_name].annotation
+            kinds = set(get_args(ann)) or {ann}
+            if bool not in kinds and kinds & {int, float}:
+                raise ValueError("expected a number, not a yes/no value")
+        return value
 
 
 class PathsConfig(_Model):
@@ -206,7 +218,11 @@ def pins_strategy(keys) -> bool:
 
 
 class PolicyConfig(_Model):
-    method: Literal["thompson", "ucb", "fixed"] = "thompson"
+    # thompson: each candidate's success rate is drawn from its posterior and the best draw wins;
+    # greedy: the best posterior mean wins, and a seeded share `explore` of questions draws as
+    # thompson does (so records can still change); ucb: UCB1; fixed: memory is not used.
+    method: Literal["thompson", "greedy", "ucb", "fixed"] = "greedy"
+    explore: float = Field(0.1, ge=0, le=1)
     seed: int = Field(0, ge=0, le=2**32 - 1)
     min_history: int = Field(3, ge=0)  # counted attempts of a query class before memory overrides the default
     # What the first-strategy choice learns from: every attempt (a strategy that succeeded as a
@@ -217,9 +233,11 @@ class PolicyConfig(_Model):
     # the repairs. Set for you when a command line (--set), a batch file's overrides or a grid
     # point sets a strategy.* key: an explicit strategy is honoured, not replaced by memory.
     first_from_memory: bool = True
-    # Labelled outcomes (gold from `sirag eval`, `sirag feedback`) count by their label instead
-    # of the attempt's own checks: the policy learns what was right, not what passed.
-    use_labels: bool = True
+    # true: the attempt a labelled outcome answered with (gold from `sirag eval`, `sirag
+    # feedback`) counts by its label, every other attempt by its checks. Off by default: one count
+    # then mixes two measures, and where labels are strict (LiteraryQA) every strategy's record
+    # looks equally bad; labels reach the checks through the calibrated confidence anyway.
+    use_labels: bool = False
     # Thompson sampling prior: every strategy of a query class starts at Beta(κ·m, κ·(1 − m)),
     # m = the class's pooled success rate, κ = prior_strength pseudo-attempts, so one lucky
     # success of a rarely tried strategy does not outweigh a long record.
@@ -373,6 +391,10 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> Config:
         raise ConfigError(_describe(exc, source)) from exc
 
 
+#: A configuration file is a few kilobytes; past this, --config was given the wrong file.
+_CONFIG_MAX_BYTES = 1_000_000
+
+
 def load_config(path: str | Path | list[str | Path] | tuple[str | Path, ...] | None = None,
                 overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Load the packaged defaults, then the user file(s) in order (a later file's keys win), then
@@ -383,10 +405,17 @@ def load_config(path: str | Path | list[str | Path] | tuple[str | Path, ...] | N
     for p in map(Path, paths):
         if p.is_dir():
             raise ConfigError(f"--config {p} is a folder; pass a YAML file, e.g. configs/default.yaml")
-        if not p.is_file():
+        if not p.exists():
             raise ConfigError(f"config file {p} not found; pass an existing YAML file to --config")
+        # Not only regular files: `--config /dev/null` (no user settings) and `--config <(...)`
+        # (a pipe) are read too, up to a size no configuration reaches.
         try:
-            text = p.read_text(encoding="utf-8")
+            with open(p, "rb") as fh:
+                raw = fh.read(_CONFIG_MAX_BYTES + 1)
+            if len(raw) > _CONFIG_MAX_BYTES:
+                raise ConfigError(f"config file {p} is over {_CONFIG_MAX_BYTES // 1_000_000} MB; pass a YAML "
+                                  "configuration file to --config")
+            text = raw.decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config file {p} cannot be read ({exc}); check its permissions and encoding") from exc
         user = _read_yaml(text, str(p))

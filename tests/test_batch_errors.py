@@ -341,3 +341,18 @@ def test_a_corpus_folder_that_holds_the_indexed_one_keeps_its_documents(tmp_path
     f.write_text(yaml.safe_dump(spec))
     r = run(["batch", str(f), "--json"], tmp_path, ov)
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("blank", ["", "   "])
+def test_a_blank_corpus_entry_is_refused_not_read_as_the_batch_folder(tmp_path, blank):
+    f = _batch(tmp_path, corpus=[blank])
+    r = run(["batch", str(f)], cwd=tmp_path)
+    line = _one_error_line(r)
+    assert "corpus" in line and "entry 1 is empty" in line
+    assert not (tmp_path / "index").exists(), "an index was built from the batch file's folder"
+
+
+def test_a_yes_no_limit_is_refused_not_read_as_one_question(tmp_path):
+    f = _batch(tmp_path, limit=True)
+    line = _one_error_line(run(["batch", str(f)], cwd=tmp_path))
+    assert "limit" in line and "expected a number" in line

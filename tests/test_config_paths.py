@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from self_improving_rag.config import load_config
+from self_improving_rag.errors import ConfigError
 
 
 @pytest.fixture
@@ -104,3 +105,29 @@ def test_the_cli_layers_every_config_file(tmp_path: Path) -> None:
     out = json.loads(r.stdout)
     assert out["strategy"]["top_k"] == 2 and len(out["hits"]) == 2  # b's top_k wins ...
     assert out["strategy"]["rerank"] is False  # ... and a's other setting stays
+
+
+def test_config_dev_null_means_no_user_settings() -> None:
+    # /dev/null is not a regular file; it used to be reported as "not found".
+    assert load_config("/dev/null") == load_config(None)
+
+
+def test_config_from_a_pipe_is_read(tmp_path) -> None:
+    import os
+    import threading
+
+    fifo = tmp_path / "cfg.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text("strategy:\n  top_k: 3\n", encoding="utf-8"))
+    writer.start()
+    try:
+        assert load_config(fifo).strategy.top_k == 3
+    finally:
+        writer.join(timeout=10)
+
+
+def test_an_oversized_config_file_is_refused(tmp_path) -> None:
+    big = tmp_path / "big.yaml"
+    big.write_text("# padding\n" * 200_000, encoding="utf-8")
+    with pytest.raises(ConfigError, match="over 1 MB"):
+        load_config(big)

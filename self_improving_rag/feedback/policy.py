@@ -1,6 +1,7 @@
 """Memory-biased choice of the first strategy and of the order of repairs.
 
-Thompson sampling on success/failure counts from the memory store. Each candidate first
+Thompson sampling (or, with ``policy.method: greedy``, the best posterior mean with a seeded
+share ``policy.explore`` of questions sampled) on success/failure counts from the memory store. Each candidate first
 strategy of a query class is drawn from Beta(κ·m + successes, κ·(1 − m) + failures), where
 κ = ``policy.prior_strength`` and m is the pooled success rate of the class's other non-default
 strategies, capped at the default's own rate: an unproven alternative starts where
@@ -83,7 +84,9 @@ class StrategyPolicy:
         return np.random.default_rng(int.from_bytes(h[:8], "little"))
 
     def _score(self, rng: np.random.Generator, s: float, f: float, n_total: int,
-               prior: tuple[float, float] = (1.0, 1.0)) -> float:
+               prior: tuple[float, float] = (1.0, 1.0), mean: bool = False) -> float:
+        if mean:  # greedy: the posterior mean
+            return (prior[0] + s) / (prior[0] + prior[1] + s + f)
         if self.config.method == "ucb":
             n = s + f
             if n == 0:
@@ -120,6 +123,8 @@ class StrategyPolicy:
         if total < self.config.min_history:
             return self.default
         rng = self._rng(question, "first")
+        # greedy: the best posterior mean, except for a seeded share of questions that sample.
+        mean = self.config.method == "greedy" and self._rng(question, "explore").random() >= self.config.explore
         best_key, best = self.default.key, -1.0
         known = {self.default.key: self.default}
         for key in counts:
@@ -130,7 +135,7 @@ class StrategyPolicy:
             s, f = counts.get(key, (0, 0))
             # The configured default carries one pseudo-success: it wins ties on thin evidence.
             bonus = 1 if key == self.default.key else 0
-            v = self._score(rng, s + bonus, f, total, self._prior(counts, key))
+            v = self._score(rng, s + bonus, f, total, self._prior(counts, key), mean=mean)
             if v > best:
                 best_key, best = key, v
         return known[best_key]
@@ -181,12 +186,14 @@ class StrategyPolicy:
         if total < self.config.min_history:
             return catalogue
         rng = self._rng(question, failure)
+        mean = (self.config.method == "greedy"
+                and self._rng(question, f"explore\x00{failure}").random() >= self.config.explore)
         # Catalogue position is a weak prior: earlier repairs get a small pseudo-success.
         scored = []
         for pos, name in enumerate(catalogue):
             s, f = counts.get(name, (0, 0))
             prior = 0.5 * (len(catalogue) - pos) / len(catalogue)
-            scored.append((self._score(rng, s, f, total) + prior / (1 + s + f), -pos, name))
+            scored.append((self._score(rng, s, f, total, mean=mean) + prior / (1 + s + f), -pos, name))
         return [n for *_, n in sorted(scored, reverse=True)]
 
     def repair(self, question: str, failure: str, strategy: Strategy, tried: set[str],

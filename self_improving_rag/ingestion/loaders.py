@@ -107,10 +107,11 @@ def load_document(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> Document:
     )
 
 
-def iter_source_files(paths: list[Path]) -> tuple[list[Path], list[str]]:
+def iter_source_files(paths: list[Path], exclude: tuple[Path, ...] = ()) -> tuple[list[Path], list[str]]:
     """Expand files and folders into supported files, plus one-line problem messages.
 
-    Folders are walked recursively in sorted order, skipping hidden entries; unsupported
+    Folders are walked recursively in sorted order, skipping hidden entries and the folders in
+    ``exclude`` (resolved paths: the index being written, when it lies among the documents); unsupported
     files inside a folder are counted in one message, an unsupported file given by name
     gets its own message, and so does a missing path.
     """
@@ -120,7 +121,7 @@ def iter_source_files(paths: list[Path]) -> tuple[list[Path], list[str]]:
     for given in paths:
         path = Path(given)
         if path.is_dir():
-            found, skipped, errors = _walk_folder(path)
+            found, skipped, errors = _walk_folder(path, exclude)
             problems.extend(errors)
             if skipped:
                 problems.append(_skipped_message(path, skipped))
@@ -221,7 +222,7 @@ def _skipped_message(folder: Path, skipped: list[tuple[Path, str]], show: int = 
             f"(supported types: {_SUPPORTED_LIST})")
 
 
-def _walk_folder(folder: Path) -> tuple[list[Path], list[tuple[Path, str]], list[str]]:
+def _walk_folder(folder: Path, exclude: tuple[Path, ...] = ()) -> tuple[list[Path], list[tuple[Path, str]], list[str]]:
     """Supported files under folder (sorted, hidden entries skipped), skipped entries with why, errors.
 
     A symlinked folder is followed only when it points inside ``folder`` (a link to ``..``
@@ -249,6 +250,8 @@ def _walk_folder(folder: Path) -> tuple[list[Path], list[tuple[Path, str]], list
             if entry.name.startswith("."):
                 continue
             if entry.is_dir():
+                if exclude and entry.resolve() in exclude:
+                    continue
                 if entry.is_symlink() and not entry.resolve().is_relative_to(root):
                     skipped.append((entry, "link to a folder outside"))
                     continue

@@ -22,7 +22,7 @@ from ..retrieval.index import FORMAT_VERSION, CorpusIndex, EmbeddingCache
 from ..types import Chunk
 from .chunkers import make_chunker
 from .chunkers.base import CHUNKING_VERSION
-from .loaders import doc_slug, iter_source_files, load_document
+from .loaders import SUPPORTED_SUFFIXES, doc_slug, iter_source_files, load_document
 from .sentences import split_sentences
 
 log = logging.getLogger(__name__)
@@ -199,6 +199,23 @@ def _parts_present(gen: Path | None, manifest: dict) -> bool:
                                    for n in manifest.get("chunkers", {}))
 
 
+def _check_index_folder(root: Path, paths: list[str | Path]) -> None:
+    """Refuse an index folder that is a documents folder: the index files would be written among
+    the user's documents. (An index inside a documents folder is left out of the walk.)"""
+    where = root.resolve()
+    for p in paths:
+        if Path(p).is_dir() and Path(p).resolve() == where:
+            raise IngestionError(f"the index folder {root} is the documents folder {p}: the index files would be "
+                                 "written among the documents; nothing was changed. Pass --index another folder, "
+                                 f"e.g. --index index/{where.name or 'docs'}")
+    if root.is_dir() and not (root / "CURRENT").exists():
+        docs = sorted(c.name for c in root.iterdir() if c.is_file() and c.suffix.lower() in SUPPORTED_SUFFIXES)
+        if docs:
+            raise IngestionError(f"{root} holds documents ({', '.join(docs[:3])}{' ...' if len(docs) > 3 else ''}) "
+                                 "and is not an index; nothing was changed. Pass the documents as PATH and "
+                                 "--index a new or empty folder (or an existing index)")
+
+
 def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_dir: str | Path | None = None,
            rebuild: bool = False, progress: bool = True) -> IngestReport:
     """Ingest files and folders into the corpus index; unchanged files reuse their chunks."""
@@ -214,7 +231,8 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
             f"no such file or folder: {', '.join(missing)}; nothing was changed. Fix the path or leave it out "
             "(the index holds exactly the paths given, so a missing one would remove its documents)"
         )
-    files, problems = iter_source_files([Path(p) for p in paths])
+    _check_index_folder(root, paths)
+    files, problems = iter_source_files([Path(p) for p in paths], exclude=(root.resolve(),))
     report.problems.extend(problems)
     if not files:
         raise IngestionError(

@@ -51,23 +51,43 @@ class RegexTokenizer:
         return sum(1 for _ in _WORD.finditer(text))
 
 
+#: A word of over 100 characters (a DNA sequence, a long number) is one [UNK] piece to
+#: MiniLM's WordPiece tokenizer however long it is; counted as one token it would slip past every
+#: token budget (chunk sizes, the context budget) and the prompt could overflow the generator's
+#: context. Such a piece is counted, and can be cut, as one piece per this many characters: the
+#: generator's tokenizer needs about three characters per token for a run of letters or digits.
+UNK_CHARS_PER_PIECE = 3
+
+
 class HFTokenizer:
-    """Word pieces of a Hugging Face fast tokenizer, with character offsets."""
+    """Word pieces of a Hugging Face fast tokenizer, with character offsets.
+
+    An [UNK] piece longer than :data:`UNK_CHARS_PER_PIECE` characters is split into pieces of
+    that many characters, in both :meth:`spans` and :meth:`count`.
+    """
 
     _CACHE_LIMIT = 200_000
 
     def __init__(self, tok) -> None:
         self._tok = tok
+        self._unk = getattr(tok, "unk_token_id", None)
         self._counts: dict[str, int] = {}  # every chunker counts the same sentences
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         enc = self._tok(text, add_special_tokens=False, return_offsets_mapping=True, truncation=False)
-        return [tuple(s) for s in enc["offset_mapping"]]
+        out: list[tuple[int, int]] = []
+        for tid, (s, e) in zip(enc["input_ids"], enc["offset_mapping"]):
+            if tid == self._unk and e - s > UNK_CHARS_PER_PIECE:
+                out.extend((p, min(p + UNK_CHARS_PER_PIECE, e)) for p in range(s, e, UNK_CHARS_PER_PIECE))
+            else:
+                out.append((s, e))
+        return out
 
     def count(self, text: str) -> int:
         n = self._counts.get(text)
         if n is None:
-            n = len(self._tok(text, add_special_tokens=False, truncation=False)["input_ids"])
+            ids = self._tok(text, add_special_tokens=False, truncation=False)["input_ids"]
+            n = len(self.spans(text)) if self._unk is not None and self._unk in ids else len(ids)
             if len(self._counts) >= self._CACHE_LIMIT:
                 self._counts.clear()
             self._counts[text] = n

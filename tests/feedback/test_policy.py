@@ -42,8 +42,8 @@ Y = replace(DEFAULT, prompt="strict")
 def test_alternatives_prior_keeps_one_lucky_success_from_displacing_a_long_record() -> None:
     # One lucky success among alternatives that mostly failed.
     counts = {DEFAULT.key: (40, 10), OTHER.key: (1, 0), X.key: (0, 3), Y.key: (1, 4)}
-    flat = share_other(StrategyPolicy(PolicyConfig(prior_strength=0), DEFAULT, Counts(counts)))
-    pooled = share_other(StrategyPolicy(PolicyConfig(prior_strength=4), DEFAULT, Counts(counts)))
+    flat = share_other(StrategyPolicy(PolicyConfig(method="thompson", prior_strength=0), DEFAULT, Counts(counts)))
+    pooled = share_other(StrategyPolicy(PolicyConfig(method="thompson", prior_strength=4), DEFAULT, Counts(counts)))
     # Beta(1 + 1, 1) beats Beta(1 + 41, 1 + 10) about a third of the time; starting it where the
     # alternatives landed (m = 3/11, four pseudo-attempts) makes that rare.
     assert flat > 0.25
@@ -52,7 +52,7 @@ def test_alternatives_prior_keeps_one_lucky_success_from_displacing_a_long_recor
 
 def test_alternatives_prior_still_lets_a_proven_strategy_win() -> None:
     counts = {DEFAULT.key: (20, 20), OTHER.key: (18, 2)}
-    assert share_other(StrategyPolicy(PolicyConfig(prior_strength=4), DEFAULT, Counts(counts))) > 0.9
+    assert share_other(StrategyPolicy(PolicyConfig(method="thompson", prior_strength=4), DEFAULT, Counts(counts))) > 0.9
 
 
 @pytest.mark.parametrize("use_labels", [True, False])
@@ -61,7 +61,7 @@ def test_policy_learns_from_labels_when_configured(use_labels: bool) -> None:
     plain = {DEFAULT.key: (25, 0), OTHER.key: (10, 15)}
     labelled = {DEFAULT.key: (5, 20), OTHER.key: (20, 5)}
     memory = Counts(plain, labelled)
-    share = share_other(StrategyPolicy(PolicyConfig(use_labels=use_labels), DEFAULT, memory))
+    share = share_other(StrategyPolicy(PolicyConfig(method="thompson", use_labels=use_labels), DEFAULT, memory))
     assert all(c["use_labels"] is use_labels and c["qc"] == "who" for c in memory.calls)
     if use_labels:
         assert share > 0.9
@@ -73,19 +73,19 @@ def test_alternatives_prior_never_favours_an_unproven_alternative_over_an_equal_
     # Alternatives have done well, but the default has done just as well: a newcomer with the
     # same record as the default is not preferred to it.
     counts = {DEFAULT.key: (25, 0), OTHER.key: (25, 0)}
-    assert share_other(StrategyPolicy(PolicyConfig(prior_strength=4), DEFAULT, Counts(counts))) < 0.6
+    assert share_other(StrategyPolicy(PolicyConfig(method="thompson", prior_strength=4), DEFAULT, Counts(counts))) < 0.6
 
 
 def test_first_strategy_choice_is_seeded() -> None:
     counts = {DEFAULT.key: (10, 10), OTHER.key: (10, 10)}
-    a = [StrategyPolicy(PolicyConfig(seed=3), DEFAULT, Counts(counts)).first(q, query_features(q)) for q in QUESTIONS[:40]]
-    b = [StrategyPolicy(PolicyConfig(seed=3), DEFAULT, Counts(counts)).first(q, query_features(q)) for q in QUESTIONS[:40]]
-    c = [StrategyPolicy(PolicyConfig(seed=4), DEFAULT, Counts(counts)).first(q, query_features(q)) for q in QUESTIONS[:40]]
+    a = [StrategyPolicy(PolicyConfig(method="thompson", seed=3), DEFAULT, Counts(counts)).first(q, query_features(q)) for q in QUESTIONS[:40]]
+    b = [StrategyPolicy(PolicyConfig(method="thompson", seed=3), DEFAULT, Counts(counts)).first(q, query_features(q)) for q in QUESTIONS[:40]]
+    c = [StrategyPolicy(PolicyConfig(method="thompson", seed=4), DEFAULT, Counts(counts)).first(q, query_features(q)) for q in QUESTIONS[:40]]
     assert a == b and a != c
 
 
 def test_thin_memory_falls_back_to_the_default() -> None:
-    policy = StrategyPolicy(PolicyConfig(min_history=10), DEFAULT, Counts({OTHER.key: (5, 0)}))
+    policy = StrategyPolicy(PolicyConfig(method="thompson", min_history=10), DEFAULT, Counts({OTHER.key: (5, 0)}))
     assert share_other(policy) == 0.0
 
 
@@ -139,3 +139,35 @@ def test_raise_top_k_never_shrinks_a_large_context_budget() -> None:
     big = replace(DEFAULT, context_budget=4000)
     assert apply_repair("raise_top_k", big, ("section",)) == replace(big, top_k=10)
     assert apply_repair("raise_top_k", DEFAULT, ("section",)).context_budget == int(DEFAULT.context_budget * 1.5)
+
+
+def test_greedy_keeps_the_default_against_many_thin_alternatives() -> None:
+    # Ten alternatives tried twice each, one success apiece, against a default at 6 of 11:
+    # Thompson draws make the best of ten thin posteriors beat the default often; the
+    # posterior means never do, so greedy explores only its `explore` share of questions.
+    alts = [replace(DEFAULT, top_k=k) for k in range(6, 16)]
+    counts = {DEFAULT.key: (6, 5), **{a.key: (1, 1) for a in alts}}
+    def share_default(cfg):
+        policy = StrategyPolicy(cfg, DEFAULT, Counts(counts))
+        return sum(policy.first(q, query_features(q)) == DEFAULT for q in QUESTIONS) / len(QUESTIONS)
+    thompson = share_default(PolicyConfig(method="thompson"))
+    greedy = share_default(PolicyConfig(method="greedy", explore=0.1))
+    assert thompson < 0.8
+    assert greedy > 0.88
+    assert share_default(PolicyConfig(method="greedy", explore=0.0)) == 1.0
+
+
+def test_greedy_follows_a_proven_record() -> None:
+    counts = {DEFAULT.key: (10, 10), OTHER.key: (15, 2)}
+    policy = StrategyPolicy(PolicyConfig(method="greedy", explore=0.0), DEFAULT, Counts(counts))
+    assert {policy.first(q, query_features(q)) for q in QUESTIONS[:50]} == {OTHER}
+
+
+def test_greedy_repair_order_follows_the_better_record() -> None:
+    class RepairCounts(Counts):
+        def repair_counts(self, failure, qc=None, use_labels=False):
+            return {"switch_chunker": (1, 9), "raise_top_k": (9, 1)}
+
+    policy = StrategyPolicy(PolicyConfig(method="greedy", explore=0.0), DEFAULT, RepairCounts({}))
+    order = policy.repair_order("Who?", "WEAK_RETRIEVAL", query_features("Who?"))
+    assert order.index("raise_top_k") < order.index("switch_chunker")

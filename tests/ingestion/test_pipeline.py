@@ -529,3 +529,30 @@ def test_document_ids_have_no_whitespace():
 
     ids = _doc_ids([Path("/d/My Book.txt"), Path("/d/line\nbreak.txt"), Path("/d/tab\there.md")])
     assert sorted(ids.values()) == ["line_break", "my_book", "tab_here"]
+
+
+def test_the_documents_folder_is_refused_as_the_index(fake_config, corpus_dir: Path, hash_embedder) -> None:
+    before = sorted(p.name for p in corpus_dir.iterdir())
+    with pytest.raises(IngestionError, match="is the documents folder"):
+        ingest([corpus_dir], fake_config, hash_embedder, index_dir=corpus_dir, progress=False)
+    assert sorted(p.name for p in corpus_dir.iterdir()) == before, "files were written among the documents"
+
+
+def test_a_folder_of_documents_is_refused_as_the_index(fake_config, tmp_path: Path, corpus_dir: Path,
+                                                       hash_embedder) -> None:
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "todo.md").write_text("Buy apples.\n", encoding="utf-8")
+    with pytest.raises(IngestionError, match="holds documents"):
+        ingest([corpus_dir], fake_config, hash_embedder, index_dir=other, progress=False)
+    assert [p.name for p in other.iterdir()] == ["todo.md"]
+
+
+def test_an_index_inside_the_documents_is_not_read_as_documents(fake_config, tmp_path: Path, corpus_dir: Path,
+                                                                hash_embedder) -> None:
+    inside = corpus_dir / "index"
+    first = ingest([corpus_dir], fake_config, hash_embedder, index_dir=inside, progress=False)
+    again = ingest([corpus_dir], fake_config, hash_embedder, index_dir=inside, progress=False)
+    assert not first.problems and not again.problems, again.problems  # no "skipped ... unsupported type"
+    held = set(CorpusIndex(inside).manifest()["files"])
+    assert held == {"harbour", "orchard"}

@@ -167,3 +167,16 @@ def test_known_bug_config_file_value_raises_config_error(value: str, tmp_path: P
 def test_known_bug_infinite_file_limit_is_rejected() -> None:
     with pytest.raises(ConfigError):
         load_config(None, ["ingestion.max_file_mb=.inf"])
+
+
+@pytest.mark.parametrize("override", ["strategy.top_k=true", "strategy.context_budget=yes",
+                                      "loop.answer_threshold=no", "generator.n_ctx=on"])
+def test_known_bug_yes_no_for_a_number_is_rejected(override: str) -> None:
+    # YAML reads true/yes/on as a boolean, which pydantic used to take as the number 1.
+    with pytest.raises(ConfigError, match="expected a number"):
+        load_config(None, [override])
+
+
+def test_yes_no_still_sets_a_yes_no_option() -> None:
+    assert load_config(None, ["strategy.rerank=no"]).strategy.rerank is False
+    assert load_config(None, ["strategy.top_k=7"]).strategy.top_k == 7

@@ -156,6 +156,9 @@ def test_interrupted_ingest_leaves_previous_index_usable(indexed: Path, sig: sig
     expected = 130 if sig == signal.SIGINT else -signal.SIGKILL
     assert proc.returncode == expected, f"exit code {proc.returncode} (finished before the signal?); stderr:\n{err}"
     assert "Traceback" not in err
+    if sig == signal.SIGINT:
+        # Not the batch message ("finished results were kept"): nothing of this ingest is kept.
+        assert "index is as it was before" in err and "were kept" not in err, err
 
     assert index_fingerprint(index) == before, "the live generation or CURRENT changed"
     found = run_cli(indexed, ["search", "Who built the lighthouse of Marrow Point?", "--json"], cwd=indexed)
