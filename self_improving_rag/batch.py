@@ -31,7 +31,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .config import (Config, DuplicateKeyError, _merge, config_from_dict, default_config_text, load_yaml_unique,
-                     parse_override, pins_strategy, to_yaml)
+                     no_yes_no_for_numbers, parse_override, pins_strategy, to_yaml)
 from .errors import BatchError, ConfigError, SiragError
 from .evaluation.datasets import QAItem, load_qa, squad_contexts
 
@@ -77,11 +77,8 @@ class BatchSpec(BaseModel):
 
     @field_validator("limit", "offset", mode="before")
     @classmethod
-    def check_number(cls, v: Any) -> Any:
-        """YAML's true/yes is a boolean, which pydantic would take as the number 1."""
-        if isinstance(v, bool):
-            raise ValueError("expected a number, not a yes/no value")
-        return v
+    def check_number(cls, v: Any, info) -> Any:
+        return no_yes_no_for_numbers(cls, v, info.field_name)
 
     @field_validator("corpus")
     @classmethod

@@ -19,20 +19,24 @@ from .errors import ConfigError
 from .types import Strategy
 
 
+def no_yes_no_for_numbers(model: type[BaseModel], value: Any, field_name: str) -> Any:
+    """Refuse a boolean for a number field. YAML reads true/false/yes/no as booleans, and pydantic
+    would take them as 1 and 0: `--set strategy.top_k=true` must be an error, not top_k 1."""
+    if isinstance(value, bool):
+        ann = model.model_fields[field_name].annotation
+        kinds = set(get_args(ann)) or {ann}
+        if bool not in kinds and kinds & {int, float}:
+            raise ValueError("expected a number, not a yes/no value")
+    return value
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     @field_validator("*", mode="before")
     @classmethod
     def _no_yes_no_for_numbers(cls, value: Any, info) -> Any:
-        # YAML reads true/false/yes/no as booleans, and pydantic would take them as 1 and 0 for
-        # a number: `--set strategy.top_k=true` must be an error, not top_k 1.
-        if isinstance(value, bool):
-            ann = cls.model_fields[info.field_name].annotation
-            kinds = set(get_args(ann)) or {ann}
-            if bool not in kinds and kinds & {int, float}:
-                raise ValueError("expected a number, not a yes/no value")
-        return value
+        return no_yes_no_for_numbers(cls, value, info.field_name)
 
 
 class PathsConfig(_Model):

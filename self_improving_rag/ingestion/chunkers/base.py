@@ -39,7 +39,7 @@ class Chunker(Protocol):
 #: re-chunked (ingest) or named as built differently (search), never mixed silently.
 #: 2: split_long cuts between words. 3: a chunk of merged sibling sections names them all.
 #: 4: a merged span's text budget leaves room for the longest label any of its chunks gets.
-#: 5: a word of over 100 characters counts one token per three characters, not one [UNK].
+#: 5: a word of over 100 characters counts one token per character, not one [UNK].
 CHUNKING_VERSION = 5
 
 
