@@ -87,18 +87,13 @@ def _copy_db(src_path: Path, dst_path: Path) -> None:
     dst.close()
 
 
-def _pooled(parts: list[dict], threshold: float) -> dict:
-    """Both directions' cold and warm rows as one stream."""
-    cold = [r for p in parts for r in p["cold_rows"]]
-    warm = [r for p in parts for r in p["warm_rows"]]
-    out = {"stream_questions": len(cold), "cold": condition(cold, threshold), "warm": condition(warm, threshold)}
-    _deltas(out)
-    return out
-
-
-def _deltas(figures: dict) -> None:
+def _compare(cold_rows: list[dict], warm_rows: list[dict], threshold: float, **extra) -> dict:
+    """Cold and warm figures of the same questions, and warm − cold for the main ones."""
+    out = {**extra, "stream_questions": len(cold_rows), "cold": condition(cold_rows, threshold),
+           "warm": condition(warm_rows, threshold)}
     for k in ("first_attempt_success", "first_attempt_correct", "attempts_per_question", "correct_or_rightly_refused"):
-        figures[f"delta_{k}"] = figures["warm"][k] - figures["cold"][k]
+        out[f"delta_{k}"] = out["warm"][k] - out["cold"][k]
+    return out
 
 
 def _interleaved(spec, base: Path, out: Path):
@@ -185,13 +180,9 @@ def main() -> None:
     ids = [i for i in stream if i in warm and i in cold]
     if not ids:
         sys.exit("error: the two runs share no question of the stream; check --split and the run folders")
-    figures = {
-        "dataset": spec.questions.file, "split": args.split, "stream_questions": len(ids),
-        "warm_run": str(warm_dir), "cold_run": str(cold_dir),
-        "cold": condition([cold[i] for i in ids], args.threshold),
-        "warm": condition([warm[i] for i in ids], args.threshold),
-    }
-    _deltas(figures)
+    cold_rows, warm_rows = [cold[i] for i in ids], [warm[i] for i in ids]
+    figures = {"dataset": spec.questions.file, "split": args.split,
+               **_compare(cold_rows, warm_rows, args.threshold, warm_run=str(warm_dir), cold_run=str(cold_dir))}
     if args.two_way:
         wtag = tag if args.new_warmup else ""
         back_dir, front_dir = out / f"{spec.name}-learn-warmback{tag}", out / f"{spec.name}-learn-warmup{wtag}"
@@ -199,13 +190,10 @@ def main() -> None:
         first = [i for i in (it.id for it in items[:args.split]) if i in back and i in front]
         if not first:
             sys.exit(f"error: {back_dir} and {front_dir} share no question of the first part; run with --run --two-way")
-        figures["back"] = {"stream_questions": len(first), "warm_run": str(back_dir), "cold_run": str(front_dir),
-                           "cold": condition([front[i] for i in first], args.threshold),
-                           "warm": condition([back[i] for i in first], args.threshold)}
-        _deltas(figures["back"])
-        figures["pooled"] = _pooled([
-            {"cold_rows": [cold[i] for i in ids], "warm_rows": [warm[i] for i in ids]},
-            {"cold_rows": [front[i] for i in first], "warm_rows": [back[i] for i in first]}], args.threshold)
+        front_rows, back_rows = [front[i] for i in first], [back[i] for i in first]
+        figures["back"] = _compare(front_rows, back_rows, args.threshold, warm_run=str(back_dir),
+                                   cold_run=str(front_dir))
+        figures["pooled"] = _compare(cold_rows + front_rows, warm_rows + back_rows, args.threshold)
     report("learning", figures)
 
 

@@ -83,6 +83,11 @@ class StrategyPolicy:
         h = hashlib.sha256(f"{self.config.seed}\x00{salt}\x00{question}".encode()).digest()
         return np.random.default_rng(int.from_bytes(h[:8], "little"))
 
+    def _greedy(self, question: str, salt: str) -> bool:
+        """Whether this choice takes the best posterior mean: under ``greedy``, except for a seeded
+        share ``explore`` of questions, which sample as Thompson sampling does."""
+        return self.config.method == "greedy" and self._rng(question, salt).random() >= self.config.explore
+
     def _score(self, rng: np.random.Generator, s: float, f: float, n_total: int,
                prior: tuple[float, float] = (1.0, 1.0), mean: bool = False) -> float:
         if mean:  # greedy: the posterior mean
@@ -123,8 +128,7 @@ class StrategyPolicy:
         if total < self.config.min_history:
             return self.default
         rng = self._rng(question, "first")
-        # greedy: the best posterior mean, except for a seeded share of questions that sample.
-        mean = self.config.method == "greedy" and self._rng(question, "explore").random() >= self.config.explore
+        mean = self._greedy(question, "explore")
         best_key, best = self.default.key, -1.0
         known = {self.default.key: self.default}
         for key in counts:
@@ -186,8 +190,7 @@ class StrategyPolicy:
         if total < self.config.min_history:
             return catalogue
         rng = self._rng(question, failure)
-        mean = (self.config.method == "greedy"
-                and self._rng(question, f"explore\x00{failure}").random() >= self.config.explore)
+        mean = self._greedy(question, f"explore\x00{failure}")
         # Catalogue position is a weak prior: earlier repairs get a small pseudo-success.
         scored = []
         for pos, name in enumerate(catalogue):
