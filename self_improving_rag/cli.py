@@ -470,8 +470,10 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
         for k, v in data.items():
             print(f"{k}: {_short(v)}")
     if action in ("stats", "strategies", "failures") and data and not args.json:
+        uses = ("which the strategy policy prefers where they exist" if config.policy.use_labels
+                else "which the strategy policy ignores while policy.use_labels is false")
         print("(successes and success rates are the engine's own verdict: the answer passed its checks; "
-              "feedback and labelled_* count labels, which the strategy policy prefers where they exist)")
+              f"feedback and labelled_* count labels, {uses})")
     return 0
 
 
