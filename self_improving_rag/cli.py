@@ -527,7 +527,8 @@ def _short(v: Any) -> str:
 
 @command
 def cmd_feedback(args: argparse.Namespace, config: Config) -> int:
-    """Label an answer in memory as correct or wrong (used by `sirag calibrate` and the policy).
+    """Label an answer in memory as correct or wrong (used by `sirag calibrate`; by the policy only with
+    policy.use_labels: true).
 
     Example: sirag feedback 3f2a9c1b --correct
     """
@@ -543,8 +544,8 @@ def cmd_feedback(args: argparse.Namespace, config: Config) -> int:
     if before is not None:
         notes.append(f"it replaces the earlier {before['source']} label ({'correct' if before['label'] else 'wrong'})")
     if outcome["refused"]:
-        notes.append("this outcome is a refusal: the label is kept and counted, but calibration and the strategy "
-                     "policy learn only from labelled answers")
+        notes.append("this outcome is a refusal: the label is kept and counted, but calibration (and the strategy "
+                     "policy, with policy.use_labels: true) learns only from labelled answers")
     if args.json:
         _print_json({"outcome_id": oid, "correct": bool(args.correct), "source": "user", "note": args.note or "",
                      "replaced": before, "refusal": bool(outcome["refused"])})

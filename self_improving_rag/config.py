@@ -242,7 +242,8 @@ class PolicyConfig(_Model):
     # then mixes two measures, and where labels are strict (LiteraryQA) every strategy's record
     # looks equally bad; labels reach the checks through the calibrated confidence anyway.
     use_labels: bool = False
-    # Thompson sampling prior: every strategy of a query class starts at Beta(κ·m, κ·(1 − m)),
+    # Prior of the first-strategy choice (greedy's posterior mean and Thompson's draw): every
+    # strategy of a query class starts at Beta(κ·m, κ·(1 − m)),
     # m = the class's pooled success rate, κ = prior_strength pseudo-attempts, so one lucky
     # success of a rarely tried strategy does not outweigh a long record.
     prior_strength: float = Field(4.0, ge=0, le=1000)
