@@ -32,6 +32,11 @@ JSONL files under runs/ and the runs get "-il" in their names.
 
     python benchmarks/learning.py --run --two-way --interleave --batch configs/batch-literaryqa-dev.yaml --tag s14
 
+With --pair WARM_DIR COLD_DIR (repeatable) it compares runs made otherwise, e.g. `sirag eval`
+runs of one part with a fresh store and with a copy of another run's store:
+
+    python benchmarks/learning.py --pair runs/squad-s15B-warm runs/squad-s15B --pair runs/squad-s15A-warm runs/squad-s15A
+
 Figures on the stream, per condition: first-attempt success (the first attempt passes every
 check), first attempt correct (graded against gold, as the loop-off engine would answer),
 attempts per question, final share answered correctly or rightly refused, and which first
@@ -134,7 +139,26 @@ def main() -> None:
                     help="a config override for every run (e.g. policy.method=greedy); use a new --tag with it")
     ap.add_argument("--interleave", action="store_true", help="alternate questions form the two parts "
                     "(a JSONL question file only); --split is ignored")
+    ap.add_argument("--pair", nargs=2, action="append", metavar=("WARM_DIR", "COLD_DIR"),
+                    help="compare existing runs instead: a warm run and a cold run of the same questions (each "
+                    "compared on the questions both hold); repeat for more pairs, which are then also pooled")
     args = ap.parse_args()
+    if args.pair:
+        if args.run or args.warm or args.cold:
+            ap.error("--pair compares existing runs; it does not go with --run, --warm or --cold")
+        pairs = []
+        for warm_dir, cold_dir in args.pair:
+            warm, cold = _rows(Path(warm_dir)), _rows(Path(cold_dir))
+            ids = [i for i in cold if i in warm]
+            if not ids:
+                sys.exit(f"error: {warm_dir} and {cold_dir} share no question")
+            pairs.append((warm_dir, cold_dir, [cold[i] for i in ids], [warm[i] for i in ids]))
+        figures = {"pairs": [_compare(c, w, args.threshold, warm_run=wd, cold_run=cd) for wd, cd, c, w in pairs]}
+        if len(pairs) > 1:
+            figures["pooled"] = _compare([r for p in pairs for r in p[2]], [r for p in pairs for r in p[3]],
+                                         args.threshold)
+        report("learning", figures)
+        return
     if args.new_warmup and not args.tag:
         ap.error("--new-warmup needs --tag, so the new warm-up does not overwrite the old one")
     need_shared()
