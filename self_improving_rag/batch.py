@@ -888,8 +888,9 @@ def derive_plain_run(run_dir: Path, items: dict[str, Any] | None = None) -> dict
 
 
 def _record_gold(config: Config, run_name: str, rows: list[dict]) -> None:
-    """Gold labels become feedback in memory (for calibration, and for the policy with policy.use_labels), once per outcome:
-    a re-run adds nothing, a user's label is never overridden, a changed verdict updates."""
+    """Gold labels become feedback in memory (for calibration, and for the policy with
+    policy.use_labels), once per outcome: a re-run adds nothing, a user's label is never
+    overridden, a changed verdict updates."""
     from .memory import MemoryStore
 
     store = MemoryStore(config.paths.memory_db)

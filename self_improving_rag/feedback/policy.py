@@ -4,8 +4,8 @@ On success/failure counts from the memory store. Under ``policy.method: greedy``
 default) each candidate first strategy of a query class is scored by the mean of its posterior
 Beta(κ·m + successes, κ·(1 − m) + failures) and the best wins, except for a seeded share
 ``policy.explore`` of questions, which draw from the posteriors as ``thompson`` does for every
-question. Here κ = ``policy.prior_strength`` and m is the pooled success rate of the class's other non-default
-strategies, capped at the default's own rate: an unproven alternative starts where
+question. Here κ = ``policy.prior_strength`` and m is the pooled success rate of the class's
+other non-default strategies, capped at the default's own rate: an unproven alternative starts where
 alternatives have tended to land, not at a coin flip, so one lucky success among many failed
 alternatives cannot displace the default's long record, while an alternative with a record of
 its own can. The default carries one extra pseudo-success, so it wins ties on thin evidence.
