@@ -28,12 +28,11 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from common import REPO, report
+from common import report
 
 
 def first_attempts(paths: list[Path]) -> tuple[dict[str, dict[str, list[bool]]], dict[str, str]]:
     """{question: {strategy key: [first attempt passed, ...]}} and {question: query class}."""
-    sys.path.insert(0, str(REPO))
     from self_improving_rag.memory.store import MemoryStore
 
     seen: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
@@ -87,7 +86,6 @@ def main() -> None:
     if missing:
         sys.exit(f"error: not a file: {', '.join(missing)}")
     if args.default is None:
-        sys.path.insert(0, str(REPO))
         from self_improving_rag.config import load_config
 
         args.default = load_config().strategy.to_strategy().key
