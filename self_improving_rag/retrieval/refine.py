@@ -22,6 +22,8 @@ def refine_passage_spans(
     rank_weight: float = 0.5,
     every_passage: bool = True,
     mode: str = "sentences",
+    context_after_tokens: int = 0,
+    replies: bool = False,
 ) -> list[list[tuple[int, int]]]:
     """For each text, the sentence spans to keep (offsets within that text), in order.
 
@@ -30,8 +32,8 @@ def refine_passage_spans(
     borders a window (or starts a new one) next, so what the model reads is unbroken text and a
     multi-sentence piece of evidence is cut only at the budget. ``sentences`` takes the best
     sentences wherever they are, each with ``context_sentences`` neighbours (scattered pieces);
-    it is the default: on sherlock_dev it answered better end to end, although windows keep
-    more whole evidence quotes.
+    it is the default: on sherlock_dev it answered better end to end and keeps more whole
+    evidence quotes.
 
     Each sentence scores ``cosine + 0.3 · (share of the question's content terms it holds) +
     rank_weight · (1 − rank / n)``, where ``rank`` is its passage's place in the retrieval order
@@ -42,6 +44,13 @@ def refine_passage_spans(
     ``budget_tokens`` is spent (the budget counts the sentences' tokens and the "…" that
     :func:`join_spans` puts where text was left out between two of them). The first text
     always keeps its best sentence, so a refined context is never empty.
+
+    What follows a sentence is measured in tokens as well as sentences: with
+    ``context_after_tokens`` > 0 the sentences after it keep joining while their tokens add up to
+    at most that many (still at least ``context_sentences`` of them), so the short sentences
+    that close a line of dialogue ("Now off you go!") come along and a long one does not. With
+    ``replies`` a window never ends on a question: when its last sentence asks one (or is a short
+    attribution such as "I asked." after one) the next sentence, the reply, joins too.
     """
     if mode not in REFINE_MODES:
         raise ValueError(f"unknown refinement mode {mode!r}; use one of {', '.join(REFINE_MODES)}")
@@ -71,8 +80,8 @@ def refine_passage_spans(
         if si in chosen[ti]:
             continue
         spans = scores[ti].spans
-        lo, hi = max(0, si - context_sentences), min(len(spans) - 1, si + context_sentences)
-        new = [j for j in range(lo, hi + 1) if j not in chosen[ti]]
+        window = _window(texts[ti], spans, si, context_sentences, context_after_tokens, replies, count_tokens)
+        new = [j for j in window if j not in chosen[ti]]
         cost = sum(count_tokens(texts[ti][spans[j][0]:spans[j][1]]) for j in new) + gap * _new_gaps(chosen[ti], new)
         if used + cost > budget_tokens:
             # Try the sentence alone before giving up on it.
@@ -86,6 +95,39 @@ def refine_passage_spans(
         chosen[ti].update(new)
         used += cost
     return [[scores[ti].spans[j] for j in sorted(chosen[ti])] for ti in range(len(texts))]
+
+
+#: A sentence of at most this many tokens right after a question is read as its attribution
+#: ("I asked."), so the reply after it still joins the window.
+ATTRIBUTION_TOKENS = 4
+
+
+def _window(text: str, spans, si: int, context_sentences: int, after_tokens: int, replies: bool,
+            count_tokens) -> list[int]:
+    """Sentence ``si`` with its neighbours: ``context_sentences`` before; after, at least as many
+    and more while they add up to ``after_tokens``; then, with ``replies``, while the window ends on
+    a question or on a short attribution after one, the next sentence (at most two more)."""
+    n = len(spans)
+
+    def tokens(j: int) -> int:
+        return count_tokens(text[spans[j][0]:spans[j][1]])
+
+    def asks(j: int) -> bool:
+        return "?" in text[spans[j][0]:spans[j][1]]
+
+    hi, used = si, 0
+    while hi + 1 < n:
+        c = tokens(hi + 1)
+        if hi - si >= context_sentences and used + c > after_tokens:
+            break
+        hi += 1
+        used += c
+    extra = 0  # at most the attribution and the reply
+    while replies and extra < 2 and hi + 1 < n and (
+            asks(hi) or (hi > si and asks(hi - 1) and tokens(hi) <= ATTRIBUTION_TOKENS)):
+        hi += 1
+        extra += 1
+    return list(range(max(0, si - context_sentences), hi + 1))
 
 
 def _runs(indices: set[int]) -> int:

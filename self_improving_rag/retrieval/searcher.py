@@ -178,7 +178,8 @@ class Searcher:
                 question, [t_[0] for t_ in texts], sent_scores, strategy.context_budget,
                 self.embedder.tokenizer.count, self.config.retrieval.refine_context_sentences,
                 self.config.retrieval.refine_rank_weight, self.config.retrieval.refine_every_passage,
-                self.config.retrieval.refine_mode,
+                self.config.retrieval.refine_mode, self.config.retrieval.refine_context_after_tokens,
+                self.config.retrieval.refine_replies,
             )
             bodies = [join_spans(t_[0], k) for t_, k in zip(texts, keep)]
         else:

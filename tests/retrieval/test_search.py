@@ -18,7 +18,7 @@ from self_improving_rag.retrieval.dense import FaissDenseRetriever
 from self_improving_rag.retrieval.embedder import HashEmbedder
 from self_improving_rag.retrieval.hybrid import dedupe_overlapping, rrf_fuse, weighted_fuse
 from self_improving_rag.retrieval.index import build_bm25, build_dense
-from self_improving_rag.retrieval.refine import join_spans, refine_passage_spans
+from self_improving_rag.retrieval.refine import _window, join_spans, refine_passage_spans
 from self_improving_rag.retrieval.reranker import EmbeddingReranker, SentenceScores, sigmoid
 from self_improving_rag.retrieval.searcher import Searcher
 from self_improving_rag.types import Strategy
@@ -310,6 +310,84 @@ def test_refine_windows_seed_every_passage_then_grow_the_best_frontier() -> None
     keep = refine_passage_spans("nothing", REFINE_TEXTS, _scores(sims), 12, COUNT, rank_weight=0.0,
                                 every_passage=False, mode="windows")
     assert keep == [[spans0[1]], [spans1[0]]]
+
+
+DIALOGUE = ("The workman gave the sign. \u201cYes, for strangers to travel,\u201d the other answered. "
+            "\u201cThat is good. Now go!\u201d A long sentence follows here with many more words in it than "
+            "the budget allows.")
+QUESTION_REPLY = ("Holmes looked up from the letter. \u201cInto his own hands?\u201d I asked. "
+                  "\u201cNo, sir, he was up in the loft at the time.\u201d The lamp went out.")
+
+
+def _one(text: str, best: int) -> tuple[list[tuple[int, int]], list[SentenceScores]]:
+    spans = _sentence_spans(text)
+    return spans, [SentenceScores(tuple(spans), tuple(0.9 if j == best else 0.1 for j in range(len(spans))))]
+
+
+def _cost(text: str, spans: list[tuple[int, int]]) -> int:
+    """The tokens of a contiguous run of sentences: a budget that fits it and nothing more."""
+    return sum(COUNT(text[a:b]) for a, b in spans)
+
+
+def test_refine_after_tokens_bring_the_short_sentences_that_close_a_line() -> None:
+    spans = _sentence_spans(DIALOGUE)
+    short = _cost(DIALOGUE, spans[2:4])
+    assert COUNT(DIALOGUE[spans[4][0]:spans[4][1]]) > short
+
+    def window(after: int, context: int = 1) -> list[int]:
+        return _window(DIALOGUE, spans, 1, context, after, False, COUNT)
+
+    assert window(0) == [0, 1, 2]  # by sentences: one neighbour each side, "Now go!" is cut
+    assert window(short) == [0, 1, 2, 3]  # by tokens after it: the short ones join, the long one not
+    assert window(1) == [0, 1, 2]  # never fewer than context_sentences after it
+    assert window(short, context=0) == [1, 2, 3]
+    assert window(10_000) == [0, 1, 2, 3, 4]
+    # Through the public function: a budget that fits the four sentences keeps them whole.
+    sc = _one(DIALOGUE, 1)[1]
+    keep = refine_passage_spans("yes", [DIALOGUE], sc, _cost(DIALOGUE, spans[0:4]), COUNT, 1, every_passage=False,
+                                mode="sentences", context_after_tokens=short)
+    assert keep == [spans[0:4]]
+
+
+@pytest.mark.parametrize("best", [0, 1])
+def test_refine_replies_keep_the_answer_to_a_question(best: int) -> None:
+    spans = _sentence_spans(QUESTION_REPLY)
+    # best 0: the window ends on the question; best 1: on the attribution "I asked." after it.
+    plain = _window(QUESTION_REPLY, spans, best, 1, 0, False, COUNT)
+    assert plain == list(range(max(0, best - 1), best + 2))
+    with_reply = _window(QUESTION_REPLY, spans, best, 1, 0, True, COUNT)
+    assert with_reply == list(range(plain[0], 4))  # through the attribution to the reply
+    assert "loft" in QUESTION_REPLY[spans[3][0]:spans[3][1]]
+    # A window that does not end on a question takes no extra sentence.
+    assert _window(QUESTION_REPLY, spans, 3, 1, 0, True, COUNT) == [2, 3, 4]
+    sc = _one(QUESTION_REPLY, best)[1]
+    budget = _cost(QUESTION_REPLY, [spans[j] for j in with_reply])
+    keep = refine_passage_spans("hands", [QUESTION_REPLY], sc, budget, COUNT, 1, every_passage=False,
+                                mode="sentences", replies=True)
+    assert keep == [[spans[j] for j in with_reply]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(budget=st.integers(1, 60), after=st.integers(0, 30), context=st.integers(0, 2), replies=st.booleans(),
+       best=st.integers(0, 4))
+def test_refine_windows_by_tokens_respect_the_budget(budget: int, after: int, context: int, replies: bool,
+                                                      best: int) -> None:
+    texts = [DIALOGUE, QUESTION_REPLY]
+    scores = [_one(DIALOGUE, best)[1][0], _one(QUESTION_REPLY, best)[1][0]]
+    keep = refine_passage_spans("hands", texts, scores, budget, COUNT, context, mode="sentences",
+                                context_after_tokens=after, replies=replies)
+    gaps = sum(max(0, sum(1 for j, sp in enumerate(k) if j == 0 or sp != _next(t, k[j - 1])) - 1)
+               for t, k in zip(texts, keep))
+    kept = sum(COUNT(t[a:b]) for t, k in zip(texts, keep) for a, b in k) + gaps * COUNT(" … ")
+    first = min(COUNT(DIALOGUE[a:b]) for a, b in keep[0]) if keep[0] else 0
+    assert keep[0], "the first text keeps a sentence"
+    assert kept <= budget or (len(keep[0]) == 1 and not keep[1] and kept == first)
+
+
+def _next(text: str, span: tuple[int, int]) -> tuple[int, int] | None:
+    spans = _sentence_spans(text)
+    i = spans.index(span)
+    return spans[i + 1] if i + 1 < len(spans) else None
 
 
 def test_refine_rejects_an_unknown_mode() -> None:
