@@ -142,10 +142,11 @@ class RetrievalConfig(_Model):
     relevance_slope: float = Field(10.0, gt=0, le=100)
     refine: bool = True
     refine_context_sentences: int = Field(1, ge=0, le=5)
-    # After a kept sentence, the following ones keep joining while they add up to at most this
-    # many word pieces (at least refine_context_sentences of them; 0 = exactly that many), and with
-    # refine_replies a window that ends on a question takes the reply too. On sherlock_dev this
-    # kept 32 of 32 evidence quotes instead of 29 at the same tokens (docs/results.md, session 16).
+    # sentences mode: after a kept sentence, the following ones keep joining while they add up to
+    # at most this many word pieces (at least refine_context_sentences of them; 0 = exactly that
+    # many), and with refine_replies a window that ends on a question takes the reply too. On
+    # sherlock_dev this kept 32 of 32 evidence quotes instead of 29 at the same tokens
+    # (docs/results.md, session 16).
     refine_context_after_tokens: int = Field(35, ge=0, le=400)
     refine_replies: bool = True
     # Refinement favours sentences of higher-ranked passages by this much (0 = sentence cosine
