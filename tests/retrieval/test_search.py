@@ -502,6 +502,26 @@ def test_small_budget_refines_passages(searcher: Searcher, chunker: str) -> None
     assert "Clara Venn" in result.passages[0].text
 
 
+@pytest.mark.parametrize("after,replies", [(12, False), (0, True)])
+def test_searcher_passes_the_refinement_settings(index_tmp: Path, monkeypatch, after: int, replies: bool) -> None:
+    from self_improving_rag.retrieval import searcher as searcher_module
+
+    seen = []
+    real = searcher_module.refine_passage_spans
+
+    def spy(*args):
+        seen.append(args[-2:])
+        return real(*args)
+
+    monkeypatch.setattr(searcher_module, "refine_passage_spans", spy)
+    s = _searcher(index_tmp, f"retrieval.refine_context_after_tokens={after}", f"retrieval.refine_replies={replies}")
+    try:
+        s.search(LIGHTHOUSE_Q, Strategy(chunker="section", top_k=3, context_budget=30))
+    finally:
+        s.close()
+    assert seen == [(after, replies)]
+
+
 def test_without_refinement_passages_are_the_chunks(index_tmp: Path) -> None:
     s = _searcher(index_tmp, "retrieval.refine=false")
     try:
