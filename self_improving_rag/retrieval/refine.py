@@ -74,18 +74,19 @@ def refine_passage_spans(
     seed_set = set(seeds)
     order = seeds + [c for c in candidates if c not in seed_set]
     chosen: list[set[int]] = [set() for _ in texts]
+    # Each sentence's tokens, counted once: windows, costs and the fallback all read them.
+    sizes = [[count_tokens(text[s:e]) for s, e in sc.spans] for text, sc in zip(texts, scores)]
     gap = count_tokens(GAP)
     used = 0
     for _, ti, si in order:
         if si in chosen[ti]:
             continue
-        spans = scores[ti].spans
-        window = _window(texts[ti], spans, si, context_sentences, context_after_tokens, replies, count_tokens)
+        window = _window(texts[ti], scores[ti].spans, si, context_sentences, context_after_tokens, replies, sizes[ti])
         new = [j for j in window if j not in chosen[ti]]
-        cost = sum(count_tokens(texts[ti][spans[j][0]:spans[j][1]]) for j in new) + gap * _new_gaps(chosen[ti], new)
+        cost = sum(sizes[ti][j] for j in new) + gap * _new_gaps(chosen[ti], new)
         if used + cost > budget_tokens:
             # Try the sentence alone before giving up on it.
-            alone = count_tokens(texts[ti][spans[si][0]:spans[si][1]]) + gap * _new_gaps(chosen[ti], [si])
+            alone = sizes[ti][si] + gap * _new_gaps(chosen[ti], [si])
             if used + alone > budget_tokens:
                 if used == 0:
                     chosen[ti].add(si)
@@ -103,28 +104,26 @@ ATTRIBUTION_TOKENS = 4
 
 
 def _window(text: str, spans, si: int, context_sentences: int, after_tokens: int, replies: bool,
-            count_tokens) -> list[int]:
+            sizes: list[int]) -> list[int]:
     """Sentence ``si`` with its neighbours: ``context_sentences`` before; after, at least as many
     and more while they add up to ``after_tokens``; then, with ``replies``, while the window ends on
-    a question or on a short attribution after one, the next sentence (at most two more)."""
+    a question or on a short attribution after one, the next sentence (at most two more).
+    ``sizes`` holds each sentence's tokens."""
     n = len(spans)
-
-    def tokens(j: int) -> int:
-        return count_tokens(text[spans[j][0]:spans[j][1]])
 
     def asks(j: int) -> bool:
         return "?" in text[spans[j][0]:spans[j][1]]
 
     hi, used = si, 0
     while hi + 1 < n:
-        c = tokens(hi + 1)
+        c = sizes[hi + 1]
         if hi - si >= context_sentences and used + c > after_tokens:
             break
         hi += 1
         used += c
     extra = 0  # at most the attribution and the reply
     while replies and extra < 2 and hi + 1 < n and (
-            asks(hi) or (hi > si and asks(hi - 1) and tokens(hi) <= ATTRIBUTION_TOKENS)):
+            asks(hi) or (hi > si and asks(hi - 1) and sizes[hi] <= ATTRIBUTION_TOKENS)):
         hi += 1
         extra += 1
     return list(range(max(0, si - context_sentences), hi + 1))

@@ -324,6 +324,10 @@ def _one(text: str, best: int) -> tuple[list[tuple[int, int]], list[SentenceScor
     return spans, [SentenceScores(tuple(spans), tuple(0.9 if j == best else 0.1 for j in range(len(spans))))]
 
 
+def _sizes(text: str, spans: list[tuple[int, int]]) -> list[int]:
+    return [COUNT(text[a:b]) for a, b in spans]
+
+
 def _cost(text: str, spans: list[tuple[int, int]]) -> int:
     """The tokens of a contiguous run of sentences: a budget that fits it and nothing more."""
     return sum(COUNT(text[a:b]) for a, b in spans)
@@ -335,7 +339,7 @@ def test_refine_after_tokens_bring_the_short_sentences_that_close_a_line() -> No
     assert COUNT(DIALOGUE[spans[4][0]:spans[4][1]]) > short
 
     def window(after: int, context: int = 1) -> list[int]:
-        return _window(DIALOGUE, spans, 1, context, after, False, COUNT)
+        return _window(DIALOGUE, spans, 1, context, after, False, _sizes(DIALOGUE, spans))
 
     assert window(0) == [0, 1, 2]  # by sentences: one neighbour each side, "Now go!" is cut
     assert window(short) == [0, 1, 2, 3]  # by tokens after it: the short ones join, the long one not
@@ -353,13 +357,14 @@ def test_refine_after_tokens_bring_the_short_sentences_that_close_a_line() -> No
 def test_refine_replies_keep_the_answer_to_a_question(best: int) -> None:
     spans = _sentence_spans(QUESTION_REPLY)
     # best 0: the window ends on the question; best 1: on the attribution "I asked." after it.
-    plain = _window(QUESTION_REPLY, spans, best, 1, 0, False, COUNT)
+    sizes = _sizes(QUESTION_REPLY, spans)
+    plain = _window(QUESTION_REPLY, spans, best, 1, 0, False, sizes)
     assert plain == list(range(max(0, best - 1), best + 2))
-    with_reply = _window(QUESTION_REPLY, spans, best, 1, 0, True, COUNT)
+    with_reply = _window(QUESTION_REPLY, spans, best, 1, 0, True, sizes)
     assert with_reply == list(range(plain[0], 4))  # through the attribution to the reply
     assert "loft" in QUESTION_REPLY[spans[3][0]:spans[3][1]]
     # A window that does not end on a question takes no extra sentence.
-    assert _window(QUESTION_REPLY, spans, 3, 1, 0, True, COUNT) == [2, 3, 4]
+    assert _window(QUESTION_REPLY, spans, 3, 1, 0, True, sizes) == [2, 3, 4]
     sc = _one(QUESTION_REPLY, best)[1]
     budget = _cost(QUESTION_REPLY, [spans[j] for j in with_reply])
     keep = refine_passage_spans("hands", [QUESTION_REPLY], sc, budget, COUNT, 1, every_passage=False,
