@@ -573,8 +573,11 @@ def cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
             if args.json:
                 _print_json({"fit_id": fit_id, "reset_to_defaults": True})
             else:
+                auto = config.calibration
+                later = (f", or the engine's own once {auto.auto_refit_after} more answers are labelled "
+                         "(calibration.auto_fit)") if auto.auto_fit else ""
                 print(f"default weights stored as fit {fit_id}: used by every later answer until a newer fit "
-                      "(`sirag calibrate`, or one merged in)")
+                      f"(`sirag calibrate`, one merged in{later})")
             return 0
         result = calibrate_from_memory(store, min_labels=args.min_labels, seed=config.policy.seed,
                                        save=not args.dry_run, force=args.force)

@@ -266,6 +266,16 @@ class PolicyConfig(_Model):
     stop_explore: float = Field(0.1, ge=0, le=1)
 
 
+class CalibrationConfig(_Model):
+    # Fit the confidence weights from memory's labels without being asked: when the engine starts
+    # with a store holding at least `auto_min_labels` labelled answers, and `auto_refit_after` more
+    # than when the weights in use were fitted (or reset), it fits as `sirag calibrate` does and
+    # stores the fit only if it beats the default weights on held-out labels.
+    auto_fit: bool = True
+    auto_min_labels: int = Field(50, ge=2)
+    auto_refit_after: int = Field(20, ge=1)
+
+
 class StrategyConfig(_Model):
     chunker: Literal["fixed", "section", "semantic"] = "section"
     retriever: Literal["dense", "bm25", "hybrid"] = "hybrid"
@@ -290,6 +300,7 @@ class Config(_Model):
     thresholds: ThresholdsConfig = ThresholdsConfig()
     loop: LoopConfig = LoopConfig()
     policy: PolicyConfig = PolicyConfig()
+    calibration: CalibrationConfig = CalibrationConfig()
     strategy: StrategyConfig = StrategyConfig()
 
 

@@ -123,6 +123,8 @@ class Engine:
         policy = StrategyPolicy(self.config.policy, default, self.memory, available)
         weights = None
         if self.memory is not None:
+            if self.config.calibration.auto_fit:
+                self._auto_calibrate()
             fit = self.memory.latest_calibration()
             weights = fit.get("weights") if fit else None
         r = self.config.retrieval
@@ -131,6 +133,34 @@ class Engine:
         # Set last: it marks the engine as ready, so a failure above (a locked store, say) is
         # retried by the next call instead of leaving an engine without a scorer.
         self._policy = policy
+
+    def _auto_calibrate(self) -> None:
+        """Fit the confidence weights on memory's labels when enough new ones arrived
+        (``calibration.auto_fit``); a store that cannot be written or fitted keeps its weights."""
+        from .errors import MemoryStoreError
+        from .evaluation.calibrate import auto_calibrate
+
+        c = self.config.calibration
+        try:
+            result = auto_calibrate(self.memory, c.auto_min_labels, c.auto_refit_after, seed=self.config.policy.seed)
+        except (InputError, MemoryStoreError, ValueError) as exc:
+            log.warning("automatic calibration skipped (%s); the confidence weights in use stay", exc)
+            return
+        if result is None:
+            return
+        held = result["held_out"]
+
+        def fmt(x) -> str:
+            return "n/a" if x is None else f"{x:.3f}"
+
+        figures = (f"held-out AUROC {fmt(held['before']['auroc'])} -> {fmt(held['after']['auroc'])}, "
+                   f"ECE {fmt(held['before']['ece'])} -> {fmt(held['after']['ece'])}")
+        if result.get("stored"):
+            log.info("confidence calibrated on the %d labelled answers in memory (%s); fit %s is in use "
+                     "(calibration.auto_fit)", result["n"], figures, result["fit_id"])
+        else:
+            log.info("automatic calibration on %d labelled answers not stored: %s", result["n"],
+                     result.get("not_stored", ""))
 
     @property
     def policy(self) -> StrategyPolicy:

@@ -424,3 +424,48 @@ def test_a_negated_yes_no_question_is_answered_not_echoed(make_engine):
     engine, _, _ = make_engine(["Tobias Lune did [1]."])
     ans = engine.ask("Didn't Tobias Lune save the sailors of the Greyling?")
     assert not ans.refused and ans.answer.startswith("Tobias Lune did")
+
+
+def _labelled_store(path, n_short=30, n_long=30):
+    """A memory store with labelled answers whose length tells right from wrong."""
+    import sys
+    from pathlib import Path
+
+    sys.path.append(str(Path(__file__).resolve().parent / "memory"))
+    from memory_testkit import make_answer, make_attempt
+
+    from self_improving_rag.memory import MemoryStore
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    store = MemoryStore(path)
+    long = "The keeper who rowed out in the great storm and saved the sailors was a man of the town [2]"
+    for i in range(n_short + n_long):
+        text = "Tobias Lune [1]" if i < n_short else long
+        oid = store.record(make_answer(f"Who saved the sailors {i}?", (make_attempt(1, answer=text),), answer=text))
+        store.add_feedback(oid, correct=i < n_short or i % 6 == 0, source="gold")
+    store.close()
+
+
+@pytest.mark.parametrize("auto", [True, False])
+def test_the_engine_calibrates_its_confidence_from_memorys_labels_when_it_starts(tmp_path, make_engine, auto):
+    """With calibration.auto_fit the engine fits the weights on the labels a store holds and
+    answers with them; without it the default weights stay."""
+    _labelled_store(tmp_path / "memory" / "memory.db")
+    cfg = load_config(None, fake_overrides(tmp_path) + [f"calibration.auto_fit={str(auto).lower()}"])
+    engine, gen, store = make_engine([GOOD], config=cfg)
+    ans = engine.ask("Who saved the sailors of the Greyling in the storm?")
+    fit = store.latest_calibration()
+    if auto:
+        assert fit is not None and fit["n"] == 60
+        assert engine._scorer.weights == fit["weights"]
+        assert "(fitted weights)" in ans.attempts[0].signals.confidence.reason
+    else:
+        assert fit is None and engine._scorer.weights is None
+        assert "(default weights)" in ans.attempts[0].signals.confidence.reason
+
+
+def test_the_engine_does_not_calibrate_on_too_few_labels(tmp_path, make_engine):
+    _labelled_store(tmp_path / "memory" / "memory.db", n_short=20, n_long=20)
+    engine, gen, store = make_engine([GOOD])
+    engine.warm_up()
+    assert store.latest_calibration() is None and engine._scorer.weights is None

@@ -54,5 +54,37 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
 
 def reset_calibration(store) -> int:
     """Put the default weights back in use: they are stored as the newest fit (n = 0), so the
-    history of fits is kept and a later ``sirag calibrate`` replaces them as before."""
-    return store.save_calibration(dict(DEFAULT_WEIGHTS), 0, {"reset_to_defaults": True})
+    history of fits is kept and a later ``sirag calibrate`` replaces them as before. The number of
+    labelled answers at the reset is kept (``labels_seen``), so an automatic fit waits for new
+    labels instead of undoing the reset at the next start."""
+    return store.save_calibration(dict(DEFAULT_WEIGHTS), 0,
+                                  {"reset_to_defaults": True, "labels_seen": len(store.labelled_attempts())})
+
+
+def labels_behind_weights(fit: dict | None) -> int:
+    """How many labelled answers the weights in use were decided on: the fit's ``labels_seen``
+    (a reset), else its ``n``; 0 without a fit."""
+    if not fit:
+        return 0
+    seen = (fit.get("metrics") or {}).get("labels_seen")
+    return int(seen) if isinstance(seen, (int, float)) else int(fit.get("n") or 0)
+
+
+def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0) -> dict | None:
+    """Fit the confidence weights from memory's labels when enough new ones have arrived.
+
+    Fits, as ``sirag calibrate`` does (stored only if it beats the default weights' held-out
+    Brier score), when the store holds at least ``min_labels`` labelled answers and at least
+    ``refit_after`` more than the weights in use were decided on. Returns the
+    :func:`calibrate_from_memory` result, or None when nothing was due (or the store is
+    read-only, or its labels hold one class).
+    """
+    if getattr(store, "read_only", False):
+        return None
+    rows = store.labelled_attempts()
+    n = len(rows)
+    if n < min_labels or n - labels_behind_weights(store.latest_calibration()) < refit_after:
+        return None
+    if len({int(r["label"]) for r in rows}) < 2:
+        return None
+    return calibrate_from_memory(store, min_labels=min_labels, seed=seed, save=True)

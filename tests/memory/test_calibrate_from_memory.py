@@ -91,3 +91,67 @@ def test_a_fit_worse_than_the_defaults_on_held_out_labels_is_not_stored(store: M
     fit_id = reset_calibration(store)
     latest = store.latest_calibration()
     assert latest["id"] == fit_id and latest["weights"] == DEFAULT_WEIGHTS and latest["n"] == 0
+
+
+def test_automatic_calibration_fits_once_enough_labels_arrive_and_again_only_after_new_ones(store: MemoryStore) -> None:
+    from self_improving_rag.evaluation.calibrate import auto_calibrate
+
+    _record(store, 20, SHORT, correct_every=1)
+    _record(store, 20, LONG, correct_every=6)
+    assert auto_calibrate(store, min_labels=50, refit_after=20) is None  # 40 labels: too few
+    assert store.latest_calibration() is None
+    _record(store, 10, LONG, correct_every=5)
+    first = auto_calibrate(store, min_labels=50, refit_after=20)
+    assert first is not None and first["stored"] is True and first["n"] == 50
+    assert store.latest_calibration()["id"] == first["fit_id"]
+    assert first["weights"]["answer_words"] < DEFAULT_WEIGHTS["answer_words"]
+    # The weights in use were fitted on 50 labels: 19 more are not enough for a new fit, 20 are.
+    _record(store, 19, SHORT, correct_every=1)
+    assert auto_calibrate(store, min_labels=50, refit_after=20) is None
+    _record(store, 1, SHORT, correct_every=1)
+    second = auto_calibrate(store, min_labels=50, refit_after=20)
+    assert second is not None and second["n"] == 70 and store.latest_calibration()["id"] == second["fit_id"]
+
+
+def test_automatic_calibration_respects_a_reset_until_new_labels_arrive(store: MemoryStore) -> None:
+    from self_improving_rag.evaluation.calibrate import auto_calibrate, reset_calibration
+
+    _record(store, 30, SHORT, correct_every=1)
+    _record(store, 30, LONG, correct_every=6)
+    reset_id = reset_calibration(store)
+    assert store.latest_calibration()["metrics"]["labels_seen"] == 60
+    assert auto_calibrate(store, min_labels=50, refit_after=20) is None
+    assert store.latest_calibration()["id"] == reset_id  # the defaults stay in use
+    _record(store, 20, LONG, correct_every=6)
+    result = auto_calibrate(store, min_labels=50, refit_after=20)
+    assert result is not None and result["stored"] and store.latest_calibration()["id"] == result["fit_id"]
+
+
+def test_automatic_calibration_keeps_out_a_fit_worse_than_the_defaults(store: MemoryStore) -> None:
+    from self_improving_rag.evaluation.calibrate import auto_calibrate
+
+    _record(store, 2, SHORT, correct_every=2)  # labels that contradict the signals (see above)
+    _record(store, 2, LONG, correct_every=2)
+    result = auto_calibrate(store, min_labels=2, refit_after=1)
+    assert result is not None and result["stored"] is False and store.latest_calibration() is None
+
+
+def test_automatic_calibration_needs_both_kinds_of_label_and_a_writable_store(tmp_path: Path) -> None:
+    from self_improving_rag.evaluation.calibrate import auto_calibrate
+
+    path = tmp_path / "memory.db"
+    s = MemoryStore(path)
+    _record(s, 60, SHORT, correct_every=1)  # all correct: nothing to learn from
+    assert auto_calibrate(s, min_labels=50, refit_after=20) is None
+    _record(s, 20, LONG, correct_every=6)
+    s.close()
+    ro = MemoryStore(path, read_only=True)
+    try:
+        assert auto_calibrate(ro, min_labels=50, refit_after=20) is None
+    finally:
+        ro.close()
+    s = MemoryStore(path)
+    try:
+        assert auto_calibrate(s, min_labels=50, refit_after=20)["stored"] is True
+    finally:
+        s.close()

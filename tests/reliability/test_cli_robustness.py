@@ -361,8 +361,10 @@ def test_calibrate_reset_and_its_refused_mixes(tmp_path):
     assert r.returncode == 2 and "takes no --dry-run" in r.stderr
     r = run(["calibrate", "--reset"], tmp_path, ov)
     assert r.returncode == 0 and "default weights stored as fit 2" in r.stdout, r.stderr
+    assert "once 20 more answers are labelled (calibration.auto_fit)" in r.stdout
     with MemoryStore(db, read_only=True) as store:
-        assert store.latest_calibration()["n"] == 0
+        latest = store.latest_calibration()
+        assert latest["n"] == 0 and latest["metrics"]["labels_seen"] == 0
     r = run(["calibrate"], tmp_path, ov)  # one unlabelled answer: no hint to lower --min-labels to 0
     assert r.returncode == 2 and "0 labelled" in r.stderr and "--min-labels" not in r.stderr
 
