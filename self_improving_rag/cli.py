@@ -418,7 +418,11 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
         store = _memory(config)
     try:
         if action == "stats":
-            data: Any = store.stats()
+            from .evaluation.calibrate import calibration_status
+
+            c = config.calibration
+            data: Any = {**store.stats(), "calibration": calibration_status(store, c.auto_fit, c.auto_min_labels,
+                                                                            c.auto_refit_after)}
         elif action == "strategies":
             data = store.strategies()
         elif action == "failures":

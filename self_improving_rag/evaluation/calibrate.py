@@ -70,6 +70,23 @@ def labels_behind_weights(fit: dict | None) -> int:
     return int(seen) if isinstance(seen, (int, float)) else int(fit.get("n") or 0)
 
 
+def calibration_status(store, auto_fit: bool, min_labels: int, refit_after: int) -> dict:
+    """What confidence weights the next start uses and when it fits new ones (``memory stats``).
+
+    ``weights``: ``default`` or ``fit ID``; ``fitted_on``: its labelled answers (0 for the
+    defaults); ``labelled_answers``: in the store now; ``automatic_fit_at``: the count of
+    labelled answers at which a start fits again (only with ``auto_fit``).
+    """
+    fit = store.latest_calibration()
+    default = fit is None or bool((fit.get("metrics") or {}).get("reset_to_defaults"))
+    out: dict = {"weights": "default" if default else f"fit {fit['id']}",
+                 "fitted_on": 0 if default else int(fit["n"]),
+                 "labelled_answers": len(store.labelled_attempts())}
+    if auto_fit:
+        out["automatic_fit_at"] = max(min_labels, labels_behind_weights(fit) + refit_after)
+    return out
+
+
 def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0) -> dict | None:
     """Fit the confidence weights from memory's labels when enough new ones have arrived.
 

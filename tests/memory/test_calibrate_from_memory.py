@@ -114,17 +114,21 @@ def test_automatic_calibration_fits_once_enough_labels_arrive_and_again_only_aft
 
 
 def test_automatic_calibration_respects_a_reset_until_new_labels_arrive(store: MemoryStore) -> None:
-    from self_improving_rag.evaluation.calibrate import auto_calibrate, reset_calibration
+    from self_improving_rag.evaluation.calibrate import auto_calibrate, calibration_status, reset_calibration
 
     _record(store, 30, SHORT, correct_every=1)
     _record(store, 30, LONG, correct_every=6)
     reset_id = reset_calibration(store)
     assert store.latest_calibration()["metrics"]["labels_seen"] == 60
+    assert calibration_status(store, True, 50, 20) == {"weights": "default", "fitted_on": 0, "labelled_answers": 60,
+                                                       "automatic_fit_at": 80}
     assert auto_calibrate(store, min_labels=50, refit_after=20) is None
     assert store.latest_calibration()["id"] == reset_id  # the defaults stay in use
     _record(store, 20, LONG, correct_every=6)
     result = auto_calibrate(store, min_labels=50, refit_after=20)
     assert result is not None and result["stored"] and store.latest_calibration()["id"] == result["fit_id"]
+    assert calibration_status(store, True, 50, 20) == {"weights": f"fit {result['fit_id']}", "fitted_on": 80,
+                                                       "labelled_answers": 80, "automatic_fit_at": 100}
 
 
 def test_automatic_calibration_keeps_out_a_fit_worse_than_the_defaults(store: MemoryStore) -> None:
