@@ -8,8 +8,12 @@ The question stream is the second part of a dataset (from --split). With --run:
 3. cold: the stream runs with a memory store that starts empty.
 
 Warm and cold use the same code and configuration; the engine is deterministic at temperature
-0, so the differences come from what memory told the policy (the first strategy per query
-class, the order of repairs per failure type). Both keep learning as the stream goes on.
+0, so the differences come from what memory told the engine: the policy's first strategy per
+query class and order of repairs per failure type, and, once the warm store holds enough gold
+labels (`calibration.auto_fit`: 50 labelled answers), the confidence weights fitted on them at
+the warm run's start, which decide whether an answer passes or is refused. `--set
+calibration.auto_fit=false` measures the strategy choices alone. Both keep learning as the
+stream goes on.
 
     python benchmarks/learning.py --run --batch configs/batch-literaryqa-dev.yaml --split 43
     python benchmarks/learning.py --warm RUN_DIR --cold RUN_DIR     # figures of existing runs
