@@ -10,9 +10,10 @@ The question stream is the second part of a dataset (from --split). With --run:
 Warm and cold use the same code and configuration; the engine is deterministic at temperature
 0, so the differences come from what memory told the engine: the policy's first strategy per
 query class and order of repairs per failure type, and, once the warm store holds enough gold
-labels (`calibration.auto_fit`: 50 labelled answers), the confidence weights fitted on them at
-the warm run's start, which decide whether an answer passes or is refused. `--set
-calibration.auto_fit=false` measures the strategy choices alone. Both keep learning as the
+labels (`calibration.auto_fit`: 50 labelled answers, so SQuAD's halves of 104 questions but
+not a split of literaryqa_dev's 86), the confidence weights fitted on them before the warm run,
+which decide whether an answer passes or is refused. `--set calibration.auto_fit=false`
+measures the strategy choices alone. Both keep learning as the
 stream goes on.
 
     python benchmarks/learning.py --run --batch configs/batch-literaryqa-dev.yaml --split 43

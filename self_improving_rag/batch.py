@@ -216,12 +216,14 @@ def point_label(point: dict[str, Any]) -> str:
 # -- results file -----------------------------------------------------------------------
 
 # Settings added after runs were made, with the behaviour those runs had.
-_ADDED_SINCE = {"policy.first_from_memory": True, "loop.retry_margin": 0.0}
+# A run's own engines never fit the confidence weights (run_batch settles them before the runs).
+_ADDED_SINCE = {"policy.first_from_memory": True, "loop.retry_margin": 0.0, "calibration.auto_fit": False}
 
 # Settings that do not change what a run answers: a resume may change them.
 _RESUME_FREE = ("paths.memory_db", "paths.log_dir", "paths.model_cache", "generator.n_threads", "generator.timeout_s",
                 "generator.retries", "generator.api_key_env", "embedder.batch_size", "ingestion.gutenberg_mirror",
-                "ingestion.gutenberg_dir", "ingestion.max_file_mb")
+                "ingestion.gutenberg_dir", "ingestion.max_file_mb", "calibration.auto_min_labels",
+                "calibration.auto_refit_after")
 
 
 def _changed_settings(run_dir: Path, config: Config) -> str:
@@ -637,12 +639,14 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
               loop: bool | None = None, progress: bool = True, suffix: str = "",
               on_row: Callable[[dict], None] | None = None, offset: int | None = None,
               cli_overrides: tuple[str, ...] | list[str] = (), guard_index: bool = False,
-              derived: tuple[str, ...] = ()) -> list[dict]:
+              derived: tuple[str, ...] = (), calibrate: bool = True) -> list[dict]:
     """Run every grid point; returns one summary per run. ``cli_overrides`` are the command
     line's ``--set`` items, applied over the batch file's overrides. ``guard_index``: the index
     was named on the command line, so one built from other documents is refused, not re-ingested.
     ``derived``: suffixes of the runs to be derived from each loop run afterwards (``-plain``),
-    whose folders are checked first: another run there stops this one before it starts."""
+    whose folders are checked first: another run there stops this one before it starts.
+    ``calibrate``: fit the confidence weights first when memory's labels call for it
+    (``calibration.auto_fit``); the runs themselves never fit."""
     from tqdm import tqdm
 
     items = load_items(spec, base)
@@ -686,6 +690,14 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
         # Opened (and migrated) once before any index is built: an unusable --memory path must not
         # be found only after minutes of ingesting.
         MemoryStore(db).close()
+    # The confidence weights are settled once, here: the gold labels each run writes at its end
+    # calibrate the next command, not the batch's later runs (they would be scored with weights
+    # fitted on their own questions), and workers do not each fit.
+    if calibrate:
+        for db, config in {c.paths.memory_db: c for _, c, _, _ in reversed(runs) if c.calibration.auto_fit}.items():
+            _fit_calibration_once(db, config)
+    runs = [(p, c.model_copy(update={"calibration": c.calibration.model_copy(update={"auto_fit": False})}), n, lp)
+            for p, c, n, lp in runs]
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if workers > cpus:
         print(f"note: --workers {workers} is more than this machine's {cpus} CPU(s); each worker loads its own "
@@ -887,6 +899,21 @@ def derive_plain_run(run_dir: Path, items: dict[str, Any] | None = None) -> dict
     return _derive_run(run_dir, "-plain", [plain_attempt_row(r) for r in _loop_rows(run_dir, items)])
 
 
+def _fit_calibration_once(db: str, config: Config) -> None:
+    """The automatic calibration of a batch's memory store, before its runs (see run_batch)."""
+    from .evaluation.calibrate import auto_calibrate, describe_auto_fit
+    from .memory import MemoryStore
+
+    c = config.calibration
+    store = MemoryStore(db)
+    try:
+        result = auto_calibrate(store, c.auto_min_labels, c.auto_refit_after, seed=config.policy.seed)
+    finally:
+        store.close()
+    if result is not None:
+        print(f"note: {describe_auto_fit(result)}", file=sys.stderr)
+
+
 def _record_gold(config: Config, run_name: str, rows: list[dict]) -> None:
     """Gold labels become feedback in memory (for calibration, and for the policy with
     policy.use_labels), once per outcome: a re-run adds nothing, a user's label is never
@@ -1056,9 +1083,10 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
         loop_runs = [s for s in summaries if s["loop"]]  # a grid point with the loop off is its own loop-off run
         current = {it.id: it for it in load_items(spec, base)}  # the derived runs summarise what the loop run did
         if args.separate_no_retry_run:
+            # calibrate=False: the loop run's gold labels must not calibrate its own comparison.
             summaries += run_batch(spec, base, config, limit=args.limit, workers=args.workers, loop=False,
                                    progress=progress, offset=args.offset, cli_overrides=args.overrides,
-                                   guard_index=bool(args.index))
+                                   guard_index=bool(args.index), calibrate=False)
         else:
             for s in loop_runs:
                 run_cfg = _run_config(out_root / s["run"])

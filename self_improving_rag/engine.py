@@ -123,7 +123,7 @@ class Engine:
         policy = StrategyPolicy(self.config.policy, default, self.memory, available)
         weights = None
         if self.memory is not None:
-            if self.config.calibration.auto_fit:
+            if self.config.calibration.auto_fit and self.record:
                 self._auto_calibrate()
             fit = self.memory.latest_calibration()
             weights = fit.get("weights") if fit else None
@@ -136,31 +136,18 @@ class Engine:
 
     def _auto_calibrate(self) -> None:
         """Fit the confidence weights on memory's labels when enough new ones arrived
-        (``calibration.auto_fit``); a store that cannot be written or fitted keeps its weights."""
+        (``calibration.auto_fit``); a store that cannot be written keeps its weights."""
         from .errors import MemoryStoreError
-        from .evaluation.calibrate import auto_calibrate
+        from .evaluation.calibrate import auto_calibrate, describe_auto_fit
 
         c = self.config.calibration
         try:
             result = auto_calibrate(self.memory, c.auto_min_labels, c.auto_refit_after, seed=self.config.policy.seed)
-        except (InputError, MemoryStoreError, ValueError) as exc:
+        except MemoryStoreError as exc:
             log.warning("automatic calibration skipped (%s); the confidence weights in use stay", exc)
             return
-        if result is None:
-            return
-        held = result["held_out"]
-
-        def fmt(x) -> str:
-            return "n/a" if x is None else f"{x:.3f}"
-
-        figures = (f"held-out AUROC {fmt(held['before']['auroc'])} -> {fmt(held['after']['auroc'])}, "
-                   f"ECE {fmt(held['before']['ece'])} -> {fmt(held['after']['ece'])}")
-        if result.get("stored"):
-            log.info("confidence calibrated on the %d labelled answers in memory (%s); fit %s is in use "
-                     "(calibration.auto_fit)", result["n"], figures, result["fit_id"])
-        else:
-            log.info("automatic calibration on %d labelled answers not stored: %s", result["n"],
-                     result.get("not_stored", ""))
+        if result is not None:
+            log.info(describe_auto_fit(result))
 
     @property
     def policy(self) -> StrategyPolicy:

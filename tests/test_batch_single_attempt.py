@@ -394,3 +394,34 @@ def test_a_damaged_run_config_is_named_by_the_comparison(world, capsys):
     err = capsys.readouterr().err
     assert f"{cfg} cannot be read as the run's settings" in err and "internal error" not in err
     assert cfg.read_text(encoding="utf-8") == "loop: [unclosed\n"
+
+
+def test_an_eval_settles_the_confidence_weights_once_before_its_runs(world, capsys):
+    """With enough labels in memory the weights are fitted before the runs; the gold labels the
+    loop run writes do not calibrate its loop-off comparison, only the next command."""
+    from self_improving_rag.memory import MemoryStore
+    from tests.memory.memory_testkit import add_labelled_answers
+
+    db = world / "memory" / "memory.db"
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with MemoryStore(db) as store:
+        add_labelled_answers(store, 30, 30)
+    assert sirag(world, "eval", str(world / "five.yaml"), "--limit", "2", "--compare-no-retry",
+                 "--separate-no-retry-run", "--set", "calibration.auto_refit_after=1", "--json") == 0
+    err = capsys.readouterr().err
+    assert err.count("confidence calibrated on the 60 labelled answers in memory") == 1
+    with MemoryStore(db, read_only=True) as store:
+        # Labelled after the runs: the loop run's two answers and the loop-off run's one (q1 declined).
+        assert store.labelled_answers() == 63
+        fit = store.latest_calibration()
+        assert fit["id"] == 1 and fit["n"] == 60  # and made no second fit
+    for run in ("five", "five-noloop"):
+        run_cfg = yaml.safe_load((world / "runs" / run / "config.yaml").read_text())
+        assert run_cfg["calibration"]["auto_fit"] is False
+        assert all("(fitted weights)" in r["attempts"][0]["signals"]["confidence"]["reason"] for r in rows_of(world / "runs" / run))
+    # The next command starts from the labels the eval wrote.
+    assert sirag(world, "eval", str(world / "five.yaml"), "--limit", "1", "--name", "again",
+                 "--set", "calibration.auto_refit_after=1", "--json") == 0
+    assert "confidence calibrated on the 63 labelled answers in memory" in capsys.readouterr().err
+    with MemoryStore(db, read_only=True) as store:
+        assert store.latest_calibration()["n"] == 63

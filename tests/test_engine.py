@@ -427,23 +427,12 @@ def test_a_negated_yes_no_question_is_answered_not_echoed(make_engine):
 
 
 def _labelled_store(path, n_short=30, n_long=30):
-    """A memory store with labelled answers whose length tells right from wrong."""
-    import sys
-    from pathlib import Path
-
-    sys.path.append(str(Path(__file__).resolve().parent / "memory"))
-    from memory_testkit import make_answer, make_attempt
-
     from self_improving_rag.memory import MemoryStore
+    from tests.memory.memory_testkit import add_labelled_answers
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    store = MemoryStore(path)
-    long = "The keeper who rowed out in the great storm and saved the sailors was a man of the town [2]"
-    for i in range(n_short + n_long):
-        text = "Tobias Lune [1]" if i < n_short else long
-        oid = store.record(make_answer(f"Who saved the sailors {i}?", (make_attempt(1, answer=text),), answer=text))
-        store.add_feedback(oid, correct=i < n_short or i % 6 == 0, source="gold")
-    store.close()
+    with MemoryStore(path) as store:
+        add_labelled_answers(store, n_short, n_long)
 
 
 @pytest.mark.parametrize("auto", [True, False])
@@ -464,8 +453,14 @@ def test_the_engine_calibrates_its_confidence_from_memorys_labels_when_it_starts
         assert "(default weights)" in ans.attempts[0].signals.confidence.reason
 
 
-def test_the_engine_does_not_calibrate_on_too_few_labels(tmp_path, make_engine):
+def test_the_engine_does_not_calibrate_on_too_few_labels_or_when_it_records_nothing(tmp_path, make_engine):
     _labelled_store(tmp_path / "memory" / "memory.db", n_short=20, n_long=20)
     engine, gen, store = make_engine([GOOD])
+    engine.warm_up()
+    assert store.latest_calibration() is None and engine._scorer.weights is None
+    from tests.memory.memory_testkit import add_labelled_answers
+
+    add_labelled_answers(store, 0, 20, start=40)  # 60 labels now: enough, but this engine records nothing
+    engine, gen, store = make_engine([GOOD], record=False)  # e.g. `sirag ask --no-memory`
     engine.warm_up()
     assert store.latest_calibration() is None and engine._scorer.weights is None

@@ -54,54 +54,67 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
 
 def reset_calibration(store) -> int:
     """Put the default weights back in use: they are stored as the newest fit (n = 0), so the
-    history of fits is kept and a later ``sirag calibrate`` replaces them as before. The number of
-    labelled answers at the reset is kept (``labels_seen``), so an automatic fit waits for new
-    labels instead of undoing the reset at the next start."""
-    return store.save_calibration(dict(DEFAULT_WEIGHTS), 0,
-                                  {"reset_to_defaults": True, "labels_seen": len(store.labelled_attempts())})
+    history of fits is kept and a later ``sirag calibrate`` replaces them as before. An automatic
+    fit (:func:`auto_calibrate`) counts only labels given after it, so a reset stays until new
+    labels arrive."""
+    return store.save_calibration(dict(DEFAULT_WEIGHTS), 0, {"reset_to_defaults": True})
 
 
-def labels_behind_weights(fit: dict | None) -> int:
-    """How many labelled answers the weights in use were decided on: the fit's ``labels_seen``
-    (a reset), else its ``n``; 0 without a fit."""
-    if not fit:
-        return 0
-    seen = (fit.get("metrics") or {}).get("labels_seen")
-    return int(seen) if isinstance(seen, (int, float)) else int(fit.get("n") or 0)
-
-
-def calibration_status(store, auto_fit: bool, min_labels: int, refit_after: int) -> dict:
-    """What confidence weights the next start uses and when it fits new ones (``memory stats``).
-
-    ``weights``: ``default`` or ``fit ID``; ``fitted_on``: its labelled answers (0 for the
-    defaults); ``labelled_answers``: in the store now; ``automatic_fit_at``: the count of
-    labelled answers at which a start fits again (only with ``auto_fit``).
-    """
-    fit = store.latest_calibration()
-    default = fit is None or bool((fit.get("metrics") or {}).get("reset_to_defaults"))
-    out: dict = {"weights": "default" if default else f"fit {fit['id']}",
-                 "fitted_on": 0 if default else int(fit["n"]),
-                 "labelled_answers": len(store.labelled_attempts())}
-    if auto_fit:
-        out["automatic_fit_at"] = max(min_labels, labels_behind_weights(fit) + refit_after)
-    return out
+def _new_labels(store, fit: dict | None) -> int:
+    """Labelled answers whose label in use was given after the weights in use were stored (all
+    of them without a fit)."""
+    return store.labelled_answers(since=fit["created_at"] if fit else None)
 
 
 def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0) -> dict | None:
     """Fit the confidence weights from memory's labels when enough new ones have arrived.
 
-    Fits, as ``sirag calibrate`` does (stored only if it beats the default weights' held-out
-    Brier score), when the store holds at least ``min_labels`` labelled answers and at least
-    ``refit_after`` more than the weights in use were decided on. Returns the
-    :func:`calibrate_from_memory` result, or None when nothing was due (or the store is
-    read-only, or its labels hold one class).
+    Due when the store holds at least ``min_labels`` labelled answers and, if weights were stored
+    before (a fit or a reset), at least ``refit_after`` of them were labelled after that. The fit
+    is made and kept as ``sirag calibrate`` does: stored only if it beats the default weights'
+    held-out Brier score; a fit kept out is tried again at the next call, until new labels make it
+    pass. Returns the :func:`calibrate_from_memory` result, or None when nothing was due, the store
+    is read-only, or its labels hold one class.
     """
-    if getattr(store, "read_only", False):
+    if getattr(store, "read_only", False) or store.labelled_answers() < min_labels:
         return None
-    rows = store.labelled_attempts()
-    n = len(rows)
-    if n < min_labels or n - labels_behind_weights(store.latest_calibration()) < refit_after:
+    fit = store.latest_calibration()
+    if fit is not None and _new_labels(store, fit) < refit_after:
         return None
-    if len({int(r["label"]) for r in rows}) < 2:
+    try:
+        return calibrate_from_memory(store, min_labels=min_labels, seed=seed, save=True)
+    except InputError:  # every label the same: nothing to fit
         return None
-    return calibrate_from_memory(store, min_labels=min_labels, seed=seed, save=True)
+
+
+def describe_auto_fit(result: dict) -> str:
+    """One line on what :func:`auto_calibrate` did, for a log or a note."""
+    held = result["held_out"]
+
+    def fmt(x) -> str:
+        return "n/a" if x is None else f"{x:.3f}"
+
+    if not result.get("stored"):
+        return f"automatic calibration on {result['n']} labelled answers not stored: {result.get('not_stored', '')}"
+    return (f"confidence calibrated on the {result['n']} labelled answers in memory (held-out AUROC "
+            f"{fmt(held['before']['auroc'])} -> {fmt(held['after']['auroc'])}, ECE {fmt(held['before']['ece'])} -> "
+            f"{fmt(held['after']['ece'])}); fit {result['fit_id']} is in use (calibration.auto_fit)")
+
+
+def calibration_status(store, auto_fit: bool, min_labels: int, refit_after: int) -> dict:
+    """The confidence weights in use and when an automatic fit comes (``sirag memory stats``).
+
+    ``weights``: ``default`` or ``fit ID``; ``fitted_on``: its labelled answers (0 for the
+    defaults); ``labelled_answers``: in the store now, ``new_since_weights`` of them labelled
+    after the weights in use were stored; ``automatic_fit``: ``off``, ``due`` (the next start
+    fits) or how many more labelled answers it waits for.
+    """
+    fit = store.latest_calibration()
+    default = fit is None or bool((fit.get("metrics") or {}).get("reset_to_defaults"))
+    n = store.labelled_answers()
+    new = _new_labels(store, fit)
+    wait = max(min_labels - n, 0 if fit is None else refit_after - new, 0)
+    return {"weights": "default" if default else f"fit {fit['id']}", "fitted_on": 0 if default else int(fit["n"]),
+            "labelled_answers": n, "new_since_weights": new,
+            "automatic_fit": ("off" if not auto_fit else "due" if wait == 0
+                              else f"after {wait} more labelled answer{'' if wait == 1 else 's'}")}

@@ -801,6 +801,23 @@ class MemoryStore:
             """
         )
 
+    def labelled_answers(self, since: str | None = None) -> int:
+        """How many rows :meth:`labelled_attempts` returns, counted in SQL; with ``since`` (a
+        ``created_at`` text), only outcomes whose label in use was given after that time."""
+        row = self._one(
+            f"""
+            WITH {self._LATEST_LABEL}
+            SELECT COUNT(*) AS n
+            FROM latest l
+            JOIN feedback f ON f.id = l.id
+            JOIN outcomes o ON o.id = l.outcome_id
+            JOIN attempts a ON a.outcome_id = o.id AND a.number = o.chosen_attempt
+            WHERE l.rn = 1 AND o.refused = 0 AND (:since IS NULL OR f.created_at > :since)
+            """,
+            {"since": since},
+        )
+        return int(row["n"]) if row else 0
+
     def latest_calibration(self) -> dict[str, Any] | None:
         """The most recent calibration fit (weights and metrics parsed), or None."""
         row = self._one("SELECT * FROM calibration_fits ORDER BY created_at DESC, id DESC LIMIT 1")

@@ -103,6 +103,20 @@ def repaired_answer(question: str, *, query_class: str = "who", repair: str = "s
     return make_answer(question, (first, second), confidence=0.85, query_class=query_class)
 
 
+SHORT_ANSWER = "Tobias Lune [1]"
+LONG_ANSWER = "The keeper who rowed out in the great storm and saved the sailors was a man of the town [2]"
+
+
+def add_labelled_answers(store: Any, n_short: int, n_long: int, long_correct_every: int = 6, start: int = 0) -> None:
+    """Labelled answers whose length tells right from wrong: ``n_short`` short ones, all correct,
+    then ``n_long`` long ones, every ``long_correct_every``-th correct (gold labels)."""
+    for i in range(start, start + n_short + n_long):
+        short = i < start + n_short
+        text = SHORT_ANSWER if short else LONG_ANSWER
+        oid = store.record(make_answer(f"Who saved the sailors {i}?", (make_attempt(1, answer=text),), answer=text))
+        store.add_feedback(oid, correct=short or i % long_correct_every == 0, source="gold")
+
+
 def concurrent_writer(path: str, worker: int, n: int, barrier: Any, results: Any, shared_items: bool) -> None:
     """Open the store when all workers are ready and record ``n`` outcomes; report to ``results``."""
     try:

@@ -94,23 +94,32 @@ def test_a_fit_worse_than_the_defaults_on_held_out_labels_is_not_stored(store: M
 
 
 def test_automatic_calibration_fits_once_enough_labels_arrive_and_again_only_after_new_ones(store: MemoryStore) -> None:
-    from self_improving_rag.evaluation.calibrate import auto_calibrate
+    from self_improving_rag.evaluation.calibrate import auto_calibrate, calibration_status
 
     _record(store, 20, SHORT, correct_every=1)
     _record(store, 20, LONG, correct_every=6)
+    assert store.labelled_answers() == len(store.labelled_attempts()) == 40
+    assert calibration_status(store, True, 50, 20) == {"weights": "default", "fitted_on": 0, "labelled_answers": 40,
+                                                       "new_since_weights": 40,
+                                                       "automatic_fit": "after 10 more labelled answers"}
     assert auto_calibrate(store, min_labels=50, refit_after=20) is None  # 40 labels: too few
     assert store.latest_calibration() is None
     _record(store, 10, LONG, correct_every=5)
+    assert calibration_status(store, True, 50, 20)["automatic_fit"] == "due"
     first = auto_calibrate(store, min_labels=50, refit_after=20)
     assert first is not None and first["stored"] is True and first["n"] == 50
     assert store.latest_calibration()["id"] == first["fit_id"]
     assert first["weights"]["answer_words"] < DEFAULT_WEIGHTS["answer_words"]
-    # The weights in use were fitted on 50 labels: 19 more are not enough for a new fit, 20 are.
+    # Labels given after the fit count as new: 19 are not enough for a new fit, 20 are.
     _record(store, 19, SHORT, correct_every=1)
+    assert calibration_status(store, True, 50, 20) == {"weights": f"fit {first['fit_id']}", "fitted_on": 50,
+                                                       "labelled_answers": 69, "new_since_weights": 19,
+                                                       "automatic_fit": "after 1 more labelled answer"}
     assert auto_calibrate(store, min_labels=50, refit_after=20) is None
     _record(store, 1, SHORT, correct_every=1)
     second = auto_calibrate(store, min_labels=50, refit_after=20)
     assert second is not None and second["n"] == 70 and store.latest_calibration()["id"] == second["fit_id"]
+    assert calibration_status(store, False, 50, 20)["automatic_fit"] == "off"
 
 
 def test_automatic_calibration_respects_a_reset_until_new_labels_arrive(store: MemoryStore) -> None:
@@ -118,26 +127,26 @@ def test_automatic_calibration_respects_a_reset_until_new_labels_arrive(store: M
 
     _record(store, 30, SHORT, correct_every=1)
     _record(store, 30, LONG, correct_every=6)
+    # A reset stored the way every version stores it (n 0): the labels before it are not new.
     reset_id = reset_calibration(store)
-    assert store.latest_calibration()["metrics"]["labels_seen"] == 60
     assert calibration_status(store, True, 50, 20) == {"weights": "default", "fitted_on": 0, "labelled_answers": 60,
-                                                       "automatic_fit_at": 80}
+                                                       "new_since_weights": 0,
+                                                       "automatic_fit": "after 20 more labelled answers"}
     assert auto_calibrate(store, min_labels=50, refit_after=20) is None
     assert store.latest_calibration()["id"] == reset_id  # the defaults stay in use
     _record(store, 20, LONG, correct_every=6)
     result = auto_calibrate(store, min_labels=50, refit_after=20)
     assert result is not None and result["stored"] and store.latest_calibration()["id"] == result["fit_id"]
-    assert calibration_status(store, True, 50, 20) == {"weights": f"fit {result['fit_id']}", "fitted_on": 80,
-                                                       "labelled_answers": 80, "automatic_fit_at": 100}
 
 
 def test_automatic_calibration_keeps_out_a_fit_worse_than_the_defaults(store: MemoryStore) -> None:
-    from self_improving_rag.evaluation.calibrate import auto_calibrate
+    from self_improving_rag.evaluation.calibrate import auto_calibrate, describe_auto_fit
 
     _record(store, 2, SHORT, correct_every=2)  # labels that contradict the signals (see above)
     _record(store, 2, LONG, correct_every=2)
     result = auto_calibrate(store, min_labels=2, refit_after=1)
     assert result is not None and result["stored"] is False and store.latest_calibration() is None
+    assert describe_auto_fit(result).startswith("automatic calibration on 4 labelled answers not stored: the fit")
 
 
 def test_automatic_calibration_needs_both_kinds_of_label_and_a_writable_store(tmp_path: Path) -> None:

@@ -364,7 +364,7 @@ def test_calibrate_reset_and_its_refused_mixes(tmp_path):
     assert "once 20 more answers are labelled (calibration.auto_fit)" in r.stdout
     with MemoryStore(db, read_only=True) as store:
         latest = store.latest_calibration()
-        assert latest["n"] == 0 and latest["metrics"]["labels_seen"] == 0
+        assert latest["n"] == 0 and latest["metrics"]["reset_to_defaults"] is True
     r = run(["calibrate"], tmp_path, ov)  # one unlabelled answer: no hint to lower --min-labels to 0
     assert r.returncode == 2 and "0 labelled" in r.stderr and "--min-labels" not in r.stderr
 
