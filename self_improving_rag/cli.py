@@ -565,6 +565,8 @@ def cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
     """Fit the confidence weights on labelled outcomes in memory; print AUROC and ECE before and after.
 
     Example: sirag calibrate   (labels come from `sirag feedback` and from `sirag eval` gold)
+    The engine also fits by itself at start once enough new labels arrive (calibration.auto_fit;
+    `sirag memory stats` shows the weights in use and when the next fit is due).
     """
     from .evaluation.calibrate import calibrate_from_memory, reset_calibration
 
