@@ -901,17 +901,16 @@ def derive_plain_run(run_dir: Path, items: dict[str, Any] | None = None) -> dict
 
 def _fit_calibration_once(db: str, config: Config) -> None:
     """The automatic calibration of a batch's memory store, before its runs (see run_batch)."""
-    from .evaluation.calibrate import auto_calibrate, describe_auto_fit
+    from .evaluation.calibrate import auto_calibrate_with
     from .memory import MemoryStore
 
-    c = config.calibration
     store = MemoryStore(db)
     try:
-        result = auto_calibrate(store, c.auto_min_labels, c.auto_refit_after, seed=config.policy.seed)
+        done = auto_calibrate_with(store, config)
     finally:
         store.close()
-    if result is not None:
-        print(f"note: {describe_auto_fit(result)}", file=sys.stderr)
+    if done:
+        print(f"note: {done}", file=sys.stderr)
 
 
 def _record_gold(config: Config, run_name: str, rows: list[dict]) -> None:

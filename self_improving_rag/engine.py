@@ -138,16 +138,15 @@ class Engine:
         """Fit the confidence weights on memory's labels when enough new ones arrived
         (``calibration.auto_fit``); a store that cannot be written keeps its weights."""
         from .errors import MemoryStoreError
-        from .evaluation.calibrate import auto_calibrate, describe_auto_fit
+        from .evaluation.calibrate import auto_calibrate_with
 
-        c = self.config.calibration
         try:
-            result = auto_calibrate(self.memory, c.auto_min_labels, c.auto_refit_after, seed=self.config.policy.seed)
+            done = auto_calibrate_with(self.memory, self.config)
         except MemoryStoreError as exc:
             log.warning("automatic calibration skipped (%s); the confidence weights in use stay", exc)
             return
-        if result is not None:
-            log.info(describe_auto_fit(result))
+        if done:
+            log.info(done)
 
     @property
     def policy(self) -> StrategyPolicy:

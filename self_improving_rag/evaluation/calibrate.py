@@ -87,6 +87,14 @@ def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0) -> d
         return None
 
 
+def auto_calibrate_with(store, config) -> str | None:
+    """:func:`auto_calibrate` with a Config's ``calibration`` settings and ``policy.seed``; the
+    line :func:`describe_auto_fit` gives for what it did, or None when nothing was due."""
+    c = config.calibration
+    result = auto_calibrate(store, c.auto_min_labels, c.auto_refit_after, seed=config.policy.seed)
+    return None if result is None else describe_auto_fit(result)
+
+
 def describe_auto_fit(result: dict) -> str:
     """One line on what :func:`auto_calibrate` did, for a log or a note."""
     held = result["held_out"]
