@@ -256,10 +256,11 @@ class PolicyConfig(_Model):
     # success of a rarely tried strategy does not outweigh a long record.
     prior_strength: float = Field(4.0, ge=0, le=1000)
     # Stop retrying a failure type once memory shows its repairs rarely work: after at least
-    # stop_min_evidence repairs of that failure over all query classes, if the smoothed success
-    # rate (s + 1) / (n + 2) (the question's class's own when it has that many repairs, else its
-    # counts shrunk toward the pooled rate) is below stop_below, the loop ends there (0 turns
-    # this off). A seeded share stop_explore of such questions retries anyway, so the record
+    # stop_min_evidence repairs in memory (after any failure), if the smoothed success rate
+    # (s + 1) / (n + 2) is below stop_below, the loop ends there (0 turns this off). The rate is
+    # the question's class's own when it has stop_min_evidence repairs after that failure, else
+    # its counts shrunk toward the failure type's rate, itself shrunk toward the rate of all
+    # repairs when the failure type has fewer than stop_min_evidence (docs/memory.md). A seeded share stop_explore of such questions retries anyway, so the record
     # that stopped the loop can still change.
     stop_below: float = Field(0.1, ge=0, le=1)
     stop_min_evidence: int = Field(20, ge=1)

@@ -198,8 +198,7 @@ class Engine:
                 break
             futile = self.policy.futile(failure, question, features)
             if futile is not None:
-                stop_note = (f"no retry: memory shows repairs after {failure} worked {futile[0]} time(s) "
-                             f"in {futile[1]}")
+                stop_note = futile.note
                 log.info("%s", stop_note)
                 break
             nxt = self.policy.repair(question, failure, strategy, tried, features)

@@ -212,16 +212,29 @@ def test_stop_below_zero_keeps_retrying(tmp_path, make_engine):
 
 
 class RepairCounts:
-    """A memory whose repair record is one table pooled over classes, plus tables per class."""
+    """A memory whose repair record after LOW_CONFIDENCE is one table pooled over classes, plus
+    tables per class; ``others`` holds the totals (successes, failures) after other failures."""
 
-    def __init__(self, table, per_class=None):
-        self.table, self.per_class = table, per_class or {}
+    def __init__(self, table, per_class=None, others=None):
+        self.table, self.per_class, self.others = table, per_class or {}, others or {}
 
     def strategy_counts(self, qc=None, first_only=True, use_labels=False):
         return {}
 
     def repair_counts(self, failure, qc=None, use_labels=False):
+        if failure != "LOW_CONFIDENCE":
+            return {}
         return self.table if qc is None else self.per_class.get(qc, {})
+
+    def repairs_by_failure(self, use_labels=False):
+        out = dict(self.others)
+        if self.table:
+            out["LOW_CONFIDENCE"] = (sum(c[0] for c in self.table.values()), sum(c[1] for c in self.table.values()))
+        return out
+
+
+def evidence(stop):
+    return None if stop is None else (stop.successes, stop.repairs)
 
 
 def test_futile_needs_evidence_and_a_low_rate(tmp_path, make_engine):
@@ -232,8 +245,37 @@ def test_futile_needs_evidence_and_a_low_rate(tmp_path, make_engine):
     policy.memory = Counts({"rerank": (0, 10), "more_context": (0, 9)})  # 19 repairs: too few to judge
     assert policy.futile("LOW_CONFIDENCE") is None
     policy.memory = Counts({"rerank": (0, 10), "more_context": (1, 19)})  # (1 + 1) / (30 + 2) < 0.1
-    assert policy.futile("LOW_CONFIDENCE") == (1, 30)
+    stop = policy.futile("LOW_CONFIDENCE")
+    assert evidence(stop) == (1, 30) and stop.pooled is None
+    assert stop.note == "no retry: memory shows repairs after LOW_CONFIDENCE worked 1 time(s) in 30"
     policy.memory = Counts({"rerank": (2, 10), "more_context": (1, 17)})  # (3 + 1) / (30 + 2) >= 0.1
+    assert policy.futile("LOW_CONFIDENCE") is None
+
+
+def test_futile_borrows_other_failures_record_for_a_failure_with_little_of_its_own(tmp_path, make_engine):
+    """A failure type never repaired yet starts from the record of repairs after other failures."""
+    cfg = load_config(None, fake_overrides(tmp_path) + ["policy.stop_explore=0"])
+    engine, gen, store = make_engine([GOOD], config=cfg)
+    policy = engine.policy
+    # Repairs after WEAK_RETRIEVAL worked 1 time in 27: (1 + 1) / (27 + 2) < 0.1.
+    policy.memory = RepairCounts({}, others={"WEAK_RETRIEVAL": (1, 26)})
+    stop = policy.futile("LOW_CONFIDENCE")
+    assert evidence(stop) == (0, 0) and stop.pooled == (1, 27)
+    assert stop.note.endswith("worked 0 time(s) in 0, and repairs after any failure 1 time(s) in 27")
+    # The same record where repairs work a third of the time: retry.
+    policy.memory = RepairCounts({}, others={"WEAK_RETRIEVAL": (9, 18)})
+    assert policy.futile("LOW_CONFIDENCE") is None
+    # Fewer than stop_min_evidence repairs in all of memory: nothing is judged futile.
+    policy.memory = RepairCounts({}, others={"WEAK_RETRIEVAL": (0, 19)})
+    assert policy.futile("LOW_CONFIDENCE") is None
+    # The failure's own few repairs pull it away from the pooled rate: 4 of 6 worked,
+    # (4 + 20 * 2/29) / (6 + 20) >= 0.1, while 0 of 6 keep it futile.
+    policy.memory = RepairCounts({"rerank": (4, 2)}, others={"WEAK_RETRIEVAL": (1, 26)})
+    assert policy.futile("LOW_CONFIDENCE") is None
+    policy.memory = RepairCounts({"rerank": (0, 6)}, others={"WEAK_RETRIEVAL": (1, 26)})
+    assert evidence(policy.futile("LOW_CONFIDENCE")) == (0, 6)
+    # With stop_min_evidence repairs of its own the failure type is judged by them alone.
+    policy.memory = RepairCounts({"rerank": (3, 17)}, others={"WEAK_RETRIEVAL": (0, 200)})
     assert policy.futile("LOW_CONFIDENCE") is None
 
 
@@ -248,13 +290,13 @@ def test_futile_reads_the_query_class_when_it_has_evidence_of_its_own(tmp_path, 
     # `when` repairs work half the time: its own record (20 repairs) overrides the pooled one.
     policy.memory = RepairCounts(pooled, {"when": {"rerank": (10, 10)}, "who": {"rerank": (0, 200)}})
     assert policy.futile("LOW_CONFIDENCE", when, query_features(when)) is None
-    assert policy.futile("LOW_CONFIDENCE", who, query_features(who)) == (0, 200)
+    assert evidence(policy.futile("LOW_CONFIDENCE", who, query_features(who))) == (0, 200)
     # A class with too little evidence of its own is shrunk toward the pooled rate (k = 20):
     # 5 of 10 repairs that worked keep it retrying, 0 of 2 do not.
     policy.memory = RepairCounts(pooled, {"when": {"rerank": (5, 5)}, "who": {"rerank": (0, 2)}})
     assert policy.futile("LOW_CONFIDENCE", when, query_features(when)) is None
-    assert policy.futile("LOW_CONFIDENCE", who, query_features(who)) == (10, 220)
-    # Without enough pooled evidence nothing is futile, whatever one class shows.
+    assert evidence(policy.futile("LOW_CONFIDENCE", who, query_features(who))) == (10, 220)
+    # Without enough evidence in all of memory nothing is futile, whatever one class shows.
     policy.memory = RepairCounts({"rerank": (0, 15)}, {"who": {"rerank": (0, 15)}})
     assert policy.futile("LOW_CONFIDENCE", who, query_features(who)) is None
 
@@ -268,10 +310,10 @@ def test_futile_lets_a_seeded_share_of_questions_retry(tmp_path, make_engine):
     assert policy.config.stop_explore == pytest.approx(0.1)
     policy.memory = RepairCounts({"rerank": (0, 100)})
     questions = [f"Who rang bell number {i}?" for i in range(400)]
-    stopped = [policy.futile("LOW_CONFIDENCE", q, query_features(q)) for q in questions]
+    stopped = [evidence(policy.futile("LOW_CONFIDENCE", q, query_features(q))) for q in questions]
     share_retry = sum(s is None for s in stopped) / len(stopped)
     assert 0.05 < share_retry < 0.15
-    assert stopped == [policy.futile("LOW_CONFIDENCE", q, query_features(q)) for q in questions]
+    assert stopped == [evidence(policy.futile("LOW_CONFIDENCE", q, query_features(q))) for q in questions]
 
 
 @pytest.mark.parametrize("question, answer, echo", [

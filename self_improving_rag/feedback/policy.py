@@ -70,6 +70,26 @@ def query_features(question: str) -> QueryFeatures:
     return QueryFeatures(cls, len(words), names, " and " in low and "?" in q[:-1] or q.count("?") > 1)
 
 
+@dataclass(frozen=True)
+class StopEvidence:
+    """Why the loop stops retrying: ``successes`` of ``repairs`` after ``failure``, and, when
+    that record was too short to decide alone, the record of repairs after any failure it was
+    shrunk toward (``pooled``: successes, repairs)."""
+
+    failure: str
+    successes: int
+    repairs: int
+    pooled: tuple[int, int] | None = None
+
+    @property
+    def note(self) -> str:
+        text = (f"no retry: memory shows repairs after {self.failure} worked {self.successes} time(s) "
+                f"in {self.repairs}")
+        if self.pooled is not None:
+            text += f", and repairs after any failure {self.pooled[0]} time(s) in {self.pooled[1]}"
+        return text
+
+
 class StrategyPolicy:
     """Chooses strategies from memory counts; falls back to the default when memory is empty."""
 
@@ -145,39 +165,52 @@ class StrategyPolicy:
                 best_key, best = key, v
         return known[best_key]
 
-    def futile(self, failure: str, question: str = "", features: QueryFeatures | None = None) -> tuple[int, int] | None:
-        """(successes, repairs) when memory shows that repairs after ``failure`` rarely work, so
-        another attempt is not worth its time; None otherwise.
+    def futile(self, failure: str, question: str = "", features: QueryFeatures | None = None) -> StopEvidence | None:
+        """The evidence when memory shows that repairs after ``failure`` rarely work, so another
+        attempt is not worth its time; None otherwise.
 
-        It needs at least ``stop_min_evidence`` repairs after ``failure`` over all query
-        classes, with rate r = (s + 1) / (n + 2). The question's class decides by its own
-        smoothed rate when it has that many repairs itself; with fewer, its counts are shrunk
-        toward the pooled rate, (s_c + k·r) / (n_c + k) with k = ``stop_min_evidence``, so a
-        class whose few repairs worked is not stopped by the others' failures. Futile when
-        the rate is below ``stop_below``. A share ``stop_explore`` of questions (seeded by the
-        question) retries anyway, so the record can still change.
+        Three levels, each shrunk toward the one above when it has fewer than
+        k = ``stop_min_evidence`` repairs of its own:
+
+        - all repairs in memory, after any failure: at least k are needed to judge anything,
+          and their smoothed rate is R = (S + 1) / (N + 2);
+        - the failure type over all query classes: its own smoothed rate (s + 1) / (n + 2)
+          with k repairs or more, else (s + k·R) / (n + k). A failure type memory has not seen
+          repaired (LOW_CONFIDENCE after the first calibration fit, say) starts from the
+          store's record of repairs after other failures, not from a coin flip;
+        - the question's class: its own smoothed rate with k repairs after ``failure`` or more,
+          else its counts shrunk toward the failure type's rate r, (s_c + k·r) / (n_c + k), so a
+          class whose few repairs worked is not stopped by the others' failures.
+
+        Futile when the last rate is below ``stop_below``. A share ``stop_explore`` of questions
+        (seeded by the question) retries anyway, so the record can still change.
         """
         if self.memory is None or self.config.method == "fixed" or self.config.stop_below <= 0:
             return None
         k = self.config.stop_min_evidence
         use_labels = self.config.use_labels
-        pooled = self.memory.repair_counts(failure, None, use_labels=use_labels)
-        s, n = sum(c[0] for c in pooled.values()), sum(c[0] + c[1] for c in pooled.values())
-        if n < k:
+        by_failure = self.memory.repairs_by_failure(use_labels=use_labels)
+        s_all = sum(c[0] for c in by_failure.values())
+        n_all = sum(c[0] + c[1] for c in by_failure.values())
+        if n_all < k:
             return None
-        rate = (s + 1) / (n + 2)
+        rate_all = (s_all + 1) / (n_all + 2)
+        s, bad = by_failure.get(failure, (0, 0))
+        n = s + bad
+        rate = (s + 1) / (n + 2) if n >= k else (s + k * rate_all) / (n + k)
+        borrowed = n < k
         if features is not None and features.query_class:
             own = self.memory.repair_counts(failure, features.query_class, use_labels=use_labels)
             sc, nc = sum(c[0] for c in own.values()), sum(c[0] + c[1] for c in own.values())
             if nc >= k:
-                s, n, rate = sc, nc, (sc + 1) / (nc + 2)
+                s, n, rate, borrowed = sc, nc, (sc + 1) / (nc + 2), False
             elif nc:
                 rate = (sc + k * rate) / (nc + k)
         if rate >= self.config.stop_below:
             return None
         if self.config.stop_explore > 0 and self._rng(question, f"stop\x00{failure}").random() < self.config.stop_explore:
             return None
-        return s, n
+        return StopEvidence(failure, s, n, (s_all, n_all) if borrowed else None)
 
     def repair_order(self, question: str, failure: str, features: QueryFeatures) -> list[str]:
         """Candidate repairs for a failure, best first."""

@@ -777,6 +777,27 @@ class MemoryStore:
         )
         return {r["repair"]: (int(r["ok"]), int(r["bad"])) for r in rows}
 
+    def repairs_by_failure(self, use_labels: bool = False) -> dict[str, tuple[int, int]]:
+        """Per failure type: (successes, failures) of all repairs that followed it, over every
+        query class and repair; the stop rule's evidence for a failure type with little record of
+        its own. ``use_labels`` as in :meth:`strategy_counts`."""
+        rows = self._rows(
+            f"""
+            WITH {self._LATEST_LABEL},
+            seq AS (
+                SELECT a.repair, {self._SUCCESS} AS ok,
+                       LAG(a.failure) OVER (PARTITION BY a.outcome_id ORDER BY a.number) AS prev_failure
+                FROM attempts a JOIN outcomes o ON o.id = a.outcome_id
+                LEFT JOIN latest l ON l.outcome_id = o.id AND l.rn = 1
+            )
+            SELECT prev_failure, SUM(ok) AS ok, SUM(NOT ok) AS bad
+            FROM seq WHERE prev_failure IS NOT NULL AND repair IS NOT NULL
+            GROUP BY prev_failure
+            """,
+            {"use_labels": 1 if use_labels else 0},
+        )
+        return {r["prev_failure"]: (int(r["ok"]), int(r["bad"])) for r in rows}
+
     def labelled_attempts(self) -> list[dict[str, Any]]:
         """The chosen attempt of every labelled answered outcome, for confidence calibration.
 

@@ -233,6 +233,17 @@ def test_repair_counts_follow_the_previous_failure(store: MemoryStore) -> None:
     assert store.repair_counts("HALLUCINATION_RISK") == {}
     with pytest.raises(ValueError):
         store.repair_counts("")
+    # Over every class and repair, per failure type: what the stop rule borrows from.
+    assert store.repairs_by_failure() == {"WEAK_RETRIEVAL": (3, 1), "LOW_CONFIDENCE": (1, 0)}
+
+
+def test_repairs_by_failure_with_labels(store: MemoryStore) -> None:
+    assert store.repairs_by_failure() == {}
+    wrong = store.record(repaired_answer("rl1", repair="switch_retriever"))
+    store.record(repaired_answer("rl2", repair="raise_top_k", query_class="where"))
+    store.add_feedback(wrong, correct=False, source="user")
+    assert store.repairs_by_failure() == {"WEAK_RETRIEVAL": (2, 0)}
+    assert store.repairs_by_failure(use_labels=True) == {"WEAK_RETRIEVAL": (1, 1)}
 
 
 # --------------------------------------------------------- feedback & calibration
