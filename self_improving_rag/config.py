@@ -250,6 +250,10 @@ class PolicyConfig(_Model):
     # then mixes two measures, and where labels are strict (LiteraryQA) every strategy's record
     # looks equally bad; labels reach the checks through the calibrated confidence anyway.
     use_labels: bool = False
+    # Judge recorded attempts by the confidence weights and answer bars in use now, not by the
+    # diagnosis stored when they ran: after a calibration fit the stored verdicts were made by
+    # another confidence model (docs/memory.md). The verdicts stored stay as they were.
+    rejudge: bool = True
     # Prior of the first-strategy choice (greedy's posterior mean and Thompson's draw): every
     # strategy of a query class starts at Beta(κ·m, κ·(1 − m)),
     # m = the class's pooled success rate, κ = prior_strength pseudo-attempts, so one lucky

@@ -16,6 +16,7 @@ from .feedback.attribution import attribute
 from .feedback.policy import StrategyPolicy, query_features
 from .generation.prompts import (REFUSAL_PHRASE, build_messages, drop_unknown_citations, is_refusal, load_template,
                                  parse_citations)
+from .memory.store import Verdicts
 from .retrieval.embedder import Embedder, embedder_from_config
 from .retrieval.searcher import Searcher
 from .types import Answer, AttemptRecord, Generation, Strategy
@@ -120,13 +121,17 @@ class Engine:
                         "re-ingest with ingestion.chunkers including %s)", default.chunker, available[0],
                         default.chunker)
             default = replace(default, chunker=available[0])
-        policy = StrategyPolicy(self.config.policy, default, self.memory, available)
         weights = None
         if self.memory is not None:
             if self.config.calibration.auto_fit and self.record:
                 self._auto_calibrate()
             fit = self.memory.latest_calibration()
             weights = fit.get("weights") if fit else None
+        verdicts = None
+        if self.config.policy.rejudge:
+            verdicts = Verdicts(weights, self.config.loop.answer_threshold, self.config.loop.retry_margin,
+                                self.config.thresholds.confidence)
+        policy = StrategyPolicy(self.config.policy, default, self.memory, available, verdicts)
         r = self.config.retrieval
         self._scorer = SignalScorer(self.config.scoring, self.searcher.embed_cached, self.generator, weights,
                                     relevance_slope=r.relevance_slope, relevance_midpoint=r.relevance_midpoint)

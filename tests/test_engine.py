@@ -139,10 +139,10 @@ def test_policy_orders_repairs_by_history(make_engine):
     assert base[0] == "switch_chunker"
 
     class Counts:
-        def strategy_counts(self, qc=None, first_only=True, use_labels=False):
+        def strategy_counts(self, qc=None, first_only=True, use_labels=False, verdicts=None):
             return {}
 
-        def repair_counts(self, failure, qc=None, use_labels=False):
+        def repair_counts(self, failure, qc=None, use_labels=False, verdicts=None):
             return {"query_rewrite": (30, 1), "switch_chunker": (1, 30)}
 
     engine.policy.memory = Counts()
@@ -166,13 +166,13 @@ def test_policy_learns_a_first_strategy_from_successful_repairs(make_engine):
         def __init__(self, first_only_seen):
             self.seen = first_only_seen
 
-        def strategy_counts(self, qc=None, first_only=True, use_labels=False):
+        def strategy_counts(self, qc=None, first_only=True, use_labels=False, verdicts=None):
             self.seen.append(first_only)
             if first_only:  # the default was always chosen first, and failed half the time
                 return {default.key: (10, 10)}
             return {default.key: (10, 10), good.key: (18, 1)}  # `good` ran as a repair and worked
 
-        def repair_counts(self, failure, qc=None, use_labels=False):
+        def repair_counts(self, failure, qc=None, use_labels=False, verdicts=None):
             return {}
 
     seen: list[bool] = []
@@ -218,15 +218,15 @@ class RepairCounts:
     def __init__(self, table, per_class=None, others=None):
         self.table, self.per_class, self.others = table, per_class or {}, others or {}
 
-    def strategy_counts(self, qc=None, first_only=True, use_labels=False):
+    def strategy_counts(self, qc=None, first_only=True, use_labels=False, verdicts=None):
         return {}
 
-    def repair_counts(self, failure, qc=None, use_labels=False):
+    def repair_counts(self, failure, qc=None, use_labels=False, verdicts=None):
         if failure != "LOW_CONFIDENCE":
             return {}
         return self.table if qc is None else self.per_class.get(qc, {})
 
-    def repairs_by_failure(self, use_labels=False):
+    def repairs_by_failure(self, use_labels=False, verdicts=None):
         out = dict(self.others)
         if self.table:
             out["LOW_CONFIDENCE"] = (sum(c[0] for c in self.table.values()), sum(c[1] for c in self.table.values()))
@@ -493,6 +493,30 @@ def test_the_engine_calibrates_its_confidence_from_memorys_labels_when_it_starts
     else:
         assert fit is None and engine._scorer.weights is None
         assert "(default weights)" in ans.attempts[0].signals.confidence.reason
+
+
+@pytest.mark.parametrize("rejudge", [True, False])
+def test_the_policy_judges_memory_by_the_confidence_in_use(tmp_path, make_engine, rejudge):
+    """policy.rejudge: memory's attempts are counted under the weights and bars the engine
+    answers with (here a fit made at start), not under the diagnoses stored with them."""
+    _labelled_store(tmp_path / "memory" / "memory.db")
+    cfg = load_config(None, fake_overrides(tmp_path) + [f"policy.rejudge={str(rejudge).lower()}",
+                                                        "loop.retry_margin=0.05"])
+    engine, gen, store = make_engine([GOOD], config=cfg)
+    engine.warm_up()
+    verdicts = engine.policy.verdicts
+    if not rejudge:
+        assert verdicts is None
+        return
+    fit = store.latest_calibration()
+    assert fit is not None and verdicts.weights == fit["weights"] == engine._scorer.weights
+    assert (verdicts.answer_threshold, verdicts.retry_margin, verdicts.confidence_floor) == (
+        cfg.loop.answer_threshold, 0.05, cfg.thresholds.confidence)
+    # The long answers (mostly wrong) passed their checks when stored; the fit doubts them.
+    stored = store.strategy_counts()
+    judged = store.strategy_counts(verdicts=verdicts)
+    assert sum(s for s, _ in stored.values()) == 60
+    assert sum(s for s, _ in judged.values()) < 60
 
 
 def test_the_engine_does_not_calibrate_on_too_few_labels_or_when_it_records_nothing(tmp_path, make_engine):

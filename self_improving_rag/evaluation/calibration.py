@@ -37,6 +37,7 @@ __all__ = [
     "evaluate_fit",
     "cross_fit",
     "answer_words",
+    "complete_weights",
 ]
 
 FEATURES: tuple[str, ...] = ("coverage", "grounding", "faithfulness", "redundancy", "mean_logprob", "refusal",
@@ -132,6 +133,12 @@ def _weight_vector(weights: Mapping[str, float]) -> np.ndarray:
     if not np.all(np.isfinite(w)):
         raise ValueError("weights must be finite numbers")
     return w
+
+
+def complete_weights(weights: Mapping[str, float] | None = None) -> dict[str, float]:
+    """``weights`` (default :data:`DEFAULT_WEIGHTS`) with every feature's weight, an
+    :data:`ADDED_FEATURES` one filled in; ValueError if one is missing or not finite."""
+    return _as_weights(_weight_vector(DEFAULT_WEIGHTS if weights is None else weights))
 
 
 def _as_weights(w: np.ndarray) -> dict[str, float]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import PolicyConfig
+from ..memory.store import Verdicts
 from ..types import Strategy
 from .repairs import CATALOGUE, apply_repair
 
@@ -94,11 +95,18 @@ class StrategyPolicy:
     """Chooses strategies from memory counts; falls back to the default when memory is empty."""
 
     def __init__(self, config: PolicyConfig, default: Strategy, memory=None,
-                 available_chunkers: tuple[str, ...] = ("fixed", "section", "semantic")) -> None:
+                 available_chunkers: tuple[str, ...] = ("fixed", "section", "semantic"),
+                 verdicts: Verdicts | None = None) -> None:
         self.config = config
         self.default = default
         self.memory = memory
         self.available = available_chunkers
+        # How memory's attempts are judged (policy.rejudge): by today's confidence model, or,
+        # when None, by the diagnosis stored with them.
+        self.verdicts = verdicts
+
+    def _judged(self) -> dict:
+        return {"use_labels": self.config.use_labels, "verdicts": self.verdicts}
 
     def _rng(self, question: str, salt: str) -> np.random.Generator:
         h = hashlib.sha256(f"{self.config.seed}\x00{salt}\x00{question}".encode()).digest()
@@ -143,8 +151,7 @@ class StrategyPolicy:
         if self.memory is None or self.config.method == "fixed" or not self.config.first_from_memory:
             return self.default
         counts = self.memory.strategy_counts(features.query_class,
-                                             first_only=self.config.learn_from == "first_attempts",
-                                             use_labels=self.config.use_labels)
+                                             first_only=self.config.learn_from == "first_attempts", **self._judged())
         total = sum(s + f for s, f in counts.values())
         if total < self.config.min_history:
             return self.default
@@ -188,8 +195,7 @@ class StrategyPolicy:
         if self.memory is None or self.config.method == "fixed" or self.config.stop_below <= 0:
             return None
         k = self.config.stop_min_evidence
-        use_labels = self.config.use_labels
-        by_failure = self.memory.repairs_by_failure(use_labels=use_labels)
+        by_failure = self.memory.repairs_by_failure(**self._judged())
         s_all = sum(c[0] for c in by_failure.values())
         n_all = sum(c[0] + c[1] for c in by_failure.values())
         if n_all < k:
@@ -200,7 +206,7 @@ class StrategyPolicy:
         rate = (s + 1) / (n + 2) if n >= k else (s + k * rate_all) / (n + k)
         borrowed = n < k
         if features is not None and features.query_class:
-            own = self.memory.repair_counts(failure, features.query_class, use_labels=use_labels)
+            own = self.memory.repair_counts(failure, features.query_class, **self._judged())
             sc, nc = sum(c[0] for c in own.values()), sum(c[0] + c[1] for c in own.values())
             if nc >= k:
                 s, n, rate, borrowed = sc, nc, (sc + 1) / (nc + 2), False
@@ -219,7 +225,7 @@ class StrategyPolicy:
             return []
         if self.memory is None or self.config.method == "fixed":
             return catalogue
-        counts = self.memory.repair_counts(failure, features.query_class, use_labels=self.config.use_labels)
+        counts = self.memory.repair_counts(failure, features.query_class, **self._judged())
         total = sum(s + f for s, f in counts.values())
         if total < self.config.min_history:
             return catalogue

@@ -12,6 +12,7 @@ import csv
 import dataclasses
 import json
 import logging
+import math
 import os
 import random
 import re
@@ -30,6 +31,7 @@ from typing import Any, NoReturn, TypeVar
 from sqlite_utils import Database
 
 from ..errors import MemoryStoreError
+from ..evaluation.calibration import FEATURES, LOGPROB_FLOOR, NEUTRAL_VALUES, answer_words, complete_weights
 from ..evaluation.metrics import bin_index
 from ..types import Answer, AttemptRecord
 from .migrations import MIGRATIONS, migration_names
@@ -153,6 +155,77 @@ def open_merge_source(path: str | Path) -> MemoryStore:
         raise MemoryStoreError(f"cannot merge {path}: {why}; {fix}") from exc
 
 
+@dataclasses.dataclass(frozen=True)
+class Verdicts:
+    """Today's rule for whether a recorded attempt succeeded, for the policy's counts.
+
+    The diagnosis stored with an attempt was made under the confidence weights in use when it
+    ran. After a calibration fit those verdicts are stale: with the default weights SQuAD's first
+    attempts passed their checks 88% of the time, with the weights fitted on their gold labels
+    31% (docs/results.md, session 17). Counts read with a ``Verdicts`` judge every attempt whose
+    other checks passed by its confidence recomputed from its stored features under
+    ``weights``, against ``max(confidence_floor, min(1, answer_threshold + retry_margin ·
+    (number − 1)))``, the bar the engine sets (``thresholds.confidence``, ``loop.answer_threshold``,
+    ``loop.retry_margin``).
+    """
+
+    weights: dict[str, float] | None = None  # None: DEFAULT_WEIGHTS
+    answer_threshold: float = 0.5
+    retry_margin: float = 0.0
+    confidence_floor: float = 0.0
+
+
+_COLUMN_SQL = {
+    "coverage": "a.coverage", "grounding": "a.grounding", "faithfulness": "a.faithfulness",
+    "redundancy": "a.redundancy", "refusal": "a.refusal", "mean_logprob": "a.mean_logprob",
+    "answer_words": "sirag_answer_words(a.answer, a.refusal)",
+}
+assert set(_COLUMN_SQL) == set(FEATURES), "every confidence feature needs its column here"
+
+
+def _feature_sql(name: str) -> str:
+    x = f"COALESCE({_COLUMN_SQL[name]}, :n_{name})"
+    if name == "mean_logprob":
+        x = f"MIN(MAX({x}, :logprob_floor), 0.0)"
+    return f":w_{name} * {x}"
+
+
+# The confidence's logit, bias + Σ w_i · x_i, from an attempt's stored features (as
+# calibration.confidence computes it), and the logit of the attempt's bar: confidence >= bar
+# exactly when logit >= logit(bar), and SQL needs no sigmoid.
+_LOGIT_SQL = "(:w_bias + " + " + ".join(_feature_sql(f) for f in FEATURES) + ")"
+_BAR_LOGIT_SQL = "sirag_logit(MAX(:floor, MIN(1.0, :threshold + :margin * (a.number - 1))))"
+
+
+def _verdict_params(verdicts: Verdicts | None) -> dict[str, float]:
+    params: dict[str, float] = {"rejudge": 0 if verdicts is None else 1, "logprob_floor": LOGPROB_FLOOR,
+                                "floor": 0.0, "threshold": 0.0, "margin": 0.0}
+    weights = complete_weights(verdicts.weights if verdicts is not None else None)
+    params.update({f"w_{k}": v for k, v in weights.items()})
+    params.update({f"n_{k}": v for k, v in NEUTRAL_VALUES.items()})
+    if verdicts is not None:
+        params.update(floor=float(verdicts.confidence_floor), threshold=float(verdicts.answer_threshold),
+                      margin=float(verdicts.retry_margin))
+    return params
+
+
+def _sql_logit(p: float | None) -> float | None:
+    if p is None:
+        return None
+    if p >= 1.0:
+        return float("inf")
+    if p <= 0.0:
+        return float("-inf")
+    return math.log(p / (1.0 - p))
+
+
+def _register_functions(conn: sqlite3.Connection) -> None:
+    """The SQL functions the counts use (pure; registered on every connection)."""
+    conn.create_function("sirag_answer_words", 2, lambda text, refusal: answer_words(text, bool(refusal)),
+                         deterministic=True)
+    conn.create_function("sirag_logit", 1, _sql_logit, deterministic=True)
+
+
 class MemoryStore:
     """The memory database of outcomes, attempts, feedback and calibration fits.
 
@@ -252,6 +325,7 @@ class MemoryStore:
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             conn.execute("PRAGMA foreign_keys = ON")
+            _register_functions(conn)
             db = Database(conn, execute_plugins=False)
             # Somebody else's database is refused before anything is written to it (the WAL
             # switch below persists in the file).
@@ -722,18 +796,26 @@ class MemoryStore:
         )"""
     # An attempt's success: the outcome's label when this attempt is the answer that was
     # labelled (and labels are used), else whether its attribution was NONE.
-    _SUCCESS = """CASE WHEN :use_labels AND l.label IS NOT NULL AND a.number = o.chosen_attempt
-                      THEN l.label ELSE a.failure = 'NONE' END"""
+    # With a Verdicts (:rejudge = 1), an attempt whose checks passed but for its confidence
+    # (stored NONE or LOW_CONFIDENCE: LOW_CONFIDENCE is attribution's last test) succeeds when
+    # its confidence under today's weights reaches today's bar for its attempt number.
+    _SUCCESS = f"""CASE WHEN :use_labels AND l.label IS NOT NULL AND a.number = o.chosen_attempt
+                      THEN l.label
+                      WHEN :rejudge
+                      THEN a.failure IN ('NONE', 'LOW_CONFIDENCE') AND {_LOGIT_SQL} >= {_BAR_LOGIT_SQL}
+                      ELSE a.failure = 'NONE' END"""
 
     def strategy_counts(self, query_class: str | None = None, first_only: bool = True,
-                        use_labels: bool = False) -> dict[str, tuple[int, int]]:
+                        use_labels: bool = False, verdicts: Verdicts | None = None) -> dict[str, tuple[int, int]]:
         """Attempts per strategy key: (successes, failures); success is failure == 'NONE'.
 
         ``first_only`` counts only each outcome's first attempt; otherwise every attempt counts,
         so a strategy that only ever ran as a repair is known too. With ``use_labels`` the
         attempt an outcome answered with counts by the outcome's latest label (gold from an
         evaluation or ``sirag feedback``) instead of its attribution: an answer that passed its
-        checks but was labelled wrong is a failure.
+        checks but was labelled wrong is a failure. With ``verdicts`` an attempt is judged by the
+        confidence weights and answer bars in use now (:class:`Verdicts`) instead of by the
+        diagnosis recorded when it ran.
         """
         rows = self._rows(
             f"""
@@ -747,15 +829,17 @@ class MemoryStore:
               AND (:qc IS NULL OR o.query_class = :qc)
             GROUP BY a.strategy_key
             """,
-            {"qc": query_class, "first_only": 1 if first_only else 0, "use_labels": 1 if use_labels else 0},
+            {"qc": query_class, "first_only": 1 if first_only else 0, "use_labels": 1 if use_labels else 0,
+             **_verdict_params(verdicts)},
         )
         return {r["key"]: (int(r["ok"]), int(r["bad"])) for r in rows}
 
     def repair_counts(self, failure: str, query_class: str | None = None,
-                      use_labels: bool = False) -> dict[str, tuple[int, int]]:
-        """Per repair: (successes, failures) of the attempts that followed a ``failure`` attempt.
+                      use_labels: bool = False, verdicts: Verdicts | None = None) -> dict[str, tuple[int, int]]:
+        """Per repair: (successes, failures) of the attempts that followed a ``failure`` attempt
+        (the failure recorded when the repair was chosen).
 
-        ``use_labels`` as in :meth:`strategy_counts`.
+        ``use_labels`` and ``verdicts`` as in :meth:`strategy_counts`.
         """
         if not isinstance(failure, str) or not failure:
             raise ValueError(f"failure must be a non-empty str, got {failure!r}")
@@ -773,14 +857,14 @@ class MemoryStore:
             FROM seq WHERE prev_failure = :failure AND repair IS NOT NULL
             GROUP BY repair
             """,
-            {"qc": query_class, "failure": failure, "use_labels": 1 if use_labels else 0},
+            {"qc": query_class, "failure": failure, "use_labels": 1 if use_labels else 0, **_verdict_params(verdicts)},
         )
         return {r["repair"]: (int(r["ok"]), int(r["bad"])) for r in rows}
 
-    def repairs_by_failure(self, use_labels: bool = False) -> dict[str, tuple[int, int]]:
+    def repairs_by_failure(self, use_labels: bool = False, verdicts: Verdicts | None = None) -> dict[str, tuple[int, int]]:
         """Per failure type: (successes, failures) of all repairs that followed it, over every
         query class and repair; the stop rule's evidence for a failure type with little record of
-        its own. ``use_labels`` as in :meth:`strategy_counts`."""
+        its own. ``use_labels`` and ``verdicts`` as in :meth:`strategy_counts`."""
         rows = self._rows(
             f"""
             WITH {self._LATEST_LABEL},
@@ -794,7 +878,7 @@ class MemoryStore:
             FROM seq WHERE prev_failure IS NOT NULL AND repair IS NOT NULL
             GROUP BY prev_failure
             """,
-            {"use_labels": 1 if use_labels else 0},
+            {"use_labels": 1 if use_labels else 0, **_verdict_params(verdicts)},
         )
         return {r["prev_failure"]: (int(r["ok"]), int(r["bad"])) for r in rows}
 

@@ -22,11 +22,11 @@ class Counts:
         self.plain, self.labelled = plain, labelled if labelled is not None else plain
         self.calls: list[dict] = []
 
-    def strategy_counts(self, qc=None, first_only=True, use_labels=False):
+    def strategy_counts(self, qc=None, first_only=True, use_labels=False, verdicts=None):
         self.calls.append({"qc": qc, "first_only": first_only, "use_labels": use_labels})
         return self.labelled if use_labels else self.plain
 
-    def repair_counts(self, failure, qc=None, use_labels=False):
+    def repair_counts(self, failure, qc=None, use_labels=False, verdicts=None):
         return {}
 
 
@@ -165,7 +165,7 @@ def test_greedy_follows_a_proven_record() -> None:
 
 def test_greedy_repair_order_follows_the_better_record() -> None:
     class RepairCounts(Counts):
-        def repair_counts(self, failure, qc=None, use_labels=False):
+        def repair_counts(self, failure, qc=None, use_labels=False, verdicts=None):
             return {"switch_chunker": (1, 9), "raise_top_k": (9, 1)}
 
     policy = StrategyPolicy(PolicyConfig(method="greedy", explore=0.0), DEFAULT, RepairCounts({}))

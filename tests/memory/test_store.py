@@ -246,6 +246,64 @@ def test_repairs_by_failure_with_labels(store: MemoryStore) -> None:
     assert store.repairs_by_failure(use_labels=True) == {"WEAK_RETRIEVAL": (1, 1)}
 
 
+def _stored_features(answer: str | None) -> dict:
+    """The confidence features memory_testkit's attempts are stored with."""
+    from self_improving_rag.evaluation.calibration import answer_words
+
+    return {"coverage": 0.7, "grounding": 0.6, "faithfulness": None, "redundancy": 0.1, "mean_logprob": None,
+            "refusal": 1.0 if answer is None else 0.0, "answer_words": answer_words(answer, answer is None)}
+
+
+def test_counts_rejudge_attempts_by_the_confidence_in_use(store: MemoryStore) -> None:
+    """With Verdicts, an attempt counts as a success when its recomputed confidence reaches
+    today's bar, whatever was stored; other failures stay failures."""
+    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS, confidence
+    from self_improving_rag.memory.store import Verdicts
+
+    store.record(make_answer("q1", (make_attempt(1, failure="NONE"),)))
+    store.record(make_answer("q2", (make_attempt(1, failure="LOW_CONFIDENCE"),), refused=True))
+    store.record(make_answer("q3", (make_attempt(1, failure="HALLUCINATION_RISK"),), refused=True))
+    store.record(make_answer("q4", (make_attempt(1, failure="WEAK_RETRIEVAL", answer=None),), refused=True))
+    key = STRATEGY_A.key
+    assert store.strategy_counts() == {key: (1, 3)}  # as diagnosed when they ran
+    c = confidence(_stored_features("Sherlock Holmes [1]"))
+    assert 0.05 < c < 0.95
+    # Below today's bar both pass their other checks; above it neither does.
+    assert store.strategy_counts(verdicts=Verdicts(None, answer_threshold=c - 0.01)) == {key: (2, 2)}
+    assert store.strategy_counts(verdicts=Verdicts(None, answer_threshold=c + 0.01)) == {key: (0, 4)}
+    assert store.strategy_counts(verdicts=Verdicts(None, answer_threshold=0.0, confidence_floor=c + 0.01)) == {key: (0, 4)}
+    # The weights in use decide: a fit that trusts every answer, one that trusts none.
+    trusting, doubting = {**DEFAULT_WEIGHTS, "bias": 10.0}, {**DEFAULT_WEIGHTS, "bias": -10.0}
+    assert store.strategy_counts(verdicts=Verdicts(trusting, answer_threshold=0.5)) == {key: (2, 2)}
+    assert store.strategy_counts(verdicts=Verdicts(doubting, answer_threshold=0.5)) == {key: (0, 4)}
+    # A bar of 1 is out of reach; a fit stored before answer_words existed still counts.
+    assert store.strategy_counts(verdicts=Verdicts(trusting, answer_threshold=1.0)) == {key: (0, 4)}
+    old_fit = {k: v for k, v in DEFAULT_WEIGHTS.items() if k != "answer_words"}
+    c_old = confidence(_stored_features("Sherlock Holmes [1]"), old_fit)
+    assert store.strategy_counts(verdicts=Verdicts(old_fit, answer_threshold=c_old - 0.01)) == {key: (2, 2)}
+
+
+def test_rejudged_bar_rises_with_the_attempt_number(store: MemoryStore) -> None:
+    """A repair (attempt 2) must clear answer_threshold + retry_margin, as the engine asks."""
+    from self_improving_rag.evaluation.calibration import confidence
+    from self_improving_rag.memory.store import Verdicts
+
+    for i in range(3):
+        store.record(repaired_answer(f"r{i}", repair="switch_retriever"))
+    c = confidence(_stored_features("Sherlock Holmes [1]"))
+    assert store.repair_counts("WEAK_RETRIEVAL") == {"switch_retriever": (3, 0)}
+    low = Verdicts(None, answer_threshold=c - 0.06, retry_margin=0.05)
+    high = Verdicts(None, answer_threshold=c - 0.04, retry_margin=0.05)
+    assert store.repair_counts("WEAK_RETRIEVAL", verdicts=low) == {"switch_retriever": (3, 0)}
+    assert store.repair_counts("WEAK_RETRIEVAL", verdicts=high) == {"switch_retriever": (0, 3)}
+    assert store.repairs_by_failure(verdicts=high) == {"WEAK_RETRIEVAL": (0, 3)}
+    # The first attempts (WEAK_RETRIEVAL) fail under any verdict; a label still wins when asked.
+    assert store.strategy_counts(verdicts=low) == {STRATEGY_A.key: (0, 3)}
+    wrong = store.record(repaired_answer("r9", repair="switch_retriever"))
+    store.add_feedback(wrong, correct=False, source="user")
+    assert store.repair_counts("WEAK_RETRIEVAL", use_labels=True, verdicts=low) == {"switch_retriever": (3, 1)}
+
+
 # --------------------------------------------------------- feedback & calibration
 
 
