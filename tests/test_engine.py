@@ -217,16 +217,20 @@ class RepairCounts:
 
     def __init__(self, table, per_class=None, others=None):
         self.table, self.per_class, self.others = table, per_class or {}, others or {}
+        self.verdicts_seen: list = []  # the verdicts each count was asked with
 
     def strategy_counts(self, qc=None, first_only=True, use_labels=False, verdicts=None):
+        self.verdicts_seen.append(verdicts)
         return {}
 
     def repair_counts(self, failure, qc=None, use_labels=False, verdicts=None):
+        self.verdicts_seen.append(verdicts)
         if failure != "LOW_CONFIDENCE":
             return {}
         return self.table if qc is None else self.per_class.get(qc, {})
 
     def repairs_by_failure(self, use_labels=False, verdicts=None):
+        self.verdicts_seen.append(verdicts)
         out = dict(self.others)
         if self.table:
             out["LOW_CONFIDENCE"] = (sum(c[0] for c in self.table.values()), sum(c[1] for c in self.table.values()))
@@ -261,7 +265,8 @@ def test_futile_borrows_other_failures_record_for_a_failure_with_little_of_its_o
     policy.memory = RepairCounts({}, others={"WEAK_RETRIEVAL": (1, 26)})
     stop = policy.futile("LOW_CONFIDENCE")
     assert evidence(stop) == (0, 0) and stop.pooled == (1, 27)
-    assert stop.note.endswith("worked 0 time(s) in 0, and repairs after any failure 1 time(s) in 27")
+    assert stop.note == ("no retry: memory holds no repair after LOW_CONFIDENCE yet, and repairs after any "
+                         "failure worked 1 time(s) in 27")
     # The same record where repairs work a third of the time: retry.
     policy.memory = RepairCounts({}, others={"WEAK_RETRIEVAL": (9, 18)})
     assert policy.futile("LOW_CONFIDENCE") is None
@@ -273,7 +278,9 @@ def test_futile_borrows_other_failures_record_for_a_failure_with_little_of_its_o
     policy.memory = RepairCounts({"rerank": (4, 2)}, others={"WEAK_RETRIEVAL": (1, 26)})
     assert policy.futile("LOW_CONFIDENCE") is None
     policy.memory = RepairCounts({"rerank": (0, 6)}, others={"WEAK_RETRIEVAL": (1, 26)})
-    assert evidence(policy.futile("LOW_CONFIDENCE")) == (0, 6)
+    stop = policy.futile("LOW_CONFIDENCE")
+    assert evidence(stop) == (0, 6)
+    assert stop.note.endswith("worked 0 time(s) in 6, and repairs after any failure 1 time(s) in 33")
     # With stop_min_evidence repairs of its own the failure type is judged by them alone.
     policy.memory = RepairCounts({"rerank": (3, 17)}, others={"WEAK_RETRIEVAL": (0, 200)})
     assert policy.futile("LOW_CONFIDENCE") is None
@@ -291,6 +298,11 @@ def test_futile_reads_the_query_class_when_it_has_evidence_of_its_own(tmp_path, 
     policy.memory = RepairCounts(pooled, {"when": {"rerank": (10, 10)}, "who": {"rerank": (0, 200)}})
     assert policy.futile("LOW_CONFIDENCE", when, query_features(when)) is None
     assert evidence(policy.futile("LOW_CONFIDENCE", who, query_features(who))) == (0, 200)
+    # A class with a full record of its own is judged by it, even where the failure type's
+    # record was too short and borrowed: the note names the class's record alone.
+    policy.memory = RepairCounts({"rerank": (0, 5)}, {"who": {"rerank": (0, 20)}}, others={"WEAK_RETRIEVAL": (0, 30)})
+    stop = policy.futile("LOW_CONFIDENCE", who, query_features(who))
+    assert evidence(stop) == (0, 20) and stop.pooled is None
     # A class with too little evidence of its own is shrunk toward the pooled rate (k = 20):
     # 5 of 10 repairs that worked keep it retrying, 0 of 2 do not.
     policy.memory = RepairCounts(pooled, {"when": {"rerank": (5, 5)}, "who": {"rerank": (0, 2)}})
@@ -512,6 +524,17 @@ def test_the_policy_judges_memory_by_the_confidence_in_use(tmp_path, make_engine
     assert fit is not None and verdicts.weights == fit["weights"] == engine._scorer.weights
     assert (verdicts.answer_threshold, verdicts.retry_margin, verdicts.confidence_floor) == (
         cfg.loop.answer_threshold, 0.05, cfg.thresholds.confidence)
+    # Every count the policy reads is asked with these verdicts.
+    from self_improving_rag.feedback.policy import query_features
+
+    real, fake = engine.policy.memory, RepairCounts({"rerank": (0, 30)})
+    engine.policy.memory = fake
+    q = "Who saved the sailors?"
+    engine.policy.first(q, query_features(q))
+    engine.policy.futile("LOW_CONFIDENCE", q, query_features(q))
+    engine.policy.repair_order(q, "LOW_CONFIDENCE", query_features(q))
+    assert len(fake.verdicts_seen) >= 4 and all(v is verdicts for v in fake.verdicts_seen)
+    engine.policy.memory = real
     # The long answers (mostly wrong) passed their checks when stored; the fit doubts them.
     stored = store.strategy_counts()
     judged = store.strategy_counts(verdicts=verdicts)

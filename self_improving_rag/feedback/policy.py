@@ -84,6 +84,9 @@ class StopEvidence:
 
     @property
     def note(self) -> str:
+        if self.repairs == 0 and self.pooled is not None:
+            return (f"no retry: memory holds no repair after {self.failure} yet, and repairs after any failure "
+                    f"worked {self.pooled[0]} time(s) in {self.pooled[1]}")
         text = (f"no retry: memory shows repairs after {self.failure} worked {self.successes} time(s) "
                 f"in {self.repairs}")
         if self.pooled is not None:

@@ -165,8 +165,8 @@ class Verdicts:
     31% (docs/results.md, session 17). Counts read with a ``Verdicts`` judge every attempt whose
     other checks passed by its confidence recomputed from its stored features under
     ``weights``, against ``max(confidence_floor, min(1, answer_threshold + retry_margin ·
-    (number − 1)))``, the bar the engine sets (``thresholds.confidence``, ``loop.answer_threshold``,
-    ``loop.retry_margin``).
+    (number − 1)))``, the bar below which the engine diagnoses LOW_CONFIDENCE
+    (``thresholds.confidence``, ``loop.answer_threshold``, ``loop.retry_margin``).
     """
 
     weights: dict[str, float] | None = None  # None: DEFAULT_WEIGHTS
@@ -178,7 +178,11 @@ class Verdicts:
 _COLUMN_SQL = {
     "coverage": "a.coverage", "grounding": "a.grounding", "faithfulness": "a.faithfulness",
     "redundancy": "a.redundancy", "refusal": "a.refusal", "mean_logprob": "a.mean_logprob",
-    "answer_words": "sirag_answer_words(a.answer, a.refusal)",
+    # The value the scorer used (from the raw answer; the stored answer has unknown citations
+    # dropped, which can change its words), else, for attempts recorded before the feature
+    # existed, the stored answer's.
+    "answer_words": ("COALESCE(json_extract(a.signals_json, '$.confidence.detail.features.answer_words'), "
+                     "sirag_answer_words(a.answer, a.refusal))"),
 }
 assert set(_COLUMN_SQL) == set(FEATURES), "every confidence feature needs its column here"
 
@@ -190,11 +194,10 @@ def _feature_sql(name: str) -> str:
     return f":w_{name} * {x}"
 
 
-# The confidence's logit, bias + Σ w_i · x_i, from an attempt's stored features (as
-# calibration.confidence computes it), and the logit of the attempt's bar: confidence >= bar
-# exactly when logit >= logit(bar), and SQL needs no sigmoid.
-_LOGIT_SQL = "(:w_bias + " + " + ".join(_feature_sql(f) for f in FEATURES) + ")"
-_BAR_LOGIT_SQL = "sirag_logit(MAX(:floor, MIN(1.0, :threshold + :margin * (a.number - 1))))"
+# The confidence, σ(bias + Σ w_i · x_i), from an attempt's stored features as
+# calibration.confidence computes it, and the attempt's bar as the engine sets it.
+_CONFIDENCE_SQL = "sirag_sigmoid(:w_bias + " + " + ".join(_feature_sql(f) for f in FEATURES) + ")"
+_BAR_SQL = "MAX(:floor, MIN(1.0, :threshold + :margin * (a.number - 1)))"
 
 
 def _verdict_params(verdicts: Verdicts | None) -> dict[str, float]:
@@ -209,21 +212,21 @@ def _verdict_params(verdicts: Verdicts | None) -> dict[str, float]:
     return params
 
 
-def _sql_logit(p: float | None) -> float | None:
-    if p is None:
+def _sql_sigmoid(z: float | None) -> float | None:
+    """calibration's σ for one value: split by sign, so that exp never overflows."""
+    if z is None or math.isnan(z):
         return None
-    if p >= 1.0:
-        return float("inf")
-    if p <= 0.0:
-        return float("-inf")
-    return math.log(p / (1.0 - p))
+    if z >= 0:
+        return 1.0 / (1.0 + math.exp(-z))
+    ez = math.exp(z)
+    return ez / (1.0 + ez)
 
 
 def _register_functions(conn: sqlite3.Connection) -> None:
     """The SQL functions the counts use (pure; registered on every connection)."""
     conn.create_function("sirag_answer_words", 2, lambda text, refusal: answer_words(text, bool(refusal)),
                          deterministic=True)
-    conn.create_function("sirag_logit", 1, _sql_logit, deterministic=True)
+    conn.create_function("sirag_sigmoid", 1, _sql_sigmoid, deterministic=True)
 
 
 class MemoryStore:
@@ -798,12 +801,15 @@ class MemoryStore:
     # labelled (and labels are used), else whether its attribution was NONE.
     # With a Verdicts (:rejudge = 1), an attempt whose checks passed but for its confidence
     # (stored NONE or LOW_CONFIDENCE: LOW_CONFIDENCE is attribution's last test) succeeds when
-    # its confidence under today's weights reaches today's bar for its attempt number.
+    # its confidence under today's weights reaches today's bar for its attempt number. (CASE,
+    # not AND: only those attempts pay for the confidence; a confidence that cannot be computed
+    # is a failure, never NULL.)
     _SUCCESS = f"""CASE WHEN :use_labels AND l.label IS NOT NULL AND a.number = o.chosen_attempt
                       THEN l.label
-                      WHEN :rejudge
-                      THEN a.failure IN ('NONE', 'LOW_CONFIDENCE') AND {_LOGIT_SQL} >= {_BAR_LOGIT_SQL}
-                      ELSE a.failure = 'NONE' END"""
+                      WHEN NOT :rejudge THEN a.failure = 'NONE'
+                      WHEN a.failure IN ('NONE', 'LOW_CONFIDENCE')
+                      THEN COALESCE({_CONFIDENCE_SQL} >= {_BAR_SQL}, 0)
+                      ELSE 0 END"""
 
     def strategy_counts(self, query_class: str | None = None, first_only: bool = True,
                         use_labels: bool = False, verdicts: Verdicts | None = None) -> dict[str, tuple[int, int]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import sqlite3
@@ -281,6 +282,39 @@ def test_counts_rejudge_attempts_by_the_confidence_in_use(store: MemoryStore) ->
     old_fit = {k: v for k, v in DEFAULT_WEIGHTS.items() if k != "answer_words"}
     c_old = confidence(_stored_features("Sherlock Holmes [1]"), old_fit)
     assert store.strategy_counts(verdicts=Verdicts(old_fit, answer_threshold=c_old - 0.01)) == {key: (2, 2)}
+
+
+@pytest.mark.parametrize("mean_logprob", [-9.0, -2.0, 0.3])
+def test_rejudged_confidence_equals_the_scorers_for_stored_features(store: MemoryStore, mean_logprob) -> None:
+    """The SQL confidence imputes, clips and reads answer_words as calibration.confidence does:
+    the bar just below it passes the attempt, the bar just above fails it."""
+    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS, confidence
+    from self_improving_rag.memory.store import Verdicts
+
+    store.record(make_answer("q1", (make_attempt(1, mean_logprob=mean_logprob),)))
+    features = {**_stored_features("Sherlock Holmes [1]"), "mean_logprob": mean_logprob}
+    weights = {**DEFAULT_WEIGHTS, "mean_logprob": 3.0}
+    c = confidence(features, weights)
+    for bar, ok in ((c - 1e-6, 1), (c + 1e-6, 0)):
+        assert store.strategy_counts(verdicts=Verdicts(weights, answer_threshold=bar)) == {STRATEGY_A.key: (ok, 1 - ok)}
+
+
+def test_rejudged_answer_words_are_the_scorers_not_the_shown_answers(store: MemoryStore) -> None:
+    """answer_words comes from the features the scorer stored (the raw answer's), not from the
+    answer text kept for display."""
+    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS
+    from self_improving_rag.memory.store import Verdicts
+
+    attempt = make_attempt(1, answer="Paris [1]")
+    sig = attempt.signals
+    detail = {**sig.confidence.detail, "features": {"answer_words": 3.0}}  # what the scorer saw
+    attempt = dataclasses.replace(attempt, signals=dataclasses.replace(
+        sig, confidence=dataclasses.replace(sig.confidence, detail=detail)))
+    store.record(make_answer("q1", (attempt,), answer="Paris [1]"))
+    # Only answer_words and the bias count: σ(bias - 0.5 · 3.0) against σ(bias - 0.5 · log 2).
+    weights = {**{k: 0.0 for k in DEFAULT_WEIGHTS}, "bias": 1.0, "answer_words": -0.5}
+    bar = 0.45  # σ(1 - 1.5) = 0.38 < bar < σ(1 - 0.35) = 0.66
+    assert store.strategy_counts(verdicts=Verdicts(weights, answer_threshold=bar)) == {STRATEGY_A.key: (0, 1)}
 
 
 def test_rejudged_bar_rises_with_the_attempt_number(store: MemoryStore) -> None:
