@@ -811,6 +811,19 @@ class MemoryStore:
                       THEN COALESCE({_CONFIDENCE_SQL} >= {_BAR_SQL}, 0)
                       ELSE 0 END"""
 
+    # Every repair attempt (an attempt made by a repair) with its success, its outcome's query
+    # class, and the failure of the attempt before it in the same outcome (the failure the
+    # repair answered).
+    _REPAIRS = f"""{_LATEST_LABEL},
+            seq AS (
+                SELECT repair, ok, query_class, prev_failure FROM (
+                    SELECT a.repair, {_SUCCESS} AS ok, o.query_class,
+                           LAG(a.failure) OVER (PARTITION BY a.outcome_id ORDER BY a.number) AS prev_failure
+                    FROM attempts a JOIN outcomes o ON o.id = a.outcome_id
+                    LEFT JOIN latest l ON l.outcome_id = o.id AND l.rn = 1
+                ) WHERE repair IS NOT NULL
+            )"""
+
     def strategy_counts(self, query_class: str | None = None, first_only: bool = True,
                         use_labels: bool = False, verdicts: Verdicts | None = None) -> dict[str, tuple[int, int]]:
         """Attempts per strategy key: (successes, failures); success is failure == 'NONE'.
@@ -851,16 +864,9 @@ class MemoryStore:
             raise ValueError(f"failure must be a non-empty str, got {failure!r}")
         rows = self._rows(
             f"""
-            WITH {self._LATEST_LABEL},
-            seq AS (
-                SELECT a.repair, {self._SUCCESS} AS ok,
-                       LAG(a.failure) OVER (PARTITION BY a.outcome_id ORDER BY a.number) AS prev_failure
-                FROM attempts a JOIN outcomes o ON o.id = a.outcome_id
-                LEFT JOIN latest l ON l.outcome_id = o.id AND l.rn = 1
-                WHERE (:qc IS NULL OR o.query_class = :qc)
-            )
+            WITH {self._REPAIRS}
             SELECT repair, SUM(ok) AS ok, SUM(NOT ok) AS bad
-            FROM seq WHERE prev_failure = :failure AND repair IS NOT NULL
+            FROM seq WHERE prev_failure = :failure AND (:qc IS NULL OR query_class = :qc)
             GROUP BY repair
             """,
             {"qc": query_class, "failure": failure, "use_labels": 1 if use_labels else 0, **_verdict_params(verdicts)},
@@ -873,15 +879,9 @@ class MemoryStore:
         its own. ``use_labels`` and ``verdicts`` as in :meth:`strategy_counts`."""
         rows = self._rows(
             f"""
-            WITH {self._LATEST_LABEL},
-            seq AS (
-                SELECT a.repair, {self._SUCCESS} AS ok,
-                       LAG(a.failure) OVER (PARTITION BY a.outcome_id ORDER BY a.number) AS prev_failure
-                FROM attempts a JOIN outcomes o ON o.id = a.outcome_id
-                LEFT JOIN latest l ON l.outcome_id = o.id AND l.rn = 1
-            )
+            WITH {self._REPAIRS}
             SELECT prev_failure, SUM(ok) AS ok, SUM(NOT ok) AS bad
-            FROM seq WHERE prev_failure IS NOT NULL AND repair IS NOT NULL
+            FROM seq WHERE prev_failure IS NOT NULL
             GROUP BY prev_failure
             """,
             {"use_labels": 1 if use_labels else 0, **_verdict_params(verdicts)},
