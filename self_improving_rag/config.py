@@ -264,8 +264,9 @@ class PolicyConfig(_Model):
     # (s + 1) / (n + 2) is below stop_below, the loop ends there (0 turns this off). The rate is
     # the question's class's own when it has stop_min_evidence repairs after that failure, else
     # its counts shrunk toward the failure type's rate, itself shrunk toward the rate of all
-    # repairs when the failure type has fewer than stop_min_evidence (docs/memory.md). A seeded share stop_explore of such questions retries anyway, so the record
-    # that stopped the loop can still change.
+    # repairs when the failure type has fewer than stop_min_evidence (docs/memory.md). A seeded
+    # share stop_explore of such questions retries anyway, so the record that stopped the loop
+    # can still change.
     stop_below: float = Field(0.1, ge=0, le=1)
     stop_min_evidence: int = Field(20, ge=1)
     stop_explore: float = Field(0.1, ge=0, le=1)
