@@ -38,6 +38,7 @@ __all__ = [
     "cross_fit",
     "answer_words",
     "complete_weights",
+    "sigmoid",
 ]
 
 FEATURES: tuple[str, ...] = ("coverage", "grounding", "faithfulness", "redundancy", "mean_logprob", "refusal",
@@ -94,6 +95,17 @@ def _sigmoid(z: np.ndarray | float) -> np.ndarray:
     ez = np.exp(z[~pos])
     out[~pos] = ez / (1.0 + ez)
     return out
+
+
+def sigmoid(z: float | None) -> float | None:
+    """σ(z) for one number, as :func:`_sigmoid` computes it (for SQL, row by row, without
+    numpy's per-call cost); None for None or NaN."""
+    if z is None or math.isnan(z):
+        return None
+    if z >= 0:
+        return 1.0 / (1.0 + math.exp(-z))
+    ez = math.exp(z)
+    return ez / (1.0 + ez)
 
 
 def _feature_vector(features: Mapping[str, Any]) -> np.ndarray:

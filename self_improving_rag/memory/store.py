@@ -12,7 +12,6 @@ import csv
 import dataclasses
 import json
 import logging
-import math
 import os
 import random
 import re
@@ -31,7 +30,7 @@ from typing import Any, NoReturn, TypeVar
 from sqlite_utils import Database
 
 from ..errors import MemoryStoreError
-from ..evaluation.calibration import FEATURES, LOGPROB_FLOOR, NEUTRAL_VALUES, answer_words, complete_weights
+from ..evaluation.calibration import FEATURES, LOGPROB_FLOOR, NEUTRAL_VALUES, answer_words, complete_weights, sigmoid
 from ..evaluation.metrics import bin_index
 from ..types import Answer, AttemptRecord
 from .migrations import MIGRATIONS, migration_names
@@ -212,21 +211,11 @@ def _verdict_params(verdicts: Verdicts | None) -> dict[str, float]:
     return params
 
 
-def _sql_sigmoid(z: float | None) -> float | None:
-    """calibration's σ for one value: split by sign, so that exp never overflows."""
-    if z is None or math.isnan(z):
-        return None
-    if z >= 0:
-        return 1.0 / (1.0 + math.exp(-z))
-    ez = math.exp(z)
-    return ez / (1.0 + ez)
-
-
 def _register_functions(conn: sqlite3.Connection) -> None:
     """The SQL functions the counts use (pure; registered on every connection)."""
     conn.create_function("sirag_answer_words", 2, lambda text, refusal: answer_words(text, bool(refusal)),
                          deterministic=True)
-    conn.create_function("sirag_sigmoid", 1, _sql_sigmoid, deterministic=True)
+    conn.create_function("sirag_sigmoid", 1, sigmoid, deterministic=True)
 
 
 class MemoryStore:
