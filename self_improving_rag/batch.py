@@ -224,7 +224,7 @@ _ADDED_SINCE = {"policy.first_from_memory": True, "loop.retry_margin": 0.0, "cal
 _RESUME_FREE = ("paths.memory_db", "paths.log_dir", "paths.model_cache", "generator.n_threads", "generator.timeout_s",
                 "generator.retries", "generator.api_key_env", "embedder.batch_size", "ingestion.gutenberg_mirror",
                 "ingestion.gutenberg_dir", "ingestion.max_file_mb", "calibration.auto_min_labels",
-                "calibration.auto_refit_after")
+                "calibration.auto_refit_after", "calibration.folds")
 
 
 def _changed_settings(run_dir: Path, config: Config) -> str:

@@ -586,7 +586,7 @@ def cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
                       f"(`sirag calibrate`, one merged in{later})")
             return 0
         result = calibrate_from_memory(store, min_labels=args.min_labels, seed=config.policy.seed,
-                                       save=not args.dry_run, force=args.force)
+                                       save=not args.dry_run, force=args.force, folds=config.calibration.folds)
     finally:
         store.close()
     if args.json:
@@ -603,12 +603,13 @@ def _print_calibration(result: dict) -> None:
     held = result["held_out"]
     print(f"labelled answered outcomes: {result['n']}")
     print(f"{'':46s} AUROC   ECE    Brier  ECE if calibrated")
-    rows = [(f"held-out half ({held['n_test']}), default weights", held["before"]),
-            (f"held-out half ({held['n_test']}), fitted on the other {held['n_train']}", held["after"]),
-            ("all labels, default weights", result["in_sample_before"]),
-            ("all labels, fitted on all (in-sample)", result["in_sample_after"])]
+    rows = [("default weights", held["before"]),
+            (f"fitted, each label held out ({held['folds']} folds)", held["after"]),
+            ("fitted on all labels (in-sample)", result["in_sample_after"])]
     for name, m in rows:
         print(f"{name:46s} {fmt(m['auroc'])}  {fmt(m['ece'])}  {fmt(m['brier'])}  {fmt(m.get('ece_floor'))}")
+    print(f"(held out: each label scored by weights fitted on the other {held['folds'] - 1} of {held['folds']} folds, "
+          f"at least {held['n_train']} labels each; one question's answers share a fold)")
     print("(ECE if calibrated: what perfectly calibrated confidences would measure on this few labels; "
           "an ECE near it is sampling noise)")
     print("weights: " + ", ".join(f"{k} {v:+.2f}" for k, v in result["weights"].items()))

@@ -281,6 +281,9 @@ class CalibrationConfig(_Model):
     auto_fit: bool = True
     auto_min_labels: int = Field(50, ge=2)
     auto_refit_after: int = Field(20, ge=1)
+    # Held-out figures and the keep-or-drop rule of every fit cross-fit the labels in this many
+    # folds: each label is scored by weights fitted on the others (one question in one fold).
+    folds: int = Field(5, ge=2, le=20)
 
 
 class StrategyConfig(_Model):

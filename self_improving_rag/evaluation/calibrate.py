@@ -6,12 +6,15 @@ from ..errors import InputError
 from .calibration import DEFAULT_WEIGHTS, answer_words, cross_fit, evaluate_fit, fit_weights
 
 
-def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool = True, force: bool = False) -> dict:
+def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool = True, force: bool = False,
+                          folds: int = 5) -> dict:
     """Cross-fit for honest before/after figures, then fit on all labels and store the weights.
 
-    A fit whose held-out Brier score (a proper score: it rewards both ranking and calibration) is
-    worse than the default weights' on the same held-out half is not stored unless ``force``:
-    ``result["stored"]`` is False and ``result["not_stored"]`` says why.
+    The cross-fit (:func:`cross_fit`, ``folds`` folds, one question's outcomes in one fold) scores
+    every label with weights fitted on the other folds. A fit whose cross-fitted Brier score (a
+    proper score: it rewards both ranking and calibration) is worse than the default weights' on
+    the same labels is not stored unless ``force``: ``result["stored"]`` is False and
+    ``result["not_stored"]`` says why.
     """
     rows = [{**r, "answer_words": answer_words(r.get("answer"), bool(r.get("refusal")))}
             for r in store.labelled_attempts()]
@@ -25,7 +28,7 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
     labels = [int(r["label"]) for r in rows]
     if len(set(labels)) < 2:
         raise InputError("all labels are the same; calibration needs both correct and wrong answers")
-    held_out = cross_fit(rows, labels, seed=seed)
+    held_out = cross_fit(rows, labels, seed=seed, folds=folds, groups=[r.get("question_id") or r["outcome_id"] for r in rows])
     weights = fit_weights(rows, labels)
     before = evaluate_fit(rows, labels, DEFAULT_WEIGHTS)
     after = evaluate_fit(rows, labels, weights)
@@ -36,10 +39,12 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
     # A dry run says what a real run would do: store the fit, or refuse it as below.
     result["would_store"] = not worse
     if worse:
-        why = f"the fit scores worse than the default weights on the held-out half (Brier {b_after:.3f} > {b_before:.3f}"
+        why = (f"the fit scores worse than the default weights on held-out labels (Brier {b_after:.3f} > "
+               f"{b_before:.3f}, each label scored by a fit on the other {held_out['folds'] - 1} of "
+               f"{held_out['folds']} folds")
         if save:
             result["stored"] = False
-            result["not_stored"] = (f"{why}; one seeded half-split of the labels): too few or unrepresentative "
+            result["not_stored"] = (f"{why}): too few or unrepresentative "
                                     "labels; the weights in use stay (`sirag calibrate --reset` for the defaults); add "
                                     "labels, or store it anyway with --force")
             return result
@@ -66,7 +71,7 @@ def _new_labels(store, fit: dict | None) -> int:
     return store.labelled_answers(since=fit["created_at"] if fit else None)
 
 
-def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0) -> dict | None:
+def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, folds: int = 5) -> dict | None:
     """Fit the confidence weights from memory's labels when enough new ones have arrived.
 
     Due when the store holds at least ``min_labels`` labelled answers and, if weights were stored
@@ -82,7 +87,7 @@ def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0) -> d
     if fit is not None and _new_labels(store, fit) < refit_after:
         return None
     try:
-        return calibrate_from_memory(store, min_labels=min_labels, seed=seed, save=True)
+        return calibrate_from_memory(store, min_labels=min_labels, seed=seed, save=True, folds=folds)
     except InputError:  # every label the same: nothing to fit
         return None
 
@@ -91,7 +96,7 @@ def auto_calibrate_with(store, config) -> str | None:
     """:func:`auto_calibrate` with a Config's ``calibration`` settings and ``policy.seed``; the
     line :func:`describe_auto_fit` gives for what it did, or None when nothing was due."""
     c = config.calibration
-    result = auto_calibrate(store, c.auto_min_labels, c.auto_refit_after, seed=config.policy.seed)
+    result = auto_calibrate(store, c.auto_min_labels, c.auto_refit_after, seed=config.policy.seed, folds=c.folds)
     return None if result is None else describe_auto_fit(result)
 
 

@@ -245,11 +245,15 @@ def evaluate_fit(
     """
     X, y = _design(rows, labels)
     w = _weight_vector(DEFAULT_WEIGHTS if weights is None else weights)
-    notes: dict[str, str] = {}
     if X.shape[0] == 0:
-        notes["all"] = "undefined: no rows"
-        return {"auroc": None, "ece": None, "ece_floor": None, "brier": None, "n": 0, "notes": notes}
-    p = _sigmoid(X @ w)
+        return {"auroc": None, "ece": None, "ece_floor": None, "brier": None, "n": 0,
+                "notes": {"all": "undefined: no rows"}}
+    return _scores(_sigmoid(X @ w), y)
+
+
+def _scores(p: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    """AUROC, ECE, its noise floor and Brier score of confidences ``p`` for 0/1 labels ``y``."""
+    notes: dict[str, str] = {}
     score = auroc(p.tolist(), y.astype(bool).tolist())
     if score is None:
         notes["auroc"] = "undefined: the labels contain only one class"
@@ -258,46 +262,71 @@ def evaluate_fit(
         "ece": expected_calibration_error(p.tolist(), y.tolist()),
         "ece_floor": ece_noise_floor(p.tolist()),
         "brier": float(np.mean((p - y) ** 2)),
-        "n": int(X.shape[0]),
+        "n": int(y.shape[0]),
         "notes": notes,
     }
 
 
-def cross_fit(
-    rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], seed: int = 0, l2: float = 1.0
-) -> dict[str, Any]:
-    """Fit on one half, evaluate the defaults and the fitted weights on the other half.
+def _folds(y: np.ndarray, groups: Sequence[Any], folds: int, seed: int) -> np.ndarray:
+    """The fold of each row. A group's rows (one question asked several times) share a fold, so
+    no question is fitted and measured at once. Groups are dealt, in an order shuffled with
+    ``seed``, each to the fold holding the fewest rows of the group's majority label (then the
+    fewest rows, then the lowest number): every fold gets both labels whenever the groups allow."""
+    members: dict[Any, list[int]] = {}
+    for i, g in enumerate(groups):
+        members.setdefault(g, []).append(i)
+    order = list(members.values())
+    np.random.default_rng(seed).shuffle(order)  # shuffles the list of groups in place
+    fold = np.zeros(len(y), dtype=int)
+    count = np.zeros((folds, 2), dtype=int)  # rows per fold and label
+    for idx in order:
+        pos = int(y[idx].sum())
+        major = 1 if 2 * pos > len(idx) else 0
+        f = min(range(folds), key=lambda k: (count[k, major], count[k].sum(), k))
+        fold[idx] = f
+        count[f] += (len(idx) - pos, pos)
+    return fold
 
-    The split is stratified by label (each class shuffled with ``seed`` and halved), so
-    both halves see both classes whenever each class has at least two rows. Returns
-    ``{"weights", "before", "after", "n_train", "n_test", "seed"}`` where ``before``
-    and ``after`` are :func:`evaluate_fit` results on the held-out half.
+
+def cross_fit(
+    rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], seed: int = 0, l2: float = 1.0, folds: int = 5,
+    groups: Sequence[Any] | None = None,
+) -> dict[str, Any]:
+    """K-fold cross-fitting: every label is held out once and scored by weights fitted on the others.
+
+    The rows are dealt into ``folds`` folds (fewer when there are fewer groups), balanced by
+    label, with all rows of one group in one fold (``groups``: e.g. the question asked; default:
+    every row its own group); the split is seeded by ``seed``. For each fold the weights are
+    fitted on the other folds and give the fold's confidences; the pooled confidences of all
+    rows are then scored, so AUROC, ECE and Brier rest on every label instead of one held-out
+    half. Returns ``{"before", "after", "folds", "n_train", "n_test", "seed"}``: ``before`` and
+    ``after`` are :func:`evaluate_fit` results of the default and the cross-fitted confidences
+    on all ``n_test`` rows; ``n_train`` is the smallest number of rows a fold was fitted on.
     """
-    X_check, y = _design(rows, labels)  # validates lengths and labels
-    n = X_check.shape[0]
+    X, y = _design(rows, labels)  # validates lengths and labels
+    n = X.shape[0]
     if n < 2:
         raise ValueError(f"cross_fit needs at least 2 rows to split, got {n}")
-    rng = np.random.default_rng(seed)
-    train_idx: list[int] = []
-    test_idx: list[int] = []
-    for cls in (0.0, 1.0):
-        idx = np.flatnonzero(y == cls)
-        rng.shuffle(idx)
-        half = len(idx) // 2
-        train_idx.extend(idx[:half].tolist())
-        test_idx.extend(idx[half:].tolist())
-    if not train_idx:  # e.g. two rows of different classes: halves would be empty
-        train_idx, test_idx = test_idx[:1], test_idx[1:]
-    train_idx.sort()
-    test_idx.sort()
-    weights = fit_weights([rows[i] for i in train_idx], [labels[i] for i in train_idx], l2=l2)
-    test_rows = [rows[i] for i in test_idx]
-    test_labels = [labels[i] for i in test_idx]
+    if not (isinstance(folds, int) and folds >= 2):
+        raise ValueError(f"folds must be an integer of at least 2, got {folds!r}")
+    groups = list(range(n)) if groups is None else list(groups)
+    if len(groups) != n:
+        raise ValueError(f"groups has {len(groups)} items but rows has {n}")
+    k = min(folds, len(set(groups)))
+    if k < 2:
+        raise ValueError("cross_fit needs at least 2 groups to split; every row here belongs to one")
+    fold = _folds(y, groups, k, seed)
+    p = np.zeros(n)
+    for f in range(k):
+        train = np.flatnonzero(fold != f)
+        w = fit_weights([rows[i] for i in train], [labels[i] for i in train], l2=l2)
+        held = fold == f
+        p[held] = _sigmoid(X[held] @ _weight_vector(w))
     return {
-        "weights": weights,
-        "before": evaluate_fit(test_rows, test_labels, DEFAULT_WEIGHTS),
-        "after": evaluate_fit(test_rows, test_labels, weights),
-        "n_train": len(train_idx),
-        "n_test": len(test_idx),
+        "before": evaluate_fit(rows, labels, DEFAULT_WEIGHTS),
+        "after": _scores(p, y),
+        "folds": k,
+        "n_train": int(n - np.bincount(fold, minlength=k).max()),
+        "n_test": n,
         "seed": seed,
     }

@@ -880,7 +880,7 @@ class MemoryStore:
     def labelled_attempts(self) -> list[dict[str, Any]]:
         """The chosen attempt of every labelled answered outcome, for confidence calibration.
 
-        Each dict: outcome_id, query_class, attempt, coverage, redundancy, grounding,
+        Each dict: outcome_id, question_id, query_class, attempt, coverage, redundancy, grounding,
         faithfulness, confidence, refusal, mean_logprob, answer (the attempt's answer text, for
         the answer_words feature), failure, label (1 correct, 0 wrong; the latest feedback
         wins) and source. Signal values may be None. Refused outcomes are left out: confidence
@@ -890,7 +890,7 @@ class MemoryStore:
         return self._rows(
             f"""
             WITH {self._LATEST_LABEL}
-            SELECT o.id AS outcome_id, o.query_class, a.number AS attempt,
+            SELECT o.id AS outcome_id, o.question_id, o.query_class, a.number AS attempt,
                    a.coverage, a.redundancy, a.grounding, a.faithfulness, a.confidence,
                    a.refusal, a.mean_logprob, a.answer, a.failure, l.label, l.source
             FROM latest l

@@ -206,27 +206,72 @@ def test_cross_fit_improves_ece_on_miscalibrated_data() -> None:
     rows = _synthetic_rows(2000, seed=11)
     labels = _labels_from(rows, truth, seed=12)
     out = cross_fit(rows, labels, seed=0)
-    assert out["n_train"] + out["n_test"] == 2000
-    assert abs(out["n_train"] - out["n_test"]) <= 2
+    # Five folds: every label held out once, each fold fitted on the other 1600.
+    assert out["folds"] == 5 and out["n_test"] == 2000 and out["n_train"] == 1600
+    assert out["after"]["n"] == out["before"]["n"] == 2000
     assert out["before"]["ece"] > 0.15
     assert out["after"]["ece"] < 0.05
     assert out["after"]["ece"] < out["before"]["ece"]
     assert out["after"]["brier"] < out["before"]["brier"]
     # Ranking was already right, so AUROC should not get materially worse.
     assert out["after"]["auroc"] > out["before"]["auroc"] - 0.02
-    assert out["weights"]["bias"] < DEFAULT_WEIGHTS["bias"] - 1.5
 
 
 def test_cross_fit_is_seeded_and_stratified() -> None:
+    from self_improving_rag.evaluation.calibration import _folds
+
     rows = _synthetic_rows(40, seed=13)
     labels = [1] * 10 + [0] * 30
     a = cross_fit(rows, labels, seed=3)
     b = cross_fit(rows, labels, seed=3)
     assert a == b
-    # stratified halves: 5 positives and 15 negatives held out
-    assert a["n_test"] == 20 and a["before"]["auroc"] is not None
+    assert a["n_test"] == 40 and a["before"]["auroc"] is not None and a["after"]["auroc"] is not None
+    fold = _folds(np.array(labels, dtype=float), list(range(40)), 5, seed=3)
+    # stratified: every fold holds 2 of the 10 positives and 6 of the 30 negatives
+    assert [int(((fold == f) & (np.array(labels) == 1)).sum()) for f in range(5)] == [2] * 5
+    assert np.bincount(fold).tolist() == [8] * 5
+    assert not np.array_equal(fold, _folds(np.array(labels, dtype=float), list(range(40)), 5, seed=4))
     with pytest.raises(ValueError, match="at least 2"):
         cross_fit(rows[:1], labels[:1])
+    with pytest.raises(ValueError, match="folds"):
+        cross_fit(rows, labels, folds=1)
+
+
+def test_cross_fit_keeps_a_questions_answers_in_one_fold() -> None:
+    """The same question asked four times must not be fitted and scored at once: its answers share
+    a fold. With fewer groups than folds, there are as many folds as groups."""
+    from self_improving_rag.evaluation.calibration import _folds
+
+    labels = np.array([1, 1, 0, 1, 0, 0, 1, 0, 1, 0, 0, 1], dtype=float)
+    groups = ["q1"] * 4 + ["q2"] * 2 + ["q3"] * 3 + ["q4"] * 3
+    for seed in range(5):
+        fold = _folds(labels, groups, 3, seed)
+        for g in set(groups):
+            assert len({int(fold[i]) for i, x in enumerate(groups) if x == g}) == 1
+        assert len(set(fold.tolist())) == 3
+    rows = _synthetic_rows(12, seed=5)
+    out = cross_fit(rows, labels.tolist(), groups=groups, folds=10)
+    assert out["folds"] == 4 and out["n_test"] == 12 and out["n_train"] == 8  # the four-answer question held out
+    with pytest.raises(ValueError, match="2 groups"):
+        cross_fit(rows, labels.tolist(), groups=["same"] * 12)
+    with pytest.raises(ValueError, match="groups has 3"):
+        cross_fit(rows, labels.tolist(), groups=["a", "b", "c"])
+
+
+def test_cross_fit_scores_each_label_with_a_fit_that_never_saw_it() -> None:
+    """One fold per row: each row's held-out confidence is that of a fit on the other 29 rows,
+    exactly as computed by hand."""
+    from self_improving_rag.evaluation.calibration import _design, _scores, _sigmoid, _weight_vector
+
+    base = _synthetic_rows(30, seed=21)
+    labels = _labels_from(base, DEFAULT_WEIGHTS, seed=22)
+    out = cross_fit(base, labels, groups=list(range(30)), folds=30)
+    X, _ = _design(base, labels)
+    p = [float(_sigmoid(X[i] @ _weight_vector(fit_weights(base[:i] + base[i + 1:], labels[:i] + labels[i + 1:]))))
+         for i in range(30)]
+    expect = _scores(np.array(p), np.array(labels, dtype=float))
+    assert out["folds"] == 30 and out["after"]["brier"] == pytest.approx(expect["brier"])
+    assert out["after"]["auroc"] == pytest.approx(expect["auroc"])
 
 
 # ------------------------------------------------------------------ answer length

@@ -56,6 +56,23 @@ def test_calibration_learns_that_long_answers_are_wrong_from_the_stored_answer_t
     assert stored["weights"]["answer_words"] == pytest.approx(w["answer_words"])
 
 
+def test_a_question_asked_again_is_held_out_with_its_earlier_answers(store: MemoryStore) -> None:
+    """Six questions asked four times each: the cross-fit never fits on one of a question's
+    answers and scores another, so each fold is fitted on whole questions only."""
+    for i in range(24):
+        q = f"Who kept light number {i % 6}?"
+        oid = store.record(make_answer(q, (make_attempt(1, answer=SHORT if i % 2 else LONG),), answer=SHORT))
+        store.add_feedback(oid, correct=bool(i % 2), source="gold")
+    rows = store.labelled_attempts()
+    assert len({r["question_id"] for r in rows}) == 6
+    result = calibrate_from_memory(store, min_labels=20, seed=0, save=False, folds=4)
+    held = result["held_out"]
+    assert held["folds"] == 4 and held["n_test"] == 24
+    assert held["n_train"] in (16, 20)  # whole questions of four answers: 18 if one were split
+    five = calibrate_from_memory(store, min_labels=20, seed=0, save=False, folds=5)
+    assert five["held_out"]["n_train"] == 16  # six questions in five folds: one fold holds two of them
+
+
 def test_labelled_rows_carry_the_answer_text(store: MemoryStore) -> None:
     _record(store, 2, SHORT, correct_every=1)
     rows = store.labelled_attempts()
