@@ -93,6 +93,8 @@ class BatchSpec(BaseModel):
 
 def load_batch(path: str | Path) -> tuple[BatchSpec, Path]:
     p = Path(path)
+    if p.is_dir():
+        raise BatchError(f"{p} is a folder, not a batch file; pass the path of a batch YAML file ({BATCH_FORMAT})")
     if not p.is_file():
         raise BatchError(f"batch file {p} not found; pass the path of a batch YAML file ({BATCH_FORMAT})")
     if p.suffix.lower() in (".json", ".jsonl"):
@@ -154,7 +156,11 @@ def load_items(spec: BatchSpec, base: Path) -> list[QAItem]:
         where = Path(f"{spec.name} (inline questions)")
         for i, row in enumerate(spec.questions.inline or []):
             if not isinstance(row, dict) or "question" not in row:
-                raise BatchError(f"inline question {i + 1} has no 'question' field")
+                keys = [str(k) for k in row] if isinstance(row, dict) else []
+                close = next((k for k in keys if difflib.get_close_matches(k, ["question"], n=1, cutoff=0.75)), None)
+                hint = (f"; it has the key '{close}': did you mean 'question'?" if close else
+                        f"; it has the keys {', '.join(repr(k) for k in keys)}" if keys else "")
+                raise BatchError(f"{spec.name}: inline question {i + 1} has no 'question' field{hint}")
             for key in row:
                 # Other keys are kept as the item's metadata; one that looks like a misspelt
                 # field would silently leave the question ungraded.

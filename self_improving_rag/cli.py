@@ -11,7 +11,7 @@ import os
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from . import __version__
 from .config import Config, load_config, pins_strategy
@@ -202,15 +202,18 @@ def cmd_fetch_gutenberg(args: argparse.Namespace, config: Config) -> int:
         raise InputError(f"the index {index_dir} holds documents from paths that no longer exist ({missing[0]}{more}): "
                          "restore them, or run `sirag ingest` with the paths to keep, then fetch again; "
                          "nothing was downloaded or changed")
-    files = fetch_gutenberg(ids, dest, config.ingestion.gutenberg_mirror,
-                            max_bytes=int(config.ingestion.max_file_mb * 2**20))
+    fresh, reused = fetch_gutenberg(ids, dest, config.ingestion.gutenberg_mirror,
+                                    max_bytes=int(config.ingestion.max_file_mb * 2**20))
+    files = fresh + reused
     embedder = embedder_from_config(config)
     paths = list(dict.fromkeys([*sources, str(dest.resolve())]))
     report = ingest(paths, config, embedder, index_dir=index_dir, progress=not args.json and sys.stderr.isatty())
     if args.json:
-        _print_json({"downloaded": [str(f) for f in files], **report.to_json()})
+        _print_json({"downloaded": [str(f) for f in fresh], "reused": [str(f) for f in reused], **report.to_json()})
     else:
-        print(f"downloaded {len(files)} book(s) into {dest}; indexed {len(report.documents)} document(s) into {report.index_dir}")
+        again = f", reused {len(reused)} already there" if reused else ""
+        print(f"downloaded {len(fresh)} book(s) into {dest}{again}; indexed {len(report.documents)} document(s) "
+              f"into {report.index_dir}")
         for d in report.documents:
             if d["doc_id"] in {f.stem for f in files}:
                 print(f"  {d['doc_id']}: {d['title']}" + (f" by {d['author']}" if d.get("author") else ""))
@@ -219,8 +222,13 @@ def cmd_fetch_gutenberg(args: argparse.Namespace, config: Config) -> int:
     indexed = {d["doc_id"] for d in report.documents}
     left_out = [f for f in files if f.stem not in indexed]
     for f in left_out:
-        print(f"error: {f} was downloaded but not indexed (the warning above says why); it is kept and reused by the "
-              "next fetch: delete it to download it again", file=sys.stderr)
+        if f in fresh:  # not left in the folder, where every later ingest would warn about it again
+            f.unlink(missing_ok=True)
+            print(f"error: {f} was downloaded but not indexed (the warning above says why); it was removed, so a "
+                  "later fetch downloads it again", file=sys.stderr)
+        else:
+            print(f"error: {f} was already in {dest} but could not be indexed (the warning above says why); it is "
+                  "kept: delete it to download it again", file=sys.stderr)
     return 2 if left_out else 0
 
 
@@ -572,7 +580,7 @@ def cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
 
     if args.reset and (args.dry_run or args.force):
         raise InputError("--reset puts the default weights back and fits nothing; it takes no --dry-run or --force")
-    store = _existing_memory(config, "calibrate")
+    store = _existing_memory(config, "calibrate", read_only=args.dry_run)  # a dry run changes nothing
     try:
         if args.reset:
             fit_id = reset_calibration(store)
@@ -656,7 +664,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def add(name: str, fn: Callable) -> argparse.ArgumentParser:
         doc = _doc(fn)
-        return sub.add_parser(name, parents=[common], help=doc.splitlines()[0], description=doc,
+        return sub.add_parser(name, parents=[common], help=" ".join(doc.split("\n\n")[0].split()), description=doc,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
 
     sp = add("ingest", cmd_ingest)
@@ -722,9 +730,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: list[str]) -> NoReturn:
+    """Exit 2 with the usage of the command given (not the top-level one) and, for an option that
+    belongs to other commands, which ones: ``sirag batch x.yaml --name n`` says --name is eval's."""
+    subs = next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
+    target = subs.get(command, parser)
+    hints = []
+    for arg in extra:
+        option = arg.split("=", 1)[0]
+        owners = [name for name, sp in subs.items() if name != command and option in sp._option_string_actions]
+        if option.startswith("-") and owners:
+            hints.append(f"{option} is an option of `sirag {'`, `sirag '.join(owners)}`")
+    target.error(f"unrecognized arguments: {' '.join(extra)}" + (f" ({'; '.join(hints)})" if hints else ""))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _unrecognized(parser, args.command, extra)
     if not args.command:
         parser.print_help()
         return 2

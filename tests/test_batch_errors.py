@@ -246,6 +246,17 @@ def test_batch_file_mistakes_are_named(tmp_path):
     spec = BatchSpec(name="t", questions=QuestionsSpec(inline=[{"question": "Who built it?", "answer": "Clara"}]))
     with pytest.raises(BatchError, match="inline question 1 has the key 'answer'; did you mean 'answers'"):
         load_items(spec, tmp_path)
+    # A misspelt question field is named; other keys are listed.
+    spec = BatchSpec(name="t", questions=QuestionsSpec(inline=[{"quesion": "Who built it?", "answers": ["Clara"]}]))
+    with pytest.raises(BatchError, match="t: inline question 1 has no 'question' field; it has the key 'quesion': "
+                                         "did you mean 'question'"):
+        load_items(spec, tmp_path)
+    spec = BatchSpec(name="t", questions=QuestionsSpec(inline=[{"ask": "Who built it?"}]))
+    with pytest.raises(BatchError, match=r"no 'question' field; it has the keys 'ask'$"):
+        load_items(spec, tmp_path)
+    # A folder where the batch file goes is named as a folder, not as missing.
+    with pytest.raises(BatchError, match="is a folder, not a batch file"):
+        load_batch(tmp_path)
     # results.jsonl calls them gold_answers: a user copying that name is told the field's name.
     for key in ("gold_answers", "gold"):
         spec = BatchSpec(name="t", questions=QuestionsSpec(inline=[{"question": "Who built it?", key: ["Clara"]}]))

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import codecs
 import logging
+import signal
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -20,6 +24,27 @@ from ..types import Generation
 from .base import TokenCallback
 
 log = logging.getLogger(__name__)
+
+
+@contextmanager
+def _interrupt_held() -> Iterator[None]:
+    """Hold a Ctrl-C that arrives while llama.cpp loads, and raise it once loading returns.
+
+    While the model loads, llama.cpp calls back into Python to log. A KeyboardInterrupt raised
+    inside such a ctypes callback is dropped, so Ctrl-C during loading went unnoticed and the
+    answer was made and stored. Off the main thread (where no signal handler can be set) this
+    does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
+    if held:
+        raise KeyboardInterrupt
 
 
 class LlamaCppGenerator:
@@ -60,9 +85,10 @@ class LlamaCppGenerator:
             ) from exc
         t = time.perf_counter()
         try:
-            llm = Llama(model_path=self.model_path, n_ctx=self.n_ctx, n_threads=self.n_threads,
-                        n_threads_batch=self.n_threads, n_batch=self.n_batch, seed=self.seed,
-                        logits_all=False, verbose=False)
+            with _interrupt_held():
+                llm = Llama(model_path=self.model_path, n_ctx=self.n_ctx, n_threads=self.n_threads,
+                            n_threads_batch=self.n_threads, n_batch=self.n_batch, seed=self.seed,
+                            logits_all=False, verbose=False)
         except (ValueError, RuntimeError, OSError) as exc:
             raise GeneratorUnavailableError(f"cannot load model {self.model_path} ({exc}); check the file or choose another --set generator.model=...") from exc
         template = llm.metadata.get("tokenizer.chat_template")

@@ -38,22 +38,25 @@ def parse_ids(raw: list[str]) -> list[int]:
         # ASCII digits only: str.isdigit() also holds for "²", which int() refuses.
         if not (r.isascii() and r.isdigit()) or int(r) <= 0:
             raise IngestionError(f"Gutenberg id {r!r} is not a positive number; use e.g. sirag fetch-gutenberg 1661")
-        ids.append(int(r))
+        if int(r) not in ids:  # a repeated id is fetched once
+            ids.append(int(r))
     return ids
 
 
 def fetch_gutenberg(ids: list[int], dest: Path, template: str, timeout_s: float = 60.0, retries: int = 2,
-                    max_bytes: int = 64 * 2**20) -> list[Path]:
-    """Download each book once into ``dest`` (``pg<id>.txt``); an existing file is reused."""
+                    max_bytes: int = 64 * 2**20) -> tuple[list[Path], list[Path]]:
+    """Download each book once into ``dest`` (``pg<id>.txt``); an existing file is reused.
+    Returns the files downloaded now and the files reused, each in the order of ``ids``."""
     import httpx
 
     dest.mkdir(parents=True, exist_ok=True)
-    out = []
+    out: list[Path] = []
+    reused: list[Path] = []
     with httpx.Client(timeout=timeout_s, follow_redirects=True) as client:
         for book_id in ids:
             target = dest / f"pg{book_id}.txt"
             if target.is_file() and target.stat().st_size > 0:
-                out.append(target)
+                reused.append(target)
                 continue
             url = book_url(template, book_id)
             data = _download(client, url, retries, max_bytes)
@@ -66,7 +69,7 @@ def fetch_gutenberg(ids: list[int], dest: Path, template: str, timeout_s: float 
                 os.fsync(fh.fileno())
             os.replace(tmp, target)
             out.append(target)
-    return out
+    return out, reused
 
 
 def _download(client, url: str, retries: int, max_bytes: int) -> bytes:

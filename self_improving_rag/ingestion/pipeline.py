@@ -6,6 +6,7 @@ import fcntl
 import hashlib
 import json
 import logging
+import shutil
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -245,6 +246,8 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
     chunkers = {n: make_chunker(n, getattr(config.ingestion, n).model_dump(), embedder.max_tokens)
                 for n in config.ingestion.chunkers}
     index = CorpusIndex(root)
+    if (Path(root) / "CURRENT").is_dir():  # found before the build, not after it
+        raise index.missing_error()
     with _ingest_lock(root):
         previous: dict = {}
         prev_manifest: dict | None = None
@@ -351,37 +354,41 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
                 return report
             t_embed = time.perf_counter()
             gen = index.new_generation()
-            ebar = tqdm(total=0, desc="embedding", unit="text", disable=not progress or None, leave=False)
+            try:
+                ebar = tqdm(total=0, desc="embedding", unit="text", disable=not progress or None, leave=False)
 
-            def embed_cached(texts: list[str]) -> np.ndarray:
-                distinct, before = len(set(texts)), cache.misses
-                ebar.total += distinct
-                ebar.refresh()
-                got = cache.embed(texts, embedder.embed, progress=ebar.update)
-                ebar.update(distinct - (cache.misses - before))  # the cached ones
-                return got
+                def embed_cached(texts: list[str]) -> np.ndarray:
+                    distinct, before = len(set(texts)), cache.misses
+                    ebar.total += distinct
+                    ebar.refresh()
+                    got = cache.embed(texts, embedder.embed, progress=ebar.update)
+                    ebar.update(distinct - (cache.misses - before))  # the cached ones
+                    return got
 
-            for n, cs in all_chunks.items():
-                t_e = time.perf_counter()
-                if not cs:
-                    vecs = np.zeros((0, embedder.dim), np.float32)
-                elif params[n]["vectors"] == "pooled":
-                    vecs = pooled_vectors(cs, embed_cached, embedder.dim, cache)
-                else:
-                    vecs = embed_cached([c.embed_text for c in cs])
-                index.write_chunker(gen, n, cs, vecs, config.retrieval.ann_threshold)
-                report.timings_ms[f"embed_index_{n}"] = (time.perf_counter() - t_e) * 1000
-                report.chunks[n] = len(cs)
-            ebar.close()
-            report.cached_texts = cache.hits - hits0
-            report.embedded_texts = cache.misses - miss0
-            report.timings_ms["embed_and_index"] = (time.perf_counter() - t_embed) * 1000
-            manifest = {
-                **settings,
-                "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "counts": report.chunks,
-            }
-            index.commit(gen, manifest)
+                for n, cs in all_chunks.items():
+                    t_e = time.perf_counter()
+                    if not cs:
+                        vecs = np.zeros((0, embedder.dim), np.float32)
+                    elif params[n]["vectors"] == "pooled":
+                        vecs = pooled_vectors(cs, embed_cached, embedder.dim, cache)
+                    else:
+                        vecs = embed_cached([c.embed_text for c in cs])
+                    index.write_chunker(gen, n, cs, vecs, config.retrieval.ann_threshold)
+                    report.timings_ms[f"embed_index_{n}"] = (time.perf_counter() - t_e) * 1000
+                    report.chunks[n] = len(cs)
+                ebar.close()
+                report.cached_texts = cache.hits - hits0
+                report.embedded_texts = cache.misses - miss0
+                report.timings_ms["embed_and_index"] = (time.perf_counter() - t_embed) * 1000
+                manifest = {
+                    **settings,
+                    "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "counts": report.chunks,
+                }
+                index.commit(gen, manifest)
+            except BaseException:
+                shutil.rmtree(gen, ignore_errors=True)  # an unfinished generation is never used: no debris
+                raise
         finally:
             cache.close()
     report.documents = [{"doc_id": k, **v} for k, v in files_meta.items()]

@@ -260,6 +260,9 @@ class MemoryStore:
         kwargs: dict[str, Any] = {"timeout": BUSY_TIMEOUT_S, "isolation_level": None, "check_same_thread": False}
         if self.memory:
             return sqlite3.connect(":memory:", **kwargs)
+        if self.path.is_dir():
+            raise MemoryStoreError(f"memory database {self.path} is a folder; pass --memory with a database file, "
+                                   f"e.g. {self.path / 'memory.db'}")
         if self.read_only:
             if not self.path.is_file():
                 raise MemoryStoreError(

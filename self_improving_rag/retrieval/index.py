@@ -15,6 +15,7 @@ interrupted ingest leaves the previous index usable.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -30,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import IndexMismatchError, IndexNotFoundError
+from ..errors import IndexMismatchError, IndexNotFoundError, IngestionError
 from ..types import Chunk
 
 log = logging.getLogger(__name__)
@@ -41,11 +42,17 @@ FORMAT_VERSION = 1
 def atomic_write_text(path: Path, text: str) -> None:
     """Write a file through a temporary file, fsync and rename."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if path.is_dir() and not path.is_symlink():
+            raise IsADirectoryError(errno.EISDIR, "a folder is in the way of this file; remove it", str(path))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # no stray temporary file, whatever went wrong
+        raise
 
 
 class EmbeddingCache:
@@ -237,8 +244,12 @@ def bm25_tokenize(texts: list[str]):
 def build_bm25(texts: list[str]):
     import bm25s
 
+    tokens = bm25_tokenize(texts)
+    if not tokens.vocab:  # bm25s fails on an empty vocabulary with an error that names nothing
+        raise IngestionError("the documents hold no searchable words (every word is a stop word, a single letter "
+                             "or punctuation); add documents with text to search")
     retriever = bm25s.BM25()
-    retriever.index(bm25_tokenize(texts), show_progress=False)
+    retriever.index(tokens, show_progress=False)
     return retriever
 
 
@@ -254,20 +265,34 @@ class CorpusIndex:
 
     # -- reading -------------------------------------------------------------
     def current_dir(self) -> Path | None:
-        cur = self.root / "CURRENT"
-        if not cur.is_file():
+        """The live generation's folder, or None when there is none: no CURRENT, or one that is
+        damaged (unreadable, not text, naming no generation with a manifest)."""
+        name = self._current_name()
+        if not name or "/" in name or "\\" in name or name in (".", ".."):
             return None
-        d = self.root / cur.read_text(encoding="utf-8").strip()
+        d = self.root / name
         return d if (d / "manifest.json").is_file() else None
 
-    def _missing(self) -> IndexNotFoundError:
+    def _current_name(self) -> str | None:
+        try:
+            return (self.root / "CURRENT").read_bytes().decode("utf-8").strip()
+        except (OSError, UnicodeDecodeError):  # missing, a folder, unreadable, not text
+            return None
+
+    def missing_error(self) -> IndexNotFoundError:
         """Why there is no live generation: never built, or a CURRENT pointer to nothing."""
         cur = self.root / "CURRENT"
+        rebuild = "rebuild it with: sirag ingest --rebuild PATH... (--index " + str(self.root) + ")"
+        if cur.is_dir():
+            return IndexNotFoundError(f"the index in {self.root} is damaged: {cur} is a folder, not the file naming "
+                                      f"the live generation; remove that folder, then {rebuild}")
         if cur.is_file():
+            try:
+                shown = repr(cur.read_bytes()[:80].decode("utf-8", errors="replace").strip())
+            except OSError as exc:
+                shown = f"nothing readable ({exc.strerror or exc})"
             return IndexNotFoundError(
-                f"the index in {self.root} is damaged: CURRENT points to "
-                f"{cur.read_text(encoding='utf-8', errors='replace').strip()!r}, which holds no manifest; "
-                "rebuild it with: sirag ingest --rebuild PATH... (--index " + str(self.root) + ")"
+                f"the index in {self.root} is damaged: CURRENT points to {shown}, which holds no manifest; {rebuild}"
             )
         # The absolute folder: a relative paths.index_dir is read from the current folder.
         return IndexNotFoundError(f"no index in {self.root.absolute()}; build one with: sirag ingest PATH... "
@@ -277,7 +302,7 @@ class CorpusIndex:
         """The manifest of ``directory`` (a generation), by default the live one."""
         d = self.current_dir() if directory is None else directory
         if d is None:
-            raise self._missing()
+            raise self.missing_error()
         try:
             return json.loads((d / "manifest.json").read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
@@ -322,7 +347,7 @@ class CorpusIndex:
 
         d = self.current_dir() if directory is None else directory
         if d is None:
-            raise self._missing()
+            raise self.missing_error()
         chunks_path = d / f"chunks-{name}.jsonl"
         if not chunks_path.is_file():
             built = ", ".join(self.manifest(d).get("chunkers", {})) or "none"

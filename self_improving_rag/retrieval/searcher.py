@@ -59,7 +59,7 @@ class Searcher:
         # ingest made meanwhile without the same check (see chunker()).
         generation = self.index.current_dir()
         if generation is None:
-            raise self.index._missing()
+            raise self.index.missing_error()
         built = set(self.index.manifest(generation).get("chunkers", {}))
         params = {k: v for k, v in chunker_params(self.config, self.embedder.max_tokens).items() if k in built}
         manifest = self.index.check_compatible(self.embedder.name, int(self.embedder.dim), params, generation)

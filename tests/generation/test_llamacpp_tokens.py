@@ -1,6 +1,8 @@
-"""The llama.cpp judge's yes/no token sets, without loading a model."""
+"""The llama.cpp backend without a model: its judge's yes/no token sets, and Ctrl-C while it loads."""
 
 from __future__ import annotations
+
+import pytest
 
 
 def test_yes_no_tokens_leave_out_spellings_the_vocabulary_splits() -> None:
@@ -14,3 +16,26 @@ def test_yes_no_tokens_leave_out_spellings_the_vocabulary_splits() -> None:
 
     assert LlamaCppGenerator._answer_tokens(Tokenizer(), "yes") == [11, 12, 13, 14]
     assert LlamaCppGenerator._answer_tokens(Tokenizer(), "no") == [21, 22, 23, 24, 25]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the unheld, dropped interrupt
+def test_ctrl_c_while_llama_cpp_calls_back_is_raised_once_the_call_returns() -> None:
+    """llama.cpp logs through a ctypes callback while it loads; a KeyboardInterrupt raised inside
+    one is dropped by ctypes. Held during the load, it is raised when the load returns, and the
+    Ctrl-C handler in place before is restored."""
+    import ctypes
+    import signal
+
+    from self_improving_rag.generation.llamacpp import _interrupt_held
+
+    callback = ctypes.CFUNCTYPE(None)(lambda: signal.raise_signal(signal.SIGINT))
+    before = signal.getsignal(signal.SIGINT)
+    callback()  # unheld, the interrupt is lost inside the callback: the reason for the hold
+    with pytest.raises(KeyboardInterrupt):
+        with _interrupt_held():
+            callback()
+            reached = True  # the load itself is not cut off half-way
+    assert reached
+    assert signal.getsignal(signal.SIGINT) is before
+    with _interrupt_held():  # no Ctrl-C: nothing raised
+        pass

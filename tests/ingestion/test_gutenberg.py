@@ -90,10 +90,12 @@ def test_fetch_cleans_and_ingests(tmp_path, mirror):
     hits = json.loads(r.stdout)["hits"]
     assert "forty camels" in hits[0]["text"]
     assert all("License text" not in h["text"] for h in hits)
-    # A second fetch reuses the download.
+    assert data["downloaded"] == [str(tmp_path / "dl" / "pg4242.txt")] and data["reused"] == []
+    # A second fetch reuses the download, and says so; a repeated id is fetched once.
     n = len(requests)
-    assert run(["fetch-gutenberg", "4242"], tmp_path, ov).returncode == 0
-    assert len(requests) == n
+    r = run(["fetch-gutenberg", "4242", "4242"], tmp_path, ov)
+    assert r.returncode == 0 and len(requests) == n
+    assert r.stdout.startswith(f"downloaded 0 book(s) into {tmp_path / 'dl'}, reused 1 already there;"), r.stdout
 
 
 def test_fetch_errors_are_one_line(tmp_path, mirror):
@@ -137,5 +139,14 @@ def test_a_download_that_cannot_be_indexed_is_an_error(tmp_path, mirror):
     ov = fake_overrides(tmp_path) + [f"ingestion.gutenberg_mirror={url}", f"ingestion.gutenberg_dir={tmp_path / 'dl'}"]
     r = run(["fetch-gutenberg", "4242", "5"], tmp_path, ov)
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert "pg5.txt was downloaded but not indexed" in r.stderr and "delete it to download it again" in r.stderr
+    assert "pg5.txt was downloaded but not indexed" in r.stderr and "it was removed" in r.stderr
     assert "pg4242: The Salt Road" in r.stdout  # the good book is indexed all the same
+    # Removed, so the next fetch of another book does not warn about it again.
+    assert not (tmp_path / "dl" / "pg5.txt").exists()
+    r = run(["fetch-gutenberg", "4242"], tmp_path, ov)
+    assert r.returncode == 0 and "pg5" not in r.stderr, r.stderr
+    # A file the user put there is not deleted, only named.
+    (tmp_path / "dl" / "pg6.txt").write_bytes(b"\x00\x01binary\x00" * 50)
+    r = run(["fetch-gutenberg", "6"], tmp_path, ov)
+    assert r.returncode == 2 and "pg6.txt was already in" in r.stderr and "delete it to download it again" in r.stderr
+    assert (tmp_path / "dl" / "pg6.txt").exists()

@@ -397,3 +397,50 @@ def test_an_embedder_folder_without_a_model_is_named(tmp_path):
             [*fake_overrides(tmp_path), f"embedder.name={tmp_path / 'not-a-model'}"])
     assert r.returncode == 2 and "is a folder but not a model (no config.json there)" in r.stderr
     assert "internal error" not in r.stderr
+
+
+def test_a_calibrate_dry_run_changes_nothing_in_the_store(tmp_path):
+    """A dry run opens the store read-only: an empty file stays empty (no schema is written),
+    and a labelled store's bytes and fits are unchanged."""
+    from tests.memory.memory_testkit import make_answer
+
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    r = run(["calibrate", "--dry-run", "--memory", str(empty)], tmp_path, fake_overrides(tmp_path))
+    assert r.returncode == 2 and "is empty" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert empty.stat().st_size == 0
+    db = tmp_path / "labelled.db"
+    with MemoryStore(db) as store:
+        for i in range(24):
+            oid = store.record(make_answer(f"Who built tower {i}?"))
+            store.add_feedback(oid, correct=i % 3 == 0, source="gold")
+    before = db.read_bytes()
+    r = run(["calibrate", "--dry-run", "--min-labels", "20", "--memory", str(db)], tmp_path, fake_overrides(tmp_path))
+    assert r.returncode == 0 and "dry run: nothing stored" in r.stdout, r.stderr
+    assert "each label held out (5 folds)" in r.stdout and "held-out half" not in r.stdout
+    assert db.read_bytes() == before
+    with MemoryStore(db, read_only=True) as store:
+        assert store.latest_calibration() is None
+
+
+def test_the_command_list_shows_each_summary_whole():
+    """`sirag --help` gives each command's first paragraph, not its first line cut mid-sentence."""
+    r = run(["--help"], Path.cwd())
+    text = " ".join(r.stdout.split())
+    assert "export, report; merge other stores into it." in text
+    assert "by the policy only with policy.use_labels: true)." in text
+
+
+def test_an_option_of_another_command_is_named_with_the_command_it_belongs_to(tmp_path):
+    r = run(["batch", "b.yaml", "--name", "x"], tmp_path)
+    assert r.returncode == 2 and r.stderr.startswith("usage: sirag batch "), r.stderr
+    assert "unrecognized arguments: --name x (--name is an option of `sirag eval`)" in r.stderr
+    r = run(["ask", "Who?", "--bogus"], tmp_path)
+    assert r.returncode == 2 and r.stderr.startswith("usage: sirag ask ") and "--bogus\n" in r.stderr
+
+
+def test_a_folder_given_as_the_memory_store_is_named_as_a_folder(tmp_path):
+    (tmp_path / "mem").mkdir()
+    for args in (["memory", "stats"], ["calibrate", "--dry-run"], ["feedback", "abc", "--correct"]):
+        r = run([*args, "--memory", str(tmp_path / "mem")], tmp_path, fake_overrides(tmp_path))
+        assert r.returncode == 2 and "is a folder; pass --memory with a database file" in r.stderr, (args, r.stderr)

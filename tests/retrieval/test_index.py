@@ -355,3 +355,51 @@ def test_the_rebuild_command_quotes_paths_with_spaces(tmp_path: Path, fake_confi
         CorpusIndex(root).check_compatible("other", 64, _params(fake_config, hash_embedder))
     command = str(info.value).split("re-ingest with: ", 1)[1].split(" (with the", 1)[0]
     assert shlex.split(command)[-3:] == ["--index", str(root), str(docs)]
+
+
+def test_a_current_file_of_random_bytes_is_a_damaged_index(built_index: Path) -> None:
+    """Not text, with a NUL byte: the index is named damaged with the rebuild hint, never a
+    decoding error; a plain ingest then builds a new live generation."""
+    (built_index / "CURRENT").write_bytes(b"\xfc\x00\x81gen\xff")
+    index = CorpusIndex(built_index)
+    assert index.current_dir() is None
+    with pytest.raises(IndexNotFoundError, match=r"damaged: CURRENT points to .*sirag ingest --rebuild"):
+        index.manifest()
+    for name in ("../elsewhere", ".", "a/b"):
+        (built_index / "CURRENT").write_text(name + "\n", encoding="utf-8")
+        assert index.current_dir() is None
+
+
+def test_a_folder_named_current_is_reported_before_anything_is_built(built_index: Path, fake_config,
+                                                                     hash_embedder, corpus_dir: Path) -> None:
+    (built_index / "CURRENT").unlink()
+    (built_index / "CURRENT").mkdir()
+    with pytest.raises(IndexNotFoundError, match=r"CURRENT is a folder, not the file .*remove that folder"):
+        CorpusIndex(built_index).manifest()
+    before = sorted(p.name for p in built_index.iterdir())
+    with pytest.raises(IndexNotFoundError, match="remove that folder"):
+        ingest([corpus_dir], fake_config, hash_embedder, rebuild=True, progress=False)
+    assert sorted(p.name for p in built_index.iterdir()) == before  # no generation built for nothing
+
+
+def test_atomic_write_text_onto_a_folder_fails_and_leaves_no_temporary_file(tmp_path: Path) -> None:
+    (tmp_path / "CURRENT").mkdir()
+    with pytest.raises(IsADirectoryError, match="a folder is in the way"):
+        atomic_write_text(tmp_path / "CURRENT", "gen-1\n")
+    assert [p.name for p in tmp_path.iterdir()] == ["CURRENT"]
+
+
+def test_documents_without_a_searchable_word_are_one_clear_error(tmp_path: Path, fake_config,
+                                                                 hash_embedder) -> None:
+    """Only stop words and single letters: BM25 would have an empty vocabulary. The error says
+    so, and the unfinished generation is removed."""
+    from self_improving_rag.errors import IngestionError
+
+    docs = tmp_path / "stop"
+    docs.mkdir()
+    (docs / "a.txt").write_text("It is what it is. x y z\n", encoding="utf-8")
+    with pytest.raises(IngestionError, match="no searchable words"):
+        ingest([docs], fake_config, hash_embedder, progress=False)
+    root = Path(fake_config.paths.index_dir)
+    assert not [p for p in root.iterdir() if p.name.startswith((".building-", "gen-"))]
+    assert CorpusIndex(root).current_dir() is None
