@@ -13,7 +13,10 @@ in [0, 1]; ``mean_logprob`` is the mean token log-probability of the answer (≤
 about −0.1 for a fluent, certain answer and −1.5 for a guess), clipped below at
 :data:`LOGPROB_FLOOR`; ``refusal`` is 1.0 for a refusal, else 0.0; ``answer_words`` is
 log(1 + words in the answer without its citations), None for a refusal (the prompts ask for
-an answer in a few words: a long answer is usually a sentence copied in place of an answer).
+an answer in a few words: a long answer is usually a sentence copied in place of an answer);
+``question_fit`` is the lowest log-probability of a content word of the question when the model
+reads it back as the question its answer replies to (≤ 0, clipped below at
+:data:`QUESTION_FIT_FLOOR`; None for a refusal or a backend that cannot score text).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ __all__ = [
     "DEFAULT_WEIGHTS",
     "NEUTRAL_VALUES",
     "LOGPROB_FLOOR",
+    "QUESTION_FIT_FLOOR",
     "confidence",
     "fit_weights",
     "evaluate_fit",
@@ -42,11 +46,11 @@ __all__ = [
 ]
 
 FEATURES: tuple[str, ...] = ("coverage", "grounding", "faithfulness", "redundancy", "mean_logprob", "refusal",
-                             "answer_words")
+                             "answer_words", "question_fit")
 
 #: Features added after weights could already be stored: a stored fit without one of them
 #: gives it this weight (0: that fit did not use it), so old fits keep their meaning.
-ADDED_FEATURES: dict[str, float] = {"answer_words": 0.0}
+ADDED_FEATURES: dict[str, float] = {"answer_words": 0.0, "question_fit": 0.0}
 
 #: Value used for a feature that is missing (``None``): a middling value that neither
 #: argues for nor against the answer. ``refusal`` is imputed as "not a refusal", since
@@ -59,11 +63,16 @@ NEUTRAL_VALUES: dict[str, float] = {
     "mean_logprob": -0.6,
     "refusal": 0.0,
     "answer_words": math.log1p(4),  # a four-word answer
+    "question_fit": -7.5,  # the median on SQuAD answers (docs/results.md, session 19)
 }
 
 #: Log-probabilities below this are clipped: past it the answer is noise either way, and
 #: an unbounded feature would let a single extreme value dominate a fit.
 LOGPROB_FLOOR = -5.0
+
+#: ``question_fit`` below this is clipped: one token's log-probability can be far lower than any
+#: answer's mean, and past −20 (p < 2e-9) the question is unexpected either way.
+QUESTION_FIT_FLOOR = -20.0
 
 _PRIOR_SLOPES: dict[str, float] = {
     "coverage": 1.5,  # the passages address the question
@@ -73,6 +82,9 @@ _PRIOR_SLOPES: dict[str, float] = {
     "mean_logprob": 1.5,  # from −1.5 to −0.1 adds 2.1 to the logit
     "refusal": -3.0,  # a refusal is rarely a correct answer to score with confidence
     "answer_words": -0.5,  # 25 words instead of 4 take 0.8 off the logit
+    # 0 until fitted: its scale belongs to the model that reads the question back, so only a fit
+    # on labelled answers gives it a weight; the default confidence does not use it.
+    "question_fit": 0.0,
 }
 
 #: Hand-set priors. The bias is chosen so that an attempt whose every feature is at its
@@ -109,7 +121,7 @@ def sigmoid(z: float | None) -> float | None:
 
 
 def _feature_vector(features: Mapping[str, Any]) -> np.ndarray:
-    """The design row [1, x_1, ..., x_6] with imputation and clipping; unknown keys ignored."""
+    """The design row [1, x_1, ..., x_n] with imputation and clipping; unknown keys ignored."""
     row = [1.0]
     for name in FEATURES:
         value = features.get(name)
@@ -123,6 +135,8 @@ def _feature_vector(features: Mapping[str, Any]) -> np.ndarray:
                 raise ValueError(f"feature {name!r} must be finite or None, got {value!r}")
             if name == "mean_logprob":
                 x = min(max(x, LOGPROB_FLOOR), 0.0)
+            elif name == "question_fit":
+                x = min(max(x, QUESTION_FIT_FLOOR), 0.0)
         row.append(x)
     return np.asarray(row, dtype=float)
 
@@ -188,7 +202,7 @@ def fit_weights(
 ) -> dict[str, float]:
     """Refit the weights by L2-regularised logistic regression shrunk toward the prior.
 
-    Minimises, over w = (bias, w_1, ..., w_6) with p_j = σ(x_j · w),
+    Minimises, over w = (bias, w_1, ..., w_n) with p_j = σ(x_j · w),
 
         J(w) = −Σ_j [y_j log p_j + (1 − y_j) log(1 − p_j)] + (l2 / 2) · ‖w − w₀‖²
 
@@ -196,14 +210,19 @@ def fit_weights(
     so with no labels the result is w₀. J is strictly convex for l2 > 0 and is solved by
     Newton's method (IRLS) with step halving:
     gradient g = Xᵀ(p − y) + l2 (w − w₀), Hessian H = Xᵀ diag(p(1 − p)) X + l2 I.
-    Missing features are imputed as in :func:`confidence` before fitting.
+    Missing features are imputed as in :func:`confidence` before fitting. A feature missing from
+    every row keeps its prior weight: its imputed column is a constant, and fitting a weight to it
+    would only move the bias into it, a weight that would act on real values once they appear
+    (say, after ``scoring.question_check`` is turned on).
     """
     if not (isinstance(l2, (int, float)) and math.isfinite(l2) and l2 > 0):
         raise ValueError(f"l2 must be a positive finite number (it keeps the fit well posed), got {l2!r}")
-    w0 = _weight_vector(DEFAULT_WEIGHTS if prior is None else prior)
+    prior_w = _weight_vector(DEFAULT_WEIGHTS if prior is None else prior)
     X, y = _design(rows, labels)
     if X.shape[0] == 0:
-        return _as_weights(w0)
+        return _as_weights(prior_w)
+    free = np.array([True] + [any(r.get(f) is not None for r in rows) for f in FEATURES])
+    w0, X = prior_w[free], X[:, free]
 
     def objective(w: np.ndarray) -> float:
         z = X @ w
@@ -230,7 +249,9 @@ def fit_weights(
         w, f = w_new, f_new
         if converged:
             break
-    return _as_weights(w)
+    out = prior_w.copy()
+    out[free] = w
+    return _as_weights(out)
 
 
 def evaluate_fit(

@@ -13,12 +13,13 @@ from typing import Callable
 import numpy as np
 
 from ..config import ScoringConfig
-from ..generation.prompts import _CITATION, build_judge_messages, parse_citations, strip_citations
+from ..generation.prompts import (_CITATION, build_judge_messages, build_question_check_messages, parse_citations,
+                                  strip_citations)
 from ..ingestion.sentences import split_sentences
 from ..retrieval.reranker import sigmoid
-from ..text import capitalised_terms, claim_terms, content_terms, term_words
+from ..text import QUESTION_WORDS, STOP_WORDS, capitalised_terms, claim_terms, content_terms, term_words
 from ..types import Generation, Passage, RetrievalResult, Signal, Signals
-from .calibration import answer_words
+from .calibration import QUESTION_FIT_FLOOR, answer_words
 from .calibration import confidence as calibrated_confidence
 
 
@@ -197,6 +198,25 @@ def faithfulness_score(checks: list[ClaimCheck], refused: bool, method: str) -> 
     })
 
 
+def question_fit(scored: list[tuple[str, float]] | None) -> tuple[float | None, str | None]:
+    """The ``question_fit`` feature from the question's tokens read as the model's reply to "which
+    question does your answer reply to?" (``scored``: (piece, log p) per token): the lowest log p
+    among the content tokens (a letter or digit, not a stop word or question word; all tokens if
+    none is), clipped below at :data:`QUESTION_FIT_FLOOR`, with that token's text. None when
+    nothing was scored.
+
+    High (near 0): given the passages and its answer, the model expects every word of the
+    question. Low: some word of the question is one the model would not have asked, as when the
+    question names a date, a person or a relation the passages do not pair with that answer.
+    """
+    if not scored:
+        return None, None
+    content = [(p, lp) for p, lp in scored
+               if re.search(r"\w", p) and p.strip().lower() not in STOP_WORDS and p.strip().lower() not in QUESTION_WORDS]
+    piece, lowest = min(content or scored, key=lambda t: t[1])
+    return max(float(lowest), QUESTION_FIT_FLOOR), piece.strip()
+
+
 # -- the scorer: model calls wired to the pure functions -----------------------------------
 
 class SignalScorer:
@@ -215,6 +235,7 @@ class SignalScorer:
     def score(self, question: str, retrieval: RetrievalResult, generation: Generation | None, answer: str,
               refused: bool, citations: tuple[int, ...], prompt: str = "cite_then_answer") -> Signals:
         passages = list(retrieval.passages)
+        qfit, qfit_token = self._question_fit(question, passages, generation, answer, refused, prompt)
         context = "\n".join(p.text for p in passages)
         coverage = coverage_score(question, context)
         # Every passage split into sentences and embedded once (with the question and the whole
@@ -243,12 +264,26 @@ class SignalScorer:
             "redundancy": redundancy.value, "refusal": 1.0 if refused else 0.0,
             "mean_logprob": generation.mean_logprob if generation is not None else None,
             "answer_words": answer_words(answer, refused),
+            "question_fit": qfit,
         }
         conf = calibrated_confidence(features, self.weights)
-        confidence = Signal("confidence", conf, "logistic model over the signals, the mean token log-prob and the answer's length"
-                            + (" (fitted weights)" if self.weights else " (default weights)"),
-                            {"features": features, "mean_logprob": features["mean_logprob"]})
+        detail = {"features": features, "mean_logprob": features["mean_logprob"]}
+        if qfit_token is not None:
+            detail["question_fit_token"] = qfit_token  # the question's least expected word
+        confidence = Signal("confidence", conf, "logistic model over the signals, the mean token log-prob, the answer's "
+                            "length and how well the question fits the answer"
+                            + (" (fitted weights)" if self.weights else " (default weights)"), detail)
         return Signals(coverage, redundancy, grounding, faithfulness, confidence, refused)
+
+    def _question_fit(self, question: str, passages: list[Passage], generation: Generation | None, answer: str,
+                      refused: bool, prompt: str) -> tuple[float | None, str | None]:
+        """:func:`question_fit` of the question read as the model's reply to "which question does
+        this answer reply to?" over the same passages; (None, None) for a refusal, an attempt
+        without a generation, the check off, or a backend that cannot score a given text."""
+        score = getattr(self.generator, "continuation_logprobs", None)
+        if refused or generation is None or not passages or score is None or not self.config.question_check:
+            return None, None
+        return question_fit(score(build_question_check_messages(prompt, passages, answer), question))
 
     def _check_claims(self, question: str, answer: str, passages: list[Passage], sentences: list[tuple[int, str]],
                       sentence_vecs: np.ndarray, use_judge: bool, prompt: str) -> list[ClaimCheck]:

@@ -205,6 +205,47 @@ class LlamaCppGenerator:
         pn = np.logaddexp.reduce(logits[no])
         return float(1.0 / (1.0 + np.exp(pn - py)))
 
+    def continuation_logprobs(self, messages: list[dict[str, str]], text: str,
+                              max_tokens: int = 64) -> list[tuple[str, float]] | None:
+        """Each token of ``text`` (at most ``max_tokens``) as the reply that opens after
+        ``messages``, with its log-probability there: (piece, log p). The prompt's cached prefix is
+        reused, and ``text`` is run as one batch that returns a row of logits per token, so the cost
+        is that of reading ``text`` once, not of generating it."""
+        self.warm_up()
+        prompt = self.tokenize(self.format(messages))
+        cont = self.tokenize(text)[:max_tokens]
+        if not cont:
+            return []
+        self._fit(prompt + cont, 0)
+        self._prefill(prompt)
+        rows = [self._logits()]  # the distribution of the first token of text
+        if len(cont) > 1:
+            rows.extend(self._eval_all_logits(cont[:-1]))
+        out = []
+        for tok, row in zip(cont, rows):
+            piece = self._llm.detokenize([tok]).decode("utf-8", errors="replace")
+            out.append((piece, float(row[tok] - np.logaddexp.reduce(row))))
+        return out
+
+    def _eval_all_logits(self, tokens: list[int]) -> list[np.ndarray]:
+        """Evaluate ``tokens`` after the cached ones in one batch and return the logits after each
+        (llama-cpp-python's ``eval`` keeps only the last row unless the whole context was made
+        with ``logits_all``, which would cost a vocabulary projection for every prompt token)."""
+        llm = self._llm
+        n_vocab = llm.n_vocab()
+        rows: list[np.ndarray] = []
+        for i in range(0, len(tokens), self.n_batch):
+            part = tokens[i:i + self.n_batch]
+            n_past = llm.n_tokens
+            llm._ctx.kv_cache_seq_rm(-1, n_past, -1)
+            llm._batch.set_batch(batch=part, n_past=n_past, logits_all=True)
+            llm._ctx.decode(llm._batch)
+            block = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(len(part) * n_vocab,))
+            rows.extend(block.reshape(len(part), n_vocab).astype(np.float64))
+            llm.input_ids[n_past:n_past + len(part)] = part
+            llm.n_tokens += len(part)
+        return rows
+
     def _answer_tokens(self, word: str) -> list[int]:
         """The token ids that spell ``word`` whole ("yes", "Yes", " yes", ...). A spelling the
         vocabulary splits ("YES" as "Y" + "ES") is left out: its first piece is not the word."""

@@ -92,6 +92,21 @@ def build_messages(template: str, question: str, passages, **extra: str) -> list
     return [{"role": "system", "content": t.system}, {"role": "user", "content": user}]
 
 
+QUESTION_CHECK = ("A reply to a question about the passages above: {answer}\n"
+                  "Which question does this reply answer? Write only the question.")
+
+
+def build_question_check_messages(answer_prompt: str, passages, answer: str) -> list[dict[str, str]]:
+    """The answer prompt's system message and passages, then the answer (without citations) and
+    a request for the question it replies to; the question asked is then read as the model's reply.
+    The question itself is not shown. The passages are the prefix the answer prompt and the judge
+    share, so the backend reuses its KV cache for them."""
+    t = load_template(answer_prompt)
+    head, _, _ = t.user.partition("{passages}")
+    user = head + format_passages(passages) + "\n\n" + QUESTION_CHECK.format(answer=" ".join(strip_citations(answer).split()))
+    return [{"role": "system", "content": t.system}, {"role": "user", "content": user}]
+
+
 def build_judge_messages(answer_prompt: str, question: str, passages, claim: str) -> list[dict[str, str]]:
     """The answer prompt's system message and passages, then the yes/no question about a claim.
 

@@ -127,3 +127,19 @@ class TransformersGenerator:
             return None
         py, pn = torch.logsumexp(logits[yes], 0), torch.logsumexp(logits[no], 0)
         return float(torch.sigmoid(py - pn))
+
+    def continuation_logprobs(self, messages, text: str, max_tokens: int = 64) -> list[tuple[str, float]] | None:
+        """Each token of ``text`` (at most ``max_tokens``) as the reply after ``messages``, with
+        its log-probability there, from one forward pass over the prompt and the text."""
+        import torch
+
+        self.warm_up()
+        ids = self._inputs(messages)
+        cont = self._tok(text, add_special_tokens=False)["input_ids"][:max_tokens]
+        if not cont:
+            return []
+        full = torch.cat([ids, torch.tensor([cont], dtype=ids.dtype)], dim=1)
+        with torch.no_grad():
+            logits = self._model(full).logits[0, ids.shape[1] - 1:-1].float()
+        lps = torch.log_softmax(logits, -1)
+        return [(self._tok.decode([tok]), float(lps[i, tok])) for i, tok in enumerate(cont)]

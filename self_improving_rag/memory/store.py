@@ -30,7 +30,8 @@ from typing import Any, NoReturn, TypeVar
 from sqlite_utils import Database
 
 from ..errors import MemoryStoreError
-from ..evaluation.calibration import FEATURES, LOGPROB_FLOOR, NEUTRAL_VALUES, answer_words, complete_weights, sigmoid
+from ..evaluation.calibration import (FEATURES, LOGPROB_FLOOR, NEUTRAL_VALUES, QUESTION_FIT_FLOOR, answer_words,
+                                      complete_weights, sigmoid)
 from ..evaluation.metrics import bin_index
 from ..types import Answer, AttemptRecord
 from .migrations import MIGRATIONS, migration_names
@@ -182,6 +183,7 @@ _COLUMN_SQL = {
     # existed, the stored answer's.
     "answer_words": ("COALESCE(json_extract(a.signals_json, '$.confidence.detail.features.answer_words'), "
                      "sirag_answer_words(a.answer, a.refusal))"),
+    "question_fit": "json_extract(a.signals_json, '$.confidence.detail.features.question_fit')",
 }
 assert set(_COLUMN_SQL) == set(FEATURES), "every confidence feature needs its column here"
 
@@ -190,6 +192,8 @@ def _feature_sql(name: str) -> str:
     x = f"COALESCE({_COLUMN_SQL[name]}, :n_{name})"
     if name == "mean_logprob":
         x = f"MIN(MAX({x}, :logprob_floor), 0.0)"
+    elif name == "question_fit":
+        x = f"MIN(MAX({x}, :question_fit_floor), 0.0)"
     return f":w_{name} * {x}"
 
 
@@ -201,6 +205,7 @@ _BAR_SQL = "MAX(:floor, MIN(1.0, :threshold + :margin * (a.number - 1)))"
 
 def _verdict_params(verdicts: Verdicts | None) -> dict[str, float]:
     params: dict[str, float] = {"rejudge": 0 if verdicts is None else 1, "logprob_floor": LOGPROB_FLOOR,
+                                "question_fit_floor": QUESTION_FIT_FLOOR,
                                 "floor": 0.0, "threshold": 0.0, "margin": 0.0}
     weights = complete_weights(verdicts.weights if verdicts is not None else None)
     params.update({f"w_{k}": v for k, v in weights.items()})
@@ -886,7 +891,7 @@ class MemoryStore:
         Each dict: outcome_id, question_id, query_class, attempt, coverage, redundancy, grounding,
         faithfulness, confidence, refusal, mean_logprob, answer (the attempt's answer text, for
         the answer_words feature), failure, label (1 correct, 0 wrong; the latest feedback
-        wins) and source. Signal values may be None. Refused outcomes are left out: confidence
+        wins), source and question_fit (from the stored signals; None before it existed). Signal values may be None. Refused outcomes are left out: confidence
         is the probability that a given answer is correct, and a label on a refusal ("rightly
         refused") says nothing about that.
         """
@@ -895,7 +900,8 @@ class MemoryStore:
             WITH {self._LATEST_LABEL}
             SELECT o.id AS outcome_id, o.question_id, o.query_class, a.number AS attempt,
                    a.coverage, a.redundancy, a.grounding, a.faithfulness, a.confidence,
-                   a.refusal, a.mean_logprob, a.answer, a.failure, l.label, l.source
+                   a.refusal, a.mean_logprob, a.answer, a.failure, l.label, l.source,
+                   json_extract(a.signals_json, '$.confidence.detail.features.question_fit') AS question_fit
             FROM latest l
             JOIN outcomes o ON o.id = l.outcome_id
             JOIN attempts a ON a.outcome_id = o.id AND a.number = o.chosen_attempt

@@ -38,6 +38,7 @@ def _synthetic_rows(n: int, seed: int) -> list[dict[str, float]]:
             "mean_logprob": float(rng.uniform(-2.0, 0.0)),
             "refusal": float(rng.uniform() < 0.1),
             "answer_words": math.log1p(int(rng.integers(1, 30))),
+            "question_fit": float(rng.uniform(-15.0, -0.5)),
         }
         for _ in range(n)
     ]
@@ -294,12 +295,40 @@ def test_longer_answers_lower_confidence() -> None:
     assert _logit(confidence({**base, "answer_words": math.log1p(25)})) == pytest.approx(-0.5 * (math.log(26) - math.log(5)))
 
 
-def test_a_fit_stored_before_answer_words_keeps_its_meaning() -> None:
-    old = {k: v for k, v in DEFAULT_WEIGHTS.items() if k != "answer_words"}
+def test_a_fit_stored_before_answer_words_and_question_fit_keeps_its_meaning() -> None:
+    added = ("answer_words", "question_fit")
+    old = {k: v for k, v in {**DEFAULT_WEIGHTS, "faithfulness": 3.0}.items() if k not in added}
     rows = _synthetic_rows(30, seed=11)
     for r in rows:
-        without = {k: v for k, v in r.items() if k != "answer_words"}
-        z = old["bias"] + sum(old[f] * min(max(without[f], LOGPROB_FLOOR), 0.0) if f == "mean_logprob" else old[f] * without[f]
-                              for f in FEATURES if f != "answer_words")
+        z = old["bias"] + sum(old[f] * min(max(r[f], LOGPROB_FLOOR), 0.0) if f == "mean_logprob" else old[f] * r[f]
+                              for f in FEATURES if f not in added)
         assert _logit(confidence(r, old)) == pytest.approx(z)
-    assert ADDED_FEATURES == {"answer_words": 0.0}
+    assert ADDED_FEATURES == {"answer_words": 0.0, "question_fit": 0.0}
+
+
+def test_question_fit_is_clipped_and_its_default_weight_leaves_the_confidence_unchanged() -> None:
+    from self_improving_rag.evaluation.calibration import QUESTION_FIT_FLOOR
+
+    base = {"coverage": 0.8, "grounding": 0.7, "faithfulness": 0.9, "redundancy": 0.1, "mean_logprob": -0.3}
+    assert DEFAULT_WEIGHTS["question_fit"] == 0.0
+    assert confidence({**base, "question_fit": -1.0}) == confidence({**base, "question_fit": -15.0}) == confidence(base)
+    w = {**DEFAULT_WEIGHTS, "question_fit": 0.2}
+    assert _logit(confidence({**base, "question_fit": -1.0}, w)) - _logit(confidence({**base, "question_fit": -6.0}, w)) \
+        == pytest.approx(1.0)
+    # Clipped at the floor: below it, lower changes nothing; a missing value is the neutral one.
+    assert confidence({**base, "question_fit": -500.0}, w) == confidence({**base, "question_fit": QUESTION_FIT_FLOOR}, w)
+    assert confidence(base, w) == confidence({**base, "question_fit": NEUTRAL_VALUES["question_fit"]}, w)
+
+
+def test_a_feature_missing_from_every_row_keeps_its_prior_weight() -> None:
+    """Rows recorded with question_fit off impute it as one constant: a fit must not turn the
+    bias into a weight on it, which would act on real values once the check is turned on."""
+    rows = [{k: v for k, v in r.items() if k != "question_fit"} for r in _synthetic_rows(400, seed=31)]
+    truth = {**DEFAULT_WEIGHTS, "bias": DEFAULT_WEIGHTS["bias"] - 2.0}
+    labels = _labels_from(rows, truth, seed=32)
+    fitted = fit_weights(rows, labels)
+    assert fitted["question_fit"] == DEFAULT_WEIGHTS["question_fit"] == 0.0
+    assert fitted["bias"] < DEFAULT_WEIGHTS["bias"] - 1.0  # the shift went to the bias
+    # Present in some rows, it is fitted.
+    with_it = [{**r, "question_fit": -1.0 if y else -12.0} if i % 2 else r for i, (r, y) in enumerate(zip(rows, labels))]
+    assert fit_weights(with_it, labels)["question_fit"] > 0.1

@@ -15,6 +15,7 @@ from self_improving_rag.evaluation.signals import (
     faithfulness_score,
     grounding_score,
     lexical_support,
+    question_fit,
     redundancy_score,
     soft_coverage,
     split_claims,
@@ -176,3 +177,69 @@ def test_scorer_flags_an_invented_claim_by_text() -> None:
     assert sig.faithfulness.value == pytest.approx(0.5)
     assert sig.faithfulness.detail["unsupported"] == ["Admiral Grosvenor paid for silver turrets"]
     assert "Admiral Grosvenor" in sig.faithfulness.reason
+
+
+# ------------------------------------------------------------------ question_fit
+
+
+def test_question_fit_is_the_lowest_content_token_clipped() -> None:
+    from self_improving_rag.evaluation.calibration import QUESTION_FIT_FLOOR
+
+    scored = [("Who", -6.0), (" built", -0.4), (" the", -9.0), (" light", -2.5), ("house", -0.1), ("?", -7.0)]
+    # "Who" is a question word, "the" a stop word, "?" no word: the lowest content token is " light".
+    assert question_fit(scored) == (-2.5, "light")
+    assert question_fit([("Who", -1.0), (" Rollo", -40.0)]) == (QUESTION_FIT_FLOOR, "Rollo")
+    # No content token at all: every token counts.
+    assert question_fit([("Who", -3.0), (" is", -1.0), ("?", -0.5)]) == (-3.0, "Who")
+    assert question_fit(None) == (None, None) and question_fit([]) == (None, None)
+
+
+class QuestionReader(Judge):
+    """A generator stub that also reads a text back: (piece, log p) per word, from a table."""
+
+    def __init__(self, logprobs: dict[str, float]) -> None:
+        super().__init__(0.9)
+        self.logprobs, self.read = logprobs, []
+
+    def continuation_logprobs(self, messages, text):
+        self.read.append((messages, text, len(self.asked)))  # with the judge calls made before it
+        return [(w, self.logprobs.get(w.strip(" ?"), -0.5)) for w in text.split(" ")]
+
+
+def test_the_scorer_reads_the_question_back_after_the_answer() -> None:
+    """The question is scored as the model's reply to "which question does this reply answer?",
+    asked over the answer prompt's system message and passages (the prefix the backend has cached)
+    with the answer shown and the question not; before any judge call. The feature and the
+    question's least expected word are stored with the confidence, and the default weight of 0
+    leaves the confidence as it was."""
+    from self_improving_rag.generation.prompts import build_judge_messages, build_messages
+    from self_improving_rag.types import Generation
+
+    emb = HashEmbedder(dim=64)
+    reader = QuestionReader({"Marrow": -9.5, "built": -1.0})
+    assert ScoringConfig().question_check is False  # off by default: it costs prompt tokens
+    scorer = SignalScorer(ScoringConfig(judge="llm", question_check=True), emb.embed, reader)
+    r = _retrieval(["The lighthouse of Marrow Point was built by Clara Venn."])
+    gen = Generation(text="Clara Venn [1]", token_logprobs=(-0.1, -0.2), prompt_tokens=10, completion_tokens=2)
+    sig = scorer.score(Q, r, gen, "Clara Venn [1]", refused=False, citations=(1,))
+    assert len(reader.read) == 1
+    asked, text, judged_before = reader.read[0]
+    assert text == Q and judged_before == 0 and len(reader.asked) == 1
+    answer_prompt = build_messages("cite_then_answer", Q, r.passages)
+    judge = build_judge_messages("cite_then_answer", Q, r.passages, "Clara Venn")
+    shared = answer_prompt[1]["content"].split("\n\n")[0]  # "Passages:" and the numbered passages
+    assert asked[0] == answer_prompt[0] and asked[1]["content"].startswith(shared)
+    assert judge[1]["content"].startswith(shared)
+    tail = asked[1]["content"][len(shared):]
+    assert "Clara Venn" in tail and "[1]" not in tail and "Marrow" not in tail  # the answer, not the question
+    assert sig.confidence.detail["features"]["question_fit"] == -9.5
+    assert sig.confidence.detail["question_fit_token"] == "Marrow"
+    plain = SignalScorer(ScoringConfig(judge="llm", question_check=False), emb.embed, QuestionReader({}))
+    off = plain.score(Q, r, gen, "Clara Venn [1]", refused=False, citations=(1,))
+    assert off.confidence.detail["features"]["question_fit"] is None and "question_fit_token" not in off.confidence.detail
+    assert sig.confidence.value == pytest.approx(off.confidence.value)  # default weight 0
+    # A refusal, or an attempt without a generation, reads nothing back.
+    before = len(reader.read)
+    scorer.score(Q, r, gen, "The passages do not say.", refused=True, citations=())
+    scorer.score(Q, r, None, "Clara Venn [1]", refused=False, citations=(1,))
+    assert len(reader.read) == before

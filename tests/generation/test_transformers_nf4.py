@@ -186,6 +186,22 @@ def test_generate_logprobs_match_a_forward_pass(plain_gen) -> None:
 
 
 @needs_accelerate
+def test_continuation_logprobs_read_the_generated_text_back(plain_gen) -> None:
+    """Reading back the text the model generated gives each token the log-prob it had when it
+    was generated: the same positions, the same tokens."""
+    out = plain_gen.generate(MESSAGES, max_tokens=4)
+    ids = plain_gen._inputs(MESSAGES)[0].tolist()
+    with torch.no_grad():
+        greedy = plain_gen._model.generate(torch.tensor([ids]), max_new_tokens=4, do_sample=False,
+                                           pad_token_id=plain_gen._tok.eos_token_id)[0, len(ids):].tolist()
+    read = plain_gen.continuation_logprobs(MESSAGES, plain_gen._tok.decode(greedy))
+    assert plain_gen._tok(plain_gen._tok.decode(greedy), add_special_tokens=False)["input_ids"] == greedy
+    assert [lp for _, lp in read] == pytest.approx(list(out.token_logprobs), abs=1e-3)
+    assert all(lp <= 0 for _, lp in read) and len(read) >= 1
+    assert plain_gen.continuation_logprobs(MESSAGES, "") == []
+
+
+@needs_accelerate
 def test_max_tokens_override(plain_gen) -> None:
     out = plain_gen.generate(MESSAGES, max_tokens=2)
     assert 0 < out.completion_tokens <= 2

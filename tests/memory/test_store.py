@@ -317,6 +317,38 @@ def test_rejudged_answer_words_are_the_scorers_not_the_shown_answers(store: Memo
     assert store.strategy_counts(verdicts=Verdicts(weights, answer_threshold=bar)) == {STRATEGY_A.key: (0, 1)}
 
 
+def test_rejudged_confidence_reads_question_fit_clipped_and_calibration_gets_it(store: MemoryStore) -> None:
+    """question_fit lives only in the stored features: the SQL confidence reads it from there,
+    clips it at QUESTION_FIT_FLOOR as the scorer does, takes the neutral value when it is missing,
+    and labelled_attempts hands it to calibration."""
+    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS, NEUTRAL_VALUES, QUESTION_FIT_FLOOR, sigmoid
+    from self_improving_rag.memory.store import Verdicts
+
+    def with_fit(q: str, value) -> str:
+        attempt = make_attempt(1, answer="Paris [1]")
+        sig = attempt.signals
+        features = {} if value is None else {"question_fit": value}
+        detail = {**sig.confidence.detail, "features": features}
+        attempt = dataclasses.replace(attempt, signals=dataclasses.replace(
+            sig, confidence=dataclasses.replace(sig.confidence, detail=detail)))
+        oid = store.record(make_answer(q, (attempt,), answer="Paris [1]"))
+        store.add_feedback(oid, correct=True, source="gold")
+        return oid
+
+    with_fit("q1", -2.0)
+    with_fit("q2", -500.0)  # clipped to -20
+    with_fit("q3", None)  # recorded before the feature: neutral
+    weights = {**{k: 0.0 for k in DEFAULT_WEIGHTS}, "bias": 3.0, "question_fit": 0.25}
+
+    def passing(bar: float) -> int:
+        return store.strategy_counts(verdicts=Verdicts(weights, answer_threshold=bar))[STRATEGY_A.key][0]
+
+    at = {v: sigmoid(3.0 + 0.25 * v) for v in (-2.0, QUESTION_FIT_FLOOR, NEUTRAL_VALUES["question_fit"])}
+    assert passing(at[-2.0] - 1e-6) == 1 and passing(at[NEUTRAL_VALUES["question_fit"]] - 1e-6) == 2
+    assert passing(at[QUESTION_FIT_FLOOR] - 1e-6) == 3 and passing(at[QUESTION_FIT_FLOOR] + 1e-6) == 2
+    assert [r["question_fit"] for r in store.labelled_attempts()] == [-2.0, -500.0, None]
+
+
 def test_rejudged_bar_rises_with_the_attempt_number(store: MemoryStore) -> None:
     """A repair (attempt 2) must clear answer_threshold + retry_margin, as the engine asks."""
     from self_improving_rag.evaluation.calibration import confidence

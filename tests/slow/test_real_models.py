@@ -90,6 +90,37 @@ def test_small_packaged_model_generates_with_logprobs_and_prefix_reuse():
     assert again.reused_prefix_tokens == n_prompt - 1  # the same prompt again: all but the last token
 
 
+def test_a_text_read_back_in_one_batch_scores_as_token_by_token():
+    """continuation_logprobs runs the text as one batch with a row of logits per token; each
+    log-prob equals the one read after evaluating the tokens one at a time, and the check's
+    prompt reuses the answer prompt's cached passages."""
+    import numpy as np
+
+    from self_improving_rag.generation.llamacpp import LlamaCppGenerator
+    from self_improving_rag.generation.prompts import build_messages, build_question_check_messages
+    from self_improving_rag.generation.registry import resolve_model
+    from self_improving_rag.types import Passage
+
+    gen = LlamaCppGenerator(str(resolve_model("smollm2-135m-instruct", "unused")), n_ctx=2048, max_tokens=8)
+    passages = [Passage(1, "The lighthouse of Marrow Point was built in 1852 by Clara Venn.", ("a",), "d", "D", 0, 10, 0.9)]
+    question = "Who built the lighthouse of Marrow Point?"
+    gen.generate(build_messages("base", question, passages))
+    check = build_question_check_messages("base", passages, "Clara Venn [1]")
+    read = gen.continuation_logprobs(check, question)
+    assert gen.last_reused_tokens > 20  # the system message and the passages
+    assert "".join(p for p, _ in read) == question
+    prompt, cont = gen.tokenize(gen.format(check)), gen.tokenize(question)
+    gen._llm.n_tokens = 0  # nothing cached: evaluate from scratch, one token at a time
+    gen._prefill(prompt)
+    one_by_one = []
+    for tok in cont:
+        logits = gen._logits()
+        one_by_one.append(float(logits[tok] - np.logaddexp.reduce(logits)))
+        gen._llm.eval([tok])
+    # Batched and one-token kernels round differently (up to 0.02 seen on this 4-bit model).
+    assert [lp for _, lp in read] == pytest.approx(one_by_one, abs=0.05)
+
+
 def test_onnx_int8_embedder_agrees_with_the_float32_model(tmp_path):
     """The int8 ONNX export (default backend) against sentence-transformers in float32."""
     import numpy as np
