@@ -6,6 +6,7 @@ scoring functions below them, so each score can be tested without a model.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -13,6 +14,7 @@ from typing import Callable
 import numpy as np
 
 from ..config import ScoringConfig
+from ..errors import GenerationError
 from ..generation.prompts import (_CITATION, build_judge_messages, build_question_check_messages, parse_citations,
                                   strip_citations)
 from ..ingestion.sentences import split_sentences
@@ -21,6 +23,8 @@ from ..text import QUESTION_WORDS, STOP_WORDS, capitalised_terms, claim_terms, c
 from ..types import Generation, Passage, RetrievalResult, Signal, Signals
 from .calibration import QUESTION_FIT_FLOOR, answer_words
 from .calibration import confidence as calibrated_confidence
+
+log = logging.getLogger(__name__)
 
 
 # -- pure scoring functions ---------------------------------------------------------------
@@ -200,7 +204,7 @@ def faithfulness_score(checks: list[ClaimCheck], refused: bool, method: str) -> 
 
 def question_fit(scored: list[tuple[str, float]] | None) -> tuple[float | None, str | None]:
     """The ``question_fit`` feature from the question's tokens read as the model's reply to "which
-    question does your answer reply to?" (``scored``: (piece, log p) per token): the lowest log p
+    question does this reply answer?" (``scored``: (piece, log p) per token): the lowest log p
     among the content tokens (a letter or digit, not a stop word or question word; all tokens if
     none is), clipped below at :data:`QUESTION_FIT_FLOOR`, with that token's text. None when
     nothing was scored.
@@ -278,12 +282,17 @@ class SignalScorer:
     def _question_fit(self, question: str, passages: list[Passage], generation: Generation | None, answer: str,
                       refused: bool, prompt: str) -> tuple[float | None, str | None]:
         """:func:`question_fit` of the question read as the model's reply to "which question does
-        this answer reply to?" over the same passages; (None, None) for a refusal, an attempt
-        without a generation, the check off, or a backend that cannot score a given text."""
+        this reply answer?" over the same passages; (None, None) for a refusal, an attempt without
+        a generation, the check off, or a backend that cannot score a given text (or fails to:
+        a missing feature is imputed, a failed check must not fail the attempt)."""
         score = getattr(self.generator, "continuation_logprobs", None)
         if refused or generation is None or not passages or score is None or not self.config.question_check:
             return None, None
-        return question_fit(score(build_question_check_messages(prompt, passages, answer), question))
+        try:
+            return question_fit(score(build_question_check_messages(prompt, passages, answer), question))
+        except GenerationError as exc:
+            log.warning("question check skipped: %s", exc)
+            return None, None
 
     def _check_claims(self, question: str, answer: str, passages: list[Passage], sentences: list[tuple[int, str]],
                       sentence_vecs: np.ndarray, use_judge: bool, prompt: str) -> list[ClaimCheck]:

@@ -10,7 +10,11 @@ TokenCallback = Callable[[str], None]
 
 
 class Generator(Protocol):
-    """``generate(messages) -> Generation``; ``yes_probability(messages)`` judges a yes/no question."""
+    """``generate(messages) -> Generation``; ``yes_probability(messages)`` judges a yes/no question.
+
+    A backend may also offer ``continuation_logprobs(messages, text)``: each token of ``text`` as
+    the reply after ``messages``, with its log-probability, or None; the scorer's question check
+    (``scoring.question_check``) uses it where it exists (llama.cpp, transformers)."""
 
     name: str
 

@@ -243,3 +243,18 @@ def test_the_scorer_reads_the_question_back_after_the_answer() -> None:
     scorer.score(Q, r, gen, "The passages do not say.", refused=True, citations=())
     scorer.score(Q, r, None, "Clara Venn [1]", refused=False, citations=(1,))
     assert len(reader.read) == before
+
+
+def test_a_failed_question_check_leaves_the_feature_missing_not_the_attempt_failed() -> None:
+    from self_improving_rag.errors import GenerationError
+    from self_improving_rag.types import Generation
+
+    class Failing(QuestionReader):
+        def continuation_logprobs(self, messages, text):
+            raise GenerationError("prompt of 5000 tokens exceeds n_ctx=4096")
+
+    scorer = SignalScorer(ScoringConfig(judge="llm", question_check=True), HashEmbedder(dim=64).embed, Failing({}))
+    gen = Generation(text="Clara Venn [1]", token_logprobs=(-0.1,), prompt_tokens=10, completion_tokens=1)
+    sig = scorer.score(Q, _retrieval(["The lighthouse of Marrow Point was built by Clara Venn."]), gen,
+                       "Clara Venn [1]", refused=False, citations=(1,))
+    assert sig.confidence.detail["features"]["question_fit"] is None and sig.confidence.value is not None
