@@ -30,7 +30,7 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
         raise InputError("all labels are the same; calibration needs both correct and wrong answers")
     held_out = cross_fit(rows, labels, seed=seed, folds=folds, groups=[r.get("question_id") or r["outcome_id"] for r in rows])
     weights = fit_weights(rows, labels)
-    before = evaluate_fit(rows, labels, DEFAULT_WEIGHTS)
+    before = held_out["before"]  # the default weights on all labels: the cross-fit scored them already
     after = evaluate_fit(rows, labels, weights)
     result = {"n": len(rows), "held_out": held_out, "in_sample_before": before, "in_sample_after": after,
               "weights": weights}
