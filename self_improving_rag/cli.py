@@ -576,10 +576,11 @@ def cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
     The engine also fits by itself at start once enough new labels arrive (calibration.auto_fit;
     `sirag memory stats` shows the weights in use and when the next fit is due).
     """
-    from .evaluation.calibrate import calibrate_from_memory, reset_calibration
+    from .evaluation.calibrate import calibrate_from_memory, calibration_status, reset_calibration
 
-    if args.reset and (args.dry_run or args.force):
-        raise InputError("--reset puts the default weights back and fits nothing; it takes no --dry-run or --force")
+    if args.reset and (args.dry_run or args.force or args.min_labels is not None):
+        raise InputError("--reset puts the default weights back and fits nothing; it takes no --dry-run, --force "
+                         "or --min-labels")
     store = _existing_memory(config, "calibrate", read_only=args.dry_run)  # a dry run changes nothing
     try:
         if args.reset:
@@ -588,12 +589,15 @@ def cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
                 _print_json({"fit_id": fit_id, "reset_to_defaults": True})
             else:
                 auto = config.calibration
-                later = (f", or the engine's own once {auto.auto_refit_after} more answers are labelled "
-                         "(calibration.auto_fit)") if auto.auto_fit else ""
+                due = calibration_status(store, auto.auto_fit, auto.auto_min_labels,
+                                         auto.auto_refit_after)["automatic_fit"]
+                later = ("" if due == "off" else ", or the engine's own at its next start (calibration.auto_fit)"
+                         if due == "due" else f", or the engine's own {due} (calibration.auto_fit)")
                 print(f"default weights stored as fit {fit_id}: used by every later answer until a newer fit "
                       f"(`sirag calibrate`, one merged in{later})")
             return 0
-        result = calibrate_from_memory(store, min_labels=args.min_labels, seed=config.policy.seed,
+        result = calibrate_from_memory(store, min_labels=20 if args.min_labels is None else args.min_labels,
+                                       seed=config.policy.seed,
                                        save=not args.dry_run, force=args.force, folds=config.calibration.folds)
     finally:
         store.close()
@@ -716,7 +720,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--note", help="a note kept with the label")
 
     sp = add("calibrate", cmd_calibrate)
-    sp.add_argument("--min-labels", type=int_at_least(2), default=20, help="labelled outcomes needed to fit (default 20)")
+    sp.add_argument("--min-labels", type=int_at_least(2), default=None,
+                    help="labelled outcomes needed to fit (default 20)")
     sp.add_argument("--dry-run", action="store_true",
                     help="report the fit, and whether a real run would store it, without storing it")
     sp.add_argument("--force", action="store_true",

@@ -361,7 +361,13 @@ def test_calibrate_reset_and_its_refused_mixes(tmp_path):
     assert r.returncode == 2 and "takes no --dry-run" in r.stderr
     r = run(["calibrate", "--reset"], tmp_path, ov)
     assert r.returncode == 0 and "default weights stored as fit 2" in r.stdout, r.stderr
-    assert "once 20 more answers are labelled (calibration.auto_fit)" in r.stdout
+    # When the engine's own fit comes, as `sirag memory stats` counts it (calibration.auto_min_labels
+    # labels in all, and calibration.auto_refit_after new ones since the weights in use).
+    assert "the engine's own after 50 more labelled answers (calibration.auto_fit)" in r.stdout
+    stats = run(["memory", "stats", "--json"], tmp_path, ov)
+    assert json.loads(stats.stdout)["calibration"]["automatic_fit"] == "after 50 more labelled answers"
+    r = run(["calibrate", "--reset", "--min-labels", "5"], tmp_path, ov)
+    assert r.returncode == 2 and "takes no --dry-run, --force or --min-labels" in r.stderr
     with MemoryStore(db, read_only=True) as store:
         latest = store.latest_calibration()
         assert latest["n"] == 0 and latest["metrics"]["reset_to_defaults"] is True
