@@ -198,10 +198,10 @@ class ScoringConfig(_Model):
     relevance_threshold: float = Field(0.5, ge=0, le=1)
     redundancy_threshold: float = Field(0.92, ge=0, le=1)
     claim_support_threshold: float = Field(0.5, ge=0, le=1)
-    # After answering, read the question back as the model's reply to "which question does this
-    # reply answer?": the question_fit confidence feature (docs/signals.md). Off by default: it
-    # raised calibrated AUROC on SQuAD from 0.735 to 0.772 (not on sherlock_dev) but adds ~0.8 s
-    # of prompt per attempt, which takes scoring past 15% of the generator's time.
+    # After the claims are judged, read the question after the passages and the answer: the
+    # question_fit confidence feature (docs/signals.md). Off by default: it raised calibrated
+    # AUROC on SQuAD from 0.738 to 0.776 (not on sherlock_dev) but adds ~0.5 s per attempt, which
+    # takes scoring past 15% of the generator's time on the worst attempts.
     question_check: bool = False
 
 

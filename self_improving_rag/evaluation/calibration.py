@@ -14,9 +14,10 @@ about −0.1 for a fluent, certain answer and −1.5 for a guess), clipped below
 :data:`LOGPROB_FLOOR`; ``refusal`` is 1.0 for a refusal, else 0.0; ``answer_words`` is
 log(1 + words in the answer without its citations), None for a refusal (the prompts ask for
 an answer in a few words: a long answer is usually a sentence copied in place of an answer);
-``question_fit`` is the lowest log-probability of a content word of the question when the model
-reads it back as the question its answer replies to (≤ 0, clipped below at
-:data:`QUESTION_FIT_FLOOR`; None for a refusal or a backend that cannot score text).
+``question_fit`` is the lowest log-probability of a content word of the question, read after
+the passages and the answer, among the words the answer does not repeat
+(≤ 0, clipped below at :data:`QUESTION_FIT_FLOOR`; None for a refusal, with the check off, for a
+backend that cannot score a span of its prompt, or when the answer repeats every content word).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ NEUTRAL_VALUES: dict[str, float] = {
     "mean_logprob": -0.6,
     "refusal": 0.0,
     "answer_words": math.log1p(4),  # a four-word answer
-    "question_fit": -7.5,  # the median on SQuAD answers (docs/results.md, session 19)
+    "question_fit": -6.3,  # the median on SQuAD answers (docs/results.md, session 20)
 }
 
 #: Log-probabilities below this are clipped: past it the answer is noise either way, and

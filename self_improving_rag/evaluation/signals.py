@@ -14,8 +14,8 @@ from typing import Callable
 import numpy as np
 
 from ..config import ScoringConfig
-from ..errors import GenerationError
-from ..generation.prompts import (_CITATION, build_judge_messages, build_question_check_messages, parse_citations,
+from ..errors import GenerationError, GeneratorUnavailableError
+from ..generation.prompts import (_CITATION, build_judge_messages, build_question_read_messages, parse_citations,
                                   strip_citations)
 from ..ingestion.sentences import split_sentences
 from ..retrieval.reranker import sigmoid
@@ -202,23 +202,94 @@ def faithfulness_score(checks: list[ClaimCheck], refused: bool, method: str) -> 
     })
 
 
-def question_fit(scored: list[tuple[str, float]] | None) -> tuple[float | None, str | None]:
-    """The ``question_fit`` feature from the question's tokens read as the model's reply to "which
-    question does this reply answer?" (``scored``: (piece, log p) per token): the lowest log p
-    among the content tokens (a letter or digit, not a stop word or question word; all tokens if
-    none is), clipped below at :data:`QUESTION_FIT_FLOOR`, with that token's text. None when
-    nothing was scored.
+def _word_spans(pieces: list[str]) -> list[tuple[str, list[int]]]:
+    """The question's tokens joined into words, each with the indices of its pieces: a piece that
+    starts with a space or a newline starts a word, and punctuation stands alone ("1", "9", "5",
+    "0" make "1950"; " V", "arden" make "Varden"; "What", "'s" make "What's"). A piece that
+    holds part of a character ("", or "\ufffd" from a backend that decodes tokens one by one)
+    stays with its word."""
+    out: list[tuple[str, list[int]]] = []
+    prev_word = False
+    for i, piece in enumerate(pieces):
+        partial = piece == "" or "\ufffd" in piece
+        is_word = partial or bool(re.search(r"\w", piece)) or (prev_word and piece[:1] in "'\u2019")
+        if out and is_word and prev_word and not piece[:1].isspace():
+            out[-1] = (out[-1][0] + piece, out[-1][1] + [i])
+        else:
+            out.append((piece.strip(), [i]))
+        prev_word = is_word
+    return out
 
-    High (near 0): given the passages and its answer, the model expects every word of the
+
+def question_words(scored: list[tuple[str, float | None]]) -> list[tuple[str, float | None]]:
+    """The question's tokens (``scored``: (piece, log p) per token, in order; log p None where it
+    was not read) joined into words (see :func:`_word_spans`), each with the lowest log p among
+    its pieces."""
+    out = []
+    for word, idx in _word_spans([p for p, _ in scored]):
+        lps = [scored[i][1] for i in idx if scored[i][1] is not None]
+        out.append((word, min(lps) if lps else None))
+    return out
+
+
+_CONTRACTION = re.compile(r"(?:n['\u2019]t|['\u2019](?:s|re|ve|m|ll|d))$")
+
+
+def _content_word(word: str) -> bool:
+    """A word of the question that can tell: it has terms (see :func:`claim_terms`: a single
+    letter has none) and, without a contraction's ending ("what's", "didn't"), is not a stop
+    word or a question word."""
+    base = _CONTRACTION.sub("", word.lower().replace("\ufffd", ""))
+    return bool(claim_terms(base)) and base not in STOP_WORDS and base not in QUESTION_WORDS
+
+
+def _telling_words(pieces: list[str], answer: str) -> tuple[bool, list[tuple[str, list[int]]]]:
+    """Whether the question has a content word, and its content words that ``answer`` does not
+    repeat (a word the answer repeats is a copy of it, not evidence), with their pieces' indices."""
+    said = set(claim_terms(strip_citations(answer)))
+    content = [(w, idx) for w, idx in _word_spans(pieces) if _content_word(w)]
+    return bool(content), [(w, idx) for w, idx in content
+                           if not set(claim_terms(_CONTRACTION.sub("", w.lower()))) <= said]
+
+
+def question_fit_needs(pieces: list[str], answer: str = "") -> list[bool]:
+    """Which of the question's tokens :func:`question_fit` needs a log-probability for: the
+    pieces of its telling words (all tokens for a question without a content word, none when the
+    answer repeats every content word). A backend computes a row of logits only for those."""
+    has_content, fresh = _telling_words(pieces, answer)
+    if not has_content:
+        return [True] * len(pieces)
+    needed = {i for _, idx in fresh for i in idx}
+    return [i in needed for i in range(len(pieces))]
+
+
+def question_fit(scored: list[tuple[str, float | None]] | None, answer: str = "") -> tuple[float | None, str | None]:
+    """The ``question_fit`` feature from the question's tokens read after the passages and the
+    answer (``scored``: (piece, log p) per token, log p None where it was not read): the lowest
+    log p among the question's content words (see :func:`_content_word`) that ``answer`` does not
+    repeat (a word the answer repeats is read as a copy of it), clipped below at
+    :data:`QUESTION_FIT_FLOOR`, with that word. None when nothing was scored, or when the answer
+    repeats every content word of the question (then the read tells nothing).
+
+    High (near 0): given the passages and the answer, the model expects every word of the
     question. Low: some word of the question is one the model would not have asked, as when the
     question names a date, a person or a relation the passages do not pair with that answer.
     """
     if not scored:
         return None, None
-    content = [(p, lp) for p, lp in scored
-               if re.search(r"\w", p) and p.strip().lower() not in STOP_WORDS and p.strip().lower() not in QUESTION_WORDS]
-    piece, lowest = min(content or scored, key=lambda t: t[1])
-    return max(float(lowest), QUESTION_FIT_FLOOR), piece.strip()
+    has_content, fresh = _telling_words([p for p, _ in scored], answer)
+    if not has_content:  # a question of stop words and question words only: every token counts
+        read = [(p, lp) for p, lp in scored if lp is not None]
+        if not read:
+            return None, None
+        piece, lowest = min(read, key=lambda t: t[1])
+        return max(float(lowest), QUESTION_FIT_FLOOR), piece.strip()
+    words = [(w, min(scored[i][1] for i in idx)) for w, idx in fresh
+             if all(scored[i][1] is not None for i in idx)]
+    if not words:
+        return None, None
+    word, lowest = min(words, key=lambda t: t[1])
+    return max(float(lowest), QUESTION_FIT_FLOOR), word
 
 
 # -- the scorer: model calls wired to the pure functions -----------------------------------
@@ -239,7 +310,6 @@ class SignalScorer:
     def score(self, question: str, retrieval: RetrievalResult, generation: Generation | None, answer: str,
               refused: bool, citations: tuple[int, ...], prompt: str = "cite_then_answer") -> Signals:
         passages = list(retrieval.passages)
-        qfit, qfit_token = self._question_fit(question, passages, generation, answer, refused, prompt)
         context = "\n".join(p.text for p in passages)
         coverage = coverage_score(question, context)
         # Every passage split into sentences and embedded once (with the question and the whole
@@ -263,6 +333,10 @@ class SignalScorer:
         # The judge counts only if it judged something: a backend without log-probs returns None.
         judged = use_judge and (not checks or any(c.judge is not None for c in checks))
         faithfulness = faithfulness_score(checks, refused, "llm-judge+lexical" if judged else "lexical")
+        # After the judge: its prompt continues the answer prompt's (the question is often still
+        # cached), and the read shares only the passages with either.
+        read = self._read_question(question, passages, generation, answer, refused, prompt)
+        qfit, qfit_token = question_fit(read, answer) if read else (None, None)
         features = {
             "coverage": coverage.value, "grounding": grounding.value, "faithfulness": faithfulness.value,
             "redundancy": redundancy.value, "refusal": 1.0 if refused else 0.0,
@@ -274,25 +348,30 @@ class SignalScorer:
         detail = {"features": features, "mean_logprob": features["mean_logprob"]}
         if qfit_token is not None:
             detail["question_fit_token"] = qfit_token  # the question's least expected word
+        if read:  # each token of the question as read (log p where it was needed), for studies
+            detail["question_tokens"] = [[piece, None if lp is None else round(lp, 3)] for piece, lp in read]
         confidence = Signal("confidence", conf, "logistic model over the signals, the mean token log-prob, the answer's "
                             "length and how well the question fits the answer"
                             + (" (fitted weights)" if self.weights else " (default weights)"), detail)
         return Signals(coverage, redundancy, grounding, faithfulness, confidence, refused)
 
-    def _question_fit(self, question: str, passages: list[Passage], generation: Generation | None, answer: str,
-                      refused: bool, prompt: str) -> tuple[float | None, str | None]:
-        """:func:`question_fit` of the question read as the model's reply to "which question does
-        this reply answer?" over the same passages; (None, None) for a refusal, an attempt without
-        a generation, the check off, or a backend that cannot score a given text (or fails to:
-        a missing feature is imputed, a failed check must not fail the attempt)."""
-        score = getattr(self.generator, "continuation_logprobs", None)
-        if refused or generation is None or not passages or score is None or not self.config.question_check:
-            return None, None
+    def _read_question(self, question: str, passages: list[Passage], generation: Generation | None, answer: str,
+                       refused: bool, prompt: str) -> list[tuple[str, float | None]] | None:
+        """The question's tokens read after the passages and the answer, with the log-probability
+        of each token :func:`question_fit` needs (None for the others). None for a refusal, an
+        attempt without a generation, the check off, or a backend that cannot score a span (or
+        fails to: a missing feature is imputed, a failed check must not fail the attempt)."""
+        read = getattr(self.generator, "span_logprobs", None)
+        if refused or generation is None or not passages or read is None or not self.config.question_check:
+            return None
         try:
-            return question_fit(score(build_question_check_messages(prompt, passages, answer), question))
+            messages, span = build_question_read_messages(prompt, question, passages, answer)
+            return read(messages, span, need=lambda pieces: question_fit_needs(pieces, answer))
+        except GeneratorUnavailableError:
+            raise  # the generator is gone: the attempt cannot be made, as for the answer itself
         except GenerationError as exc:
             log.warning("question check skipped: %s", exc)
-            return None, None
+            return None
 
     def _check_claims(self, question: str, answer: str, passages: list[Passage], sentences: list[tuple[int, str]],
                       sentence_vecs: np.ndarray, use_judge: bool, prompt: str) -> list[ClaimCheck]:
@@ -336,4 +415,13 @@ class SignalScorer:
         return checks
 
     def _judge(self, question: str, claim: str, passages: list[Passage], prompt: str) -> float | None:
-        return self.generator.yes_probability(build_judge_messages(prompt, question, passages, claim))
+        """The judge's P(yes) for ``claim``, or None when the backend cannot judge it (a prompt
+        that does not fit the context, say): that claim is then checked without the judge, and
+        the attempt is kept."""
+        try:
+            return self.generator.yes_probability(build_judge_messages(prompt, question, passages, claim))
+        except GeneratorUnavailableError:
+            raise
+        except GenerationError as exc:
+            log.warning("judge skipped for a claim: %s", exc)
+            return None

@@ -12,9 +12,11 @@ TokenCallback = Callable[[str], None]
 class Generator(Protocol):
     """``generate(messages) -> Generation``; ``yes_probability(messages)`` judges a yes/no question.
 
-    A backend may also offer ``continuation_logprobs(messages, text)``: each token of ``text`` as
-    the reply after ``messages``, with its log-probability, or None; the scorer's question check
-    (``scoring.question_check``) uses it where it exists (llama.cpp, transformers)."""
+    A backend may also offer ``span_logprobs(messages, span, need=None)``: each token of the last
+    ``span`` in the prompt, with its log-probability given the prompt before it (None for the
+    tokens ``need(pieces)`` marks as not needed), or None; the scorer's
+    question check (``scoring.question_check``) uses it where it exists (llama.cpp,
+    transformers)."""
 
     name: str
 

@@ -68,7 +68,7 @@ class LlamaCppGenerator:
         self._formatter = None
         self._rng = np.random.default_rng(seed)
         self.load_ms = 0.0
-        # Prompt tokens whose KV cache the last call reused (generate or yes_probability).
+        # Prompt tokens whose KV cache the last call reused (generate, yes_probability or span_logprobs).
         self.last_reused_tokens = 0
 
     def warm_up(self) -> None:
@@ -205,43 +205,69 @@ class LlamaCppGenerator:
         pn = np.logaddexp.reduce(logits[no])
         return float(1.0 / (1.0 + np.exp(pn - py)))
 
-    def continuation_logprobs(self, messages: list[dict[str, str]], text: str,
-                              max_tokens: int = 64) -> list[tuple[str, float]] | None:
-        """Each token of ``text`` (at most ``max_tokens``) as the reply that opens after
-        ``messages``, with its log-probability there: (piece, log p). The prompt's cached prefix is
-        reused, and ``text`` is run as one batch that returns a row of logits per token, so the cost
-        is that of reading ``text`` once, not of generating it."""
-        self.warm_up()
-        prompt = self.tokenize(self.format(messages))
-        cont = self.tokenize(text)[:max_tokens]
-        if not cont:
-            return []
-        self._fit(prompt + cont, 0)
-        self._prefill(prompt)
-        rows = [self._logits()]  # the distribution of the first token of text
-        if len(cont) > 1:
-            rows.extend(self._eval_all_logits(cont[:-1]))
-        out = []
-        for tok, row in zip(cont, rows):
-            piece = self._llm.detokenize([tok]).decode("utf-8", errors="replace")
-            out.append((piece, float(row[tok] - np.logaddexp.reduce(row))))
-        return out
+    def span_logprobs(self, messages: list[dict[str, str]], span: str, need=None,
+                      max_tokens: int = 64) -> list[tuple[str, float | None]] | None:
+        """Each token of the last ``span`` in the prompt made from ``messages`` (at most
+        ``max_tokens`` of them), with its log-probability given everything before it:
+        (piece, log p). ``need(pieces)``, if given, says which tokens need their log p (a list of
+        bools): the others get None, and their vocabulary-sized row of logits is not computed
+        (about 30 ms each for the default model here, more than reading the token).
 
-    def _eval_all_logits(self, tokens: list[int]) -> list[np.ndarray]:
-        """Evaluate ``tokens`` after the cached ones in one batch and return the logits after each
-        (llama-cpp-python's ``eval`` keeps only the last row unless the whole context was made
-        with ``logits_all``, which would cost a vocabulary projection for every prompt token)."""
+        The prompt's cached prefix is reused and the span is run as one batch, so the cost is
+        that of reading the span once plus one row of logits per token needed. The cache is left
+        holding the prompt up to the span's last token (which is scored, not run), for a
+        judgement that continues it. The span is tokenized as the prompt up to its end is, so its
+        last token may differ from the whole prompt's where the next character would have joined
+        it ("?" and a newline are one token for Qwen2)."""
+        self.warm_up()
+        prompt = self.format(messages)
+        at = prompt.rfind(span)
+        if not span or at < 0:
+            raise GenerationError("the text to score is not in the prompt")
+        before = self.tokenize(prompt[:at])
+        # The span's tokens as they stand after ``before`` (a SentencePiece vocabulary would
+        # give a span tokenized alone a leading-space token of its own).
+        upto = self.tokenize(prompt[:at + len(span)])
+        cont = upto[len(before):] if upto[:len(before)] == before else self.tokenize(span)
+        cont = cont[:max_tokens]
+        if not before or not cont:
+            return []
+        self._fit(before + cont, 0)
+        # A character can span several tokens: decode incrementally, so the pieces join into the
+        # span's text (a token that ends inside a character gives "" and the next one the rest).
+        stream = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pieces = [stream.decode(self._llm.detokenize([tok])) for tok in cont]
+        wanted = [True] * len(cont) if need is None else [bool(w) for w in need(pieces)]
+        if not any(wanted):
+            return [(piece, None) for piece in pieces]  # nothing to read: the span is not run
+        self._prefill(before)
+        rows: dict[int, np.ndarray] = {0: self._logits()} if wanted[0] else {}  # the span's first token
+        if len(cont) > 1:
+            # The row after token j predicts token j + 1.
+            after = self._eval_logits_at(cont[:-1], wanted[1:])
+            rows.update({j + 1: row for j, row in after.items()})
+        return [(piece, float(rows[i][tok] - np.logaddexp.reduce(rows[i])) if i in rows else None)
+                for i, (tok, piece) in enumerate(zip(cont, pieces))]
+
+    def _eval_logits_at(self, tokens: list[int], wanted: list[bool]) -> dict[int, np.ndarray]:
+        """Evaluate ``tokens`` after the cached ones, in batches, and return the logits after
+        token i for each i whose ``wanted[i]`` is true (llama-cpp-python's ``eval`` keeps only the
+        last row unless the whole context was made with ``logits_all``, which would cost a
+        vocabulary projection for every prompt token)."""
         llm = self._llm
         n_vocab = llm.n_vocab()
-        rows: list[np.ndarray] = []
+        rows: dict[int, np.ndarray] = {}
         for i in range(0, len(tokens), self.n_batch):
             part = tokens[i:i + self.n_batch]
             n_past = llm.n_tokens
             llm._ctx.kv_cache_seq_rm(-1, n_past, -1)
-            llm._batch.set_batch(batch=part, n_past=n_past, logits_all=True)
+            llm._batch.set_batch(batch=part, n_past=n_past, logits_all=False)
+            for j in range(len(part)):
+                llm._batch.batch.logits[j] = bool(wanted[i + j])
             llm._ctx.decode(llm._batch)
-            block = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(len(part) * n_vocab,))
-            rows.extend(block.reshape(len(part), n_vocab).astype(np.float64))
+            for j in range(len(part)):
+                if wanted[i + j]:
+                    rows[i + j] = np.ctypeslib.as_array(llm._ctx.get_logits_ith(j), shape=(n_vocab,)).astype(np.float64)
             llm.input_ids[n_past:n_past + len(part)] = part
             llm.n_tokens += len(part)
         return rows

@@ -92,33 +92,36 @@ def build_messages(template: str, question: str, passages, **extra: str) -> list
     return [{"role": "system", "content": t.system}, {"role": "user", "content": user}]
 
 
-QUESTION_CHECK = ("A reply to a question about the passages above: {answer}\n"
-                  "Which question does this reply answer? Write only the question.")
-
-
-def build_question_check_messages(answer_prompt: str, passages, answer: str) -> list[dict[str, str]]:
-    """The answer prompt's system message and passages, then the answer (without citations) and
-    a request for the question it replies to; the question asked is then read as the model's reply.
-    The question itself is not shown. The passages are the prefix the answer prompt and the judge
-    share, so the backend reuses its KV cache for them."""
-    t = load_template(answer_prompt)
-    head, _, _ = t.user.partition("{passages}")
-    user = head + format_passages(passages) + "\n\n" + QUESTION_CHECK.format(answer=" ".join(strip_citations(answer).split()))
-    return [{"role": "system", "content": t.system}, {"role": "user", "content": user}]
-
-
 def build_judge_messages(answer_prompt: str, question: str, passages, claim: str) -> list[dict[str, str]]:
     """The answer prompt's system message and passages, then the yes/no question about a claim.
 
     Sharing that prefix token for token lets the backend reuse its KV cache: a judgement
-    costs only the tokens of its own tail.
+    costs only the tokens of its own tail (and the question, which the answer prompt also
+    ends with, is often still cached from it).
     """
     t = load_template(answer_prompt)
-    passages_text = format_passages(passages)
-    head, sep, _ = t.user.partition("{passages}")
+    head, _, _ = t.user.partition("{passages}")
     tail = load_template("judge").user.format(question=" ".join(question.split()), claim=" ".join(claim.split()))
-    user = head + passages_text + "\n\n" + tail
+    user = head + format_passages(passages) + "\n\n" + tail
     return [{"role": "system", "content": t.system}, {"role": "user", "content": user}]
+
+
+QUESTION_READ = "Answer: {answer}\nQuestion it answers:"
+
+
+def build_question_read_messages(answer_prompt: str, question: str, passages,
+                                 answer: str) -> tuple[list[dict[str, str]], str]:
+    """The answer prompt's system message and passages, then the answer (without citations) and
+    the question it answers, and the question's text as placed there (with the space before it,
+    which the tokenizer joins to the first word). The log-probabilities of that span's tokens
+    give ``question_fit``. The passages are the prefix the answer prompt and the judge share,
+    so the backend reuses its KV cache for them."""
+    t = load_template(answer_prompt)
+    head, _, _ = t.user.partition("{passages}")
+    span = " " + " ".join(question.split())
+    user = (head + format_passages(passages) + "\n\n"
+            + QUESTION_READ.format(answer=" ".join(strip_citations(answer).split())) + span)
+    return [{"role": "system", "content": t.system}, {"role": "user", "content": user}], span
 
 
 def build_relevance_messages(question: str, passage_text: str) -> list[dict[str, str]]:

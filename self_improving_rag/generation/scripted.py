@@ -14,17 +14,17 @@ class ScriptedGenerator:
 
     A reply may be a callable ``f(messages) -> str``. ``judge`` scripts ``yes_probability``
     (None: the judge is unavailable). Token log-probs are a fixed ``logprob`` per word.
-    ``continuation`` scripts ``continuation_logprobs``: a callable ``f(messages, text)`` giving
-    (piece, log p) pairs, or None (the backend cannot score a text: the default).
+    ``reader`` scripts ``span_logprobs``: a callable ``f(messages, span)`` giving (piece, log p)
+    pairs, or None (the backend cannot score a text: the default).
     """
 
     name = "scripted"
 
-    def __init__(self, replies: list | None = None, judge=None, logprob: float = -0.2, continuation=None) -> None:
+    def __init__(self, replies: list | None = None, judge=None, logprob: float = -0.2, reader=None) -> None:
         self.replies = list(replies or [])
         self.judge = judge
-        self.continuation = continuation
-        self.continuation_history: list[tuple[list[dict[str, str]], str]] = []
+        self.reader = reader
+        self.read_history: list[tuple[list[dict[str, str]], str]] = []
         self.logprob = logprob
         self.history: list[list[dict[str, str]]] = []
         self.judge_history: list[list[dict[str, str]]] = []
@@ -56,6 +56,10 @@ class ScriptedGenerator:
             return None
         return float(self.judge(messages)) if callable(self.judge) else float(self.judge)
 
-    def continuation_logprobs(self, messages, text: str) -> list[tuple[str, float]] | None:
-        self.continuation_history.append((messages, text))
-        return None if self.continuation is None else list(self.continuation(messages, text))
+    def span_logprobs(self, messages, span: str, need=None) -> list[tuple[str, float | None]] | None:
+        self.read_history.append((messages, span))
+        if self.reader is None:
+            return None
+        read = list(self.reader(messages, span))
+        wanted = [True] * len(read) if need is None else need([p for p, _ in read])
+        return [(p, lp if w else None) for (p, lp), w in zip(read, wanted)]

@@ -175,6 +175,12 @@ class Verdicts:
     confidence_floor: float = 0.0
 
 
+# question_fit as the scorer defines it now: values recorded in session 19's version, read from
+# another prompt and token by token, come without the question's tokens and are left out (the
+# feature is then missing, as for an attempt recorded with the check off).
+_QUESTION_FIT_SQL = ("CASE WHEN json_type(a.signals_json, '$.confidence.detail.question_tokens') IS NOT NULL "
+                     "THEN json_extract(a.signals_json, '$.confidence.detail.features.question_fit') END")
+
 _COLUMN_SQL = {
     "coverage": "a.coverage", "grounding": "a.grounding", "faithfulness": "a.faithfulness",
     "redundancy": "a.redundancy", "refusal": "a.refusal", "mean_logprob": "a.mean_logprob",
@@ -183,7 +189,7 @@ _COLUMN_SQL = {
     # existed, the stored answer's.
     "answer_words": ("COALESCE(json_extract(a.signals_json, '$.confidence.detail.features.answer_words'), "
                      "sirag_answer_words(a.answer, a.refusal))"),
-    "question_fit": "json_extract(a.signals_json, '$.confidence.detail.features.question_fit')",
+    "question_fit": _QUESTION_FIT_SQL,
 }
 assert set(_COLUMN_SQL) == set(FEATURES), "every confidence feature needs its column here"
 
@@ -891,7 +897,8 @@ class MemoryStore:
         Each dict: outcome_id, question_id, query_class, attempt, coverage, redundancy, grounding,
         faithfulness, confidence, refusal, mean_logprob, answer (the attempt's answer text, for
         the answer_words feature), failure, label (1 correct, 0 wrong; the latest feedback
-        wins), source and question_fit (from the stored signals; None before it existed). Signal values may be None. Refused outcomes are left out: confidence
+        wins), source and question_fit (from the stored signals; None where it was not read, or was
+        read by session 19's version, which kept no question tokens). Signal values may be None. Refused outcomes are left out: confidence
         is the probability that a given answer is correct, and a label on a refusal ("rightly
         refused") says nothing about that.
         """
@@ -901,7 +908,7 @@ class MemoryStore:
             SELECT o.id AS outcome_id, o.question_id, o.query_class, a.number AS attempt,
                    a.coverage, a.redundancy, a.grounding, a.faithfulness, a.confidence,
                    a.refusal, a.mean_logprob, a.answer, a.failure, l.label, l.source,
-                   json_extract(a.signals_json, '$.confidence.detail.features.question_fit') AS question_fit
+                   {_QUESTION_FIT_SQL} AS question_fit
             FROM latest l
             JOIN outcomes o ON o.id = l.outcome_id
             JOIN attempts a ON a.outcome_id = o.id AND a.number = o.chosen_attempt

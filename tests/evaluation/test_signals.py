@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -182,67 +183,173 @@ def test_scorer_flags_an_invented_claim_by_text() -> None:
 # ------------------------------------------------------------------ question_fit
 
 
-def test_question_fit_is_the_lowest_content_token_clipped() -> None:
+def test_question_fit_is_the_lowest_content_word_clipped() -> None:
     from self_improving_rag.evaluation.calibration import QUESTION_FIT_FLOOR
 
     scored = [("Who", -6.0), (" built", -0.4), (" the", -9.0), (" light", -2.5), ("house", -0.1), ("?", -7.0)]
-    # "Who" is a question word, "the" a stop word, "?" no word: the lowest content token is " light".
-    assert question_fit(scored) == (-2.5, "light")
+    # "Who" is a question word, "the" a stop word, "?" no word: the lowest content word is
+    # "lighthouse", whose lowest piece is " light".
+    assert question_fit(scored) == (-2.5, "lighthouse")
     assert question_fit([("Who", -1.0), (" Rollo", -40.0)]) == (QUESTION_FIT_FLOOR, "Rollo")
-    # No content token at all: every token counts.
+    # No content word at all: every token counts.
     assert question_fit([("Who", -3.0), (" is", -1.0), ("?", -0.5)]) == (-3.0, "Who")
     assert question_fit(None) == (None, None) and question_fit([]) == (None, None)
 
 
+def test_question_words_join_pieces_and_leave_punctuation_alone() -> None:
+    from self_improving_rag.evaluation.signals import question_words
+
+    scored = [("When", -1.0), (" was", -0.2), (" V", -2.0), ("arden", -0.4), (" built", -0.3), (" in", -0.1),
+              (" ", -0.5), ("1", -1.0), ("9", -6.0), ("5", -0.5), ("0", -0.2), ("?", -0.1)]
+    assert question_words(scored) == [("When", -1.0), ("was", -0.2), ("Varden", -2.0), ("built", -0.3), ("in", -0.1),
+                                      ("", -0.5), ("1950", -6.0), ("?", -0.1)]
+
+
+def test_question_words_keep_contractions_and_split_characters_whole() -> None:
+    from self_improving_rag.evaluation.signals import question_words
+
+    # "What's" is the question word "what", not a content word of its own.
+    assert question_fit([("What", -6.0), ("'s", -0.1), (" the", -0.2), (" capital", -0.5), ("?", -0.1)]) == (-0.5, "capital")
+    # A token that ends inside a character ("" from an incremental decoder) stays in its word,
+    # with its log-prob.
+    assert question_words([(" T", -0.3), ("", -9.0), ("ō", -0.1), ("ky", -0.2), ("ō", -0.1), ("?", -0.1)]) == \
+        [("Tōkyō", -9.0), ("?", -0.1)]
+    assert question_fit([("Where", -1.0), (" is", -0.1), (" T", -0.3), ("\ufffd", -9.0), ("ky", -0.2), ("?", -0.1)]) == \
+        (-9.0, "T\ufffdky")
+    # "didn't" is the stop word "did"; a single letter has no terms and cannot tell.
+    assert question_fit([("Who", -1.0), (" didn", -7.0), ("'t", -0.1), (" go", -0.5), (" to", -0.1), (" C", -8.0),
+                         ("?", -0.1)]) == (-0.5, "go")
+
+
+def test_question_fit_needs_only_the_pieces_of_telling_words() -> None:
+    """A row of logits costs more than reading a token: the backend is asked only for the pieces
+    question_fit uses, and question_fit gives the same value from them as from every token."""
+    from self_improving_rag.evaluation.signals import question_fit_needs
+
+    scored = [("When", -1.0), (" was", -0.2), (" V", -4.0), ("arden", -0.4), (" built", -0.3), ("?", -0.1)]
+    pieces = [p for p, _ in scored]
+    need = question_fit_needs(pieces, "In 1872 [1]")
+    assert need == [False, False, True, True, True, False]
+    partial = [(p, lp if n else None) for (p, lp), n in zip(scored, need)]
+    assert question_fit(partial, "In 1872 [1]") == question_fit(scored, "In 1872 [1]") == (-4.0, "Varden")
+    assert question_fit_needs(pieces, "Varden was built in 1872") == [False] * 6  # all repeated
+    assert question_fit([(p, None) for p in pieces], "Varden was built in 1872") == (None, None)
+    assert question_fit_needs(["Who", " is", "?"]) == [True, True, True]  # no content word: all count
+
+
+def test_question_fit_leaves_out_the_words_the_answer_repeats() -> None:
+    """An answer that restates the question makes its words expected: they are copies, not
+    evidence. The lowest of the other content words counts; none left, nothing is known."""
+    scored = [("Who", -1.0), (" built", -0.5), (" the", -0.2), (" lighthouse", -0.3), (" of", -0.1), (" V", -4.0),
+              ("arden", -0.4), (" in", -0.1), (" ", -0.5), ("1", -1.0), ("9", -6.0), ("5", -0.5), ("0", -0.2), ("?", -0.1)]
+    assert question_fit(scored, "Margit Solberg [1].") == (-6.0, "1950")
+    assert question_fit(scored, "It was built in 1950 [1].") == (-4.0, "Varden")  # "built", "1950" repeated
+    assert question_fit(scored, "The lighthouse of Varden was built in 1950 by Margit Solberg [1].") == (None, None)
+    assert question_fit(scored, "Built in the 1950s [1]")[1] == "1950"  # "1950s" is another word
+
+
 class QuestionReader(Judge):
-    """A generator stub that also reads a text back: (piece, log p) per word, from a table."""
+    """A generator stub that also reads a span of its prompt: (piece, log p) per word, from a table."""
 
     def __init__(self, logprobs: dict[str, float]) -> None:
         super().__init__(0.9)
         self.logprobs, self.read = logprobs, []
 
-    def continuation_logprobs(self, messages, text):
-        self.read.append((messages, text, len(self.asked)))  # with the judge calls made before it
-        return [(w, self.logprobs.get(w.strip(" ?"), -0.5)) for w in text.split(" ")]
+    def span_logprobs(self, messages, span, need=None):
+        self.read.append((messages, span, len(self.asked)))  # with the judge calls made before it
+        read = [(w, self.logprobs.get(w.strip(" ?"), -0.5)) for w in re.findall(r" ?[^ ]+", span)]
+        self.needed = [True] * len(read) if need is None else need([p for p, _ in read])
+        return [(p, lp if n else None) for (p, lp), n in zip(read, self.needed)]
 
 
-def test_the_scorer_reads_the_question_back_after_the_answer() -> None:
-    """The question is scored as the model's reply to "which question does this reply answer?",
-    asked over the answer prompt's system message and passages (the prefix the backend has cached)
-    with the answer shown and the question not; before any judge call. The feature and the
-    question's least expected word are stored with the confidence, and the default weight of 0
-    leaves the confidence as it was."""
+def test_the_scorer_reads_the_question_after_the_answer_once_the_claims_are_judged() -> None:
+    """The question's tokens are read after the answer prompt's system message and passages (the
+    prefix the backend has cached) and the answer (without citations), at the end of what is
+    read. The read comes after the judge calls: the judge's prompt continues the answer prompt's
+    (question first), and the read shares only the passages with it. Only the tokens of telling
+    words are asked for (a row of logits each). The feature, the question's least expected word
+    and the tokens as read are stored with the confidence, and the default weight of 0 leaves
+    the confidence as it was."""
     from self_improving_rag.generation.prompts import build_judge_messages, build_messages
     from self_improving_rag.types import Generation
 
     emb = HashEmbedder(dim=64)
     reader = QuestionReader({"Marrow": -9.5, "built": -1.0})
-    assert ScoringConfig().question_check is False  # off by default: it costs prompt tokens
+    assert ScoringConfig().question_check is False  # off by default
     scorer = SignalScorer(ScoringConfig(judge="llm", question_check=True), emb.embed, reader)
     r = _retrieval(["The lighthouse of Marrow Point was built by Clara Venn."])
-    gen = Generation(text="Clara Venn [1]", token_logprobs=(-0.1, -0.2), prompt_tokens=10, completion_tokens=2)
-    sig = scorer.score(Q, r, gen, "Clara Venn [1]", refused=False, citations=(1,))
+    answer = "Clara Venn built it [1]. She was a mason."
+    gen = Generation(text=answer, token_logprobs=(-0.1, -0.2), prompt_tokens=10, completion_tokens=2)
+    sig = scorer.score(Q, r, gen, answer, refused=False, citations=(1,))
     assert len(reader.read) == 1
-    asked, text, judged_before = reader.read[0]
-    assert text == Q and judged_before == 0 and len(reader.asked) == 1
+    asked, span, judged_before = reader.read[0]
+    assert span == " " + Q and judged_before == 2 == len(reader.asked)
     answer_prompt = build_messages("cite_then_answer", Q, r.passages)
-    judge = build_judge_messages("cite_then_answer", Q, r.passages, "Clara Venn")
     shared = answer_prompt[1]["content"].split("\n\n")[0]  # "Passages:" and the numbered passages
     assert asked[0] == answer_prompt[0] and asked[1]["content"].startswith(shared)
-    assert judge[1]["content"].startswith(shared)
-    tail = asked[1]["content"][len(shared):]
-    assert "Clara Venn" in tail and "[1]" not in tail and "Marrow" not in tail  # the answer, not the question
+    assert asked[1]["content"].endswith(span)
+    tail = asked[1]["content"][len(shared):-len(span)]
+    assert "Clara Venn built it. She was a mason." in tail and "[1]" not in tail and "Marrow" not in tail
+    judge = build_judge_messages("cite_then_answer", Q, r.passages, "Clara Venn built it")[1]["content"]
+    assert reader.asked[0] == judge and judge.startswith(shared) and judge[len(shared):].lstrip().startswith("Question:")
+    # "Who", "the", "of", "?" tell nothing; "built" is repeated by the answer: read the rest.
+    pieces = re.findall(r" ?[^ ]+", span)
+    assert [p.strip(" ?") for p, n in zip(pieces, reader.needed) if n] == ["lighthouse", "Marrow", "Point"]
     assert sig.confidence.detail["features"]["question_fit"] == -9.5
     assert sig.confidence.detail["question_fit_token"] == "Marrow"
+    tokens = sig.confidence.detail["question_tokens"]  # every token as read, for later studies
+    assert "".join(p for p, _ in tokens) == span and ["Marrow", -9.5] in [[p.strip(), lp] for p, lp in tokens]
+    assert [p.strip() for p, lp in tokens if lp is None] == ["Who", "built", "the", "of"]
     plain = SignalScorer(ScoringConfig(judge="llm", question_check=False), emb.embed, QuestionReader({}))
-    off = plain.score(Q, r, gen, "Clara Venn [1]", refused=False, citations=(1,))
+    off = plain.score(Q, r, gen, answer, refused=False, citations=(1,))
     assert off.confidence.detail["features"]["question_fit"] is None and "question_fit_token" not in off.confidence.detail
     assert sig.confidence.value == pytest.approx(off.confidence.value)  # default weight 0
     # A refusal, or an attempt without a generation, reads nothing back.
     before = len(reader.read)
     scorer.score(Q, r, gen, "The passages do not say.", refused=True, citations=())
-    scorer.score(Q, r, None, "Clara Venn [1]", refused=False, citations=(1,))
+    scorer.score(Q, r, None, answer, refused=False, citations=(1,))
     assert len(reader.read) == before
+
+
+def test_a_judgement_that_fails_leaves_the_claim_to_the_lexical_check_and_keeps_the_attempt() -> None:
+    """A judge prompt can be longer than the answer prompt (it holds the answer and a claim): a
+    backend that cannot judge it must not fail the attempt."""
+    from self_improving_rag.errors import GenerationError
+
+    class Overflowing(Judge):
+        def yes_probability(self, messages):
+            super().yes_probability(messages)
+            raise GenerationError("prompt of 588 tokens + 1 to generate exceeds n_ctx=540")
+
+    emb = HashEmbedder(dim=64)
+    judge = Overflowing(0.9)
+    scorer = SignalScorer(ScoringConfig(judge="llm"), emb.embed, judge)
+    r = _retrieval(["The lighthouse of Marrow Point was built by Clara Venn."])
+    sig = scorer.score(Q, r, None, "Clara Venn built it [1].", refused=False, citations=(1,))
+    assert judge.asked and sig.faithfulness.detail["method"] == "lexical"
+    assert sig.faithfulness.detail["claims"][0]["judge"] is None and sig.faithfulness.value == 1.0
+
+
+def test_a_generator_that_is_gone_stops_the_attempt_from_the_judge_and_the_question_read() -> None:
+    """Unlike a prompt that does not fit, an unavailable generator (a server down) is not a
+    judgement to skip: it must reach the engine, which stops the run rather than store attempts
+    scored without it."""
+    from self_improving_rag.errors import GeneratorUnavailableError
+    from self_improving_rag.types import Generation
+
+    class Gone(QuestionReader):
+        def yes_probability(self, messages):
+            raise GeneratorUnavailableError("the server at http://localhost:8080 does not answer")
+
+        def span_logprobs(self, messages, span, need=None):
+            raise GeneratorUnavailableError("the server at http://localhost:8080 does not answer")
+
+    r = _retrieval(["The lighthouse of Marrow Point was built by Clara Venn."])
+    gen = Generation(text="Clara Venn [1]", token_logprobs=(-0.1,), prompt_tokens=10, completion_tokens=1)
+    for check in (True, False):
+        scorer = SignalScorer(ScoringConfig(judge="llm", question_check=check), HashEmbedder(dim=64).embed, Gone({}))
+        with pytest.raises(GeneratorUnavailableError):
+            scorer.score(Q, r, gen, "Clara Venn [1]", refused=False, citations=(1,))
 
 
 def test_a_failed_question_check_leaves_the_feature_missing_not_the_attempt_failed() -> None:
@@ -250,7 +357,7 @@ def test_a_failed_question_check_leaves_the_feature_missing_not_the_attempt_fail
     from self_improving_rag.types import Generation
 
     class Failing(QuestionReader):
-        def continuation_logprobs(self, messages, text):
+        def span_logprobs(self, messages, span, need=None):
             raise GenerationError("prompt of 5000 tokens exceeds n_ctx=4096")
 
     scorer = SignalScorer(ScoringConfig(judge="llm", question_check=True), HashEmbedder(dim=64).embed, Failing({}))

@@ -186,19 +186,21 @@ def test_generate_logprobs_match_a_forward_pass(plain_gen) -> None:
 
 
 @needs_accelerate
-def test_continuation_logprobs_read_the_generated_text_back(plain_gen) -> None:
-    """Reading back the text the model generated gives each token the log-prob it had when it
-    was generated: the same positions, the same tokens."""
-    out = plain_gen.generate(MESSAGES, max_tokens=4)
+def test_span_logprobs_read_a_span_of_the_prompt_as_the_whole_prompt_does(plain_gen) -> None:
+    """Each token of a span of the prompt gets the log-prob a forward pass over the whole prompt
+    gives it at that position: the span is found and tokenized where it stands."""
     ids = plain_gen._inputs(MESSAGES)[0].tolist()
+    span = " kept the light"
+    read = plain_gen.span_logprobs(MESSAGES, span)
+    cont = plain_gen._tok(span, add_special_tokens=False)["input_ids"]
+    at = next(i for i in range(len(ids)) if ids[i:i + len(cont)] == cont)  # the span in the prompt's tokens
     with torch.no_grad():
-        greedy = plain_gen._model.generate(torch.tensor([ids]), max_new_tokens=4, do_sample=False,
-                                           pad_token_id=plain_gen._tok.eos_token_id)[0, len(ids):].tolist()
-    read = plain_gen.continuation_logprobs(MESSAGES, plain_gen._tok.decode(greedy))
-    assert plain_gen._tok(plain_gen._tok.decode(greedy), add_special_tokens=False)["input_ids"] == greedy
-    assert [lp for _, lp in read] == pytest.approx(list(out.token_logprobs), abs=1e-3)
-    assert all(lp <= 0 for _, lp in read) and len(read) >= 1
-    assert plain_gen.continuation_logprobs(MESSAGES, "") == []
+        lps = torch.log_softmax(plain_gen._model(torch.tensor([ids])).logits[0].float(), -1)
+    expected = [float(lps[at - 1 + i, t]) for i, t in enumerate(cont)]
+    assert len(read) == len(cont) == 3
+    assert [lp for _, lp in read] == pytest.approx(expected, abs=1e-3)
+    with pytest.raises(GenerationError):
+        plain_gen.span_logprobs(MESSAGES, "not in the prompt")
 
 
 @needs_accelerate

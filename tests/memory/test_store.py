@@ -324,11 +324,13 @@ def test_rejudged_confidence_reads_question_fit_clipped_and_calibration_gets_it(
     from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS, NEUTRAL_VALUES, QUESTION_FIT_FLOOR, sigmoid
     from self_improving_rag.memory.store import Verdicts
 
-    def with_fit(q: str, value) -> str:
+    def with_fit(q: str, value, tokens: bool = True) -> str:
         attempt = make_attempt(1, answer="Paris [1]")
         sig = attempt.signals
         features = {} if value is None else {"question_fit": value}
         detail = {**sig.confidence.detail, "features": features}
+        if value is not None and tokens:
+            detail["question_tokens"] = [["Where", -0.1], [" Paris", value]]
         attempt = dataclasses.replace(attempt, signals=dataclasses.replace(
             sig, confidence=dataclasses.replace(sig.confidence, detail=detail)))
         oid = store.record(make_answer(q, (attempt,), answer="Paris [1]"))
@@ -338,15 +340,17 @@ def test_rejudged_confidence_reads_question_fit_clipped_and_calibration_gets_it(
     with_fit("q1", -2.0)
     with_fit("q2", -500.0)  # clipped to -20
     with_fit("q3", None)  # recorded before the feature: neutral
+    # Session 19's version read it from another prompt and kept no tokens: not this feature, neutral.
+    with_fit("q4", -1.0, tokens=False)
     weights = {**{k: 0.0 for k in DEFAULT_WEIGHTS}, "bias": 3.0, "question_fit": 0.25}
 
     def passing(bar: float) -> int:
         return store.strategy_counts(verdicts=Verdicts(weights, answer_threshold=bar))[STRATEGY_A.key][0]
 
     at = {v: sigmoid(3.0 + 0.25 * v) for v in (-2.0, QUESTION_FIT_FLOOR, NEUTRAL_VALUES["question_fit"])}
-    assert passing(at[-2.0] - 1e-6) == 1 and passing(at[NEUTRAL_VALUES["question_fit"]] - 1e-6) == 2
-    assert passing(at[QUESTION_FIT_FLOOR] - 1e-6) == 3 and passing(at[QUESTION_FIT_FLOOR] + 1e-6) == 2
-    assert [r["question_fit"] for r in store.labelled_attempts()] == [-2.0, -500.0, None]
+    assert passing(at[-2.0] - 1e-6) == 1 and passing(at[NEUTRAL_VALUES["question_fit"]] - 1e-6) == 3
+    assert passing(at[QUESTION_FIT_FLOOR] - 1e-6) == 4 and passing(at[QUESTION_FIT_FLOOR] + 1e-6) == 3
+    assert [r["question_fit"] for r in store.labelled_attempts()] == [-2.0, -500.0, None, None]
 
 
 def test_rejudged_bar_rises_with_the_attempt_number(store: MemoryStore) -> None:

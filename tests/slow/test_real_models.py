@@ -90,14 +90,14 @@ def test_small_packaged_model_generates_with_logprobs_and_prefix_reuse():
     assert again.reused_prefix_tokens == n_prompt - 1  # the same prompt again: all but the last token
 
 
-def test_a_text_read_back_in_one_batch_scores_as_token_by_token():
-    """continuation_logprobs runs the text as one batch with a row of logits per token; each
-    log-prob equals the one read after evaluating the tokens one at a time, and the check's
-    prompt reuses the answer prompt's cached passages."""
+def test_a_span_read_in_one_batch_scores_as_token_by_token():
+    """span_logprobs runs the question's tokens as one batch, with a row of logits for each
+    token asked for; each log-prob equals the one read after evaluating the tokens one at a time,
+    and the tokens not asked for get None. The read reuses the judge's cached passages."""
     import numpy as np
 
     from self_improving_rag.generation.llamacpp import LlamaCppGenerator
-    from self_improving_rag.generation.prompts import build_messages, build_question_check_messages
+    from self_improving_rag.generation.prompts import build_judge_messages, build_messages, build_question_read_messages
     from self_improving_rag.generation.registry import resolve_model
     from self_improving_rag.types import Passage
 
@@ -105,20 +105,32 @@ def test_a_text_read_back_in_one_batch_scores_as_token_by_token():
     passages = [Passage(1, "The lighthouse of Marrow Point was built in 1852 by Clara Venn.", ("a",), "d", "D", 0, 10, 0.9)]
     question = "Who built the lighthouse of Marrow Point?"
     gen.generate(build_messages("base", question, passages))
-    check = build_question_check_messages("base", passages, "Clara Venn [1]")
-    read = gen.continuation_logprobs(check, question)
+    gen.yes_probability(build_judge_messages("base", question, passages, "Clara Venn"))
+    messages, span = build_question_read_messages("base", question, passages, "Clara Venn [1]")
+    read = gen.span_logprobs(messages, span)
     assert gen.last_reused_tokens > 20  # the system message and the passages
-    assert "".join(p for p, _ in read) == question
-    prompt, cont = gen.tokenize(gen.format(check)), gen.tokenize(question)
+    assert "".join(p for p, _ in read) == span
+    prompt = gen.format(messages)
+    before, cont = gen.tokenize(prompt[:prompt.rfind(span)]), gen.tokenize(span)
+    # Only some tokens asked for: the same values there, None elsewhere.
+    every_other = gen.span_logprobs(messages, span, need=lambda pieces: [i % 2 == 1 for i in range(len(pieces))])
+    assert [lp is None for _, lp in every_other] == [i % 2 == 0 for i in range(len(read))]
+    assert [lp for _, lp in every_other if lp is not None] == pytest.approx([lp for _, lp in read][1::2], abs=0.2)
+    n_cached = gen._llm.n_tokens
+    none = gen.span_logprobs(messages, span, need=lambda pieces: [False] * len(pieces))
+    assert "".join(p for p, _ in none) == span and all(lp is None for _, lp in none)
+    assert gen._llm.n_tokens == n_cached  # nothing needed: nothing run
     gen._llm.n_tokens = 0  # nothing cached: evaluate from scratch, one token at a time
-    gen._prefill(prompt)
+    gen._prefill(before)
     one_by_one = []
     for tok in cont:
         logits = gen._logits()
         one_by_one.append(float(logits[tok] - np.logaddexp.reduce(logits)))
         gen._llm.eval([tok])
-    # Batched and one-token kernels round differently (up to 0.02 seen on this 4-bit model).
-    assert [lp for _, lp in read] == pytest.approx(one_by_one, abs=0.05)
+    # Batched and one-token kernels round differently: up to 0.12 seen on this 4-bit model, where
+    # a row read one position off would differ by nats.
+    assert [lp for _, lp in read] == pytest.approx(one_by_one, abs=0.2)
+    assert max(abs(a - b) for a, b in zip(one_by_one[1:], one_by_one[:-1])) > 1.0  # positions differ by more
 
 
 def test_onnx_int8_embedder_agrees_with_the_float32_model(tmp_path):
