@@ -214,11 +214,9 @@ class LlamaCppGenerator:
         (about 30 ms each for the default model here, more than reading the token).
 
         The prompt's cached prefix is reused and the span is run as one batch, so the cost is
-        that of reading the span once plus one row of logits per token needed. The cache is left
-        holding the prompt up to the span's last token (which is scored, not run), for a
-        judgement that continues it. The span is tokenized as the prompt up to its end is, so its
-        last token may differ from the whole prompt's where the next character would have joined
-        it ("?" and a newline are one token for Qwen2)."""
+        that of reading the span once plus one row of logits per token needed; when no token is
+        needed, nothing is run. The cache is left holding the prompt up to the span's last token
+        (which is scored, not run). The span is tokenized as the prompt up to its end is."""
         self.warm_up()
         prompt = self.format(messages)
         at = prompt.rfind(span)
