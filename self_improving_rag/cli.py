@@ -76,6 +76,10 @@ def _output_file(path: str, option: str, config: Config) -> Path:
     folder, not under a file, not a device, pipe or socket, and not the memory store. A symlink
     stands for its target: the file is written there and the link is kept (the writers write
     beside the file and rename, which would otherwise replace the link with a file)."""
+    if path == "-":
+        stdout = " (for JSON on standard output, use --json instead)" if option == "--json-file" else ""
+        raise InputError(f"{option} - would write a file named '-', not standard output; give a file name, e.g. "
+                         f"out{_OUTPUT_SUFFIX.get(option, '.txt')}{stdout}")
     p = Path(path)
     if p.is_symlink():
         p = p.resolve()
@@ -352,7 +356,7 @@ def cmd_search(args: argparse.Namespace, config: Config) -> int:
     """
     from dataclasses import replace
 
-    from .engine import check_question
+    from .engine import check_question, rewrite_query
     from .retrieval.embedder import embedder_from_config
     from .retrieval.searcher import Searcher
 
@@ -364,23 +368,30 @@ def cmd_search(args: argparse.Namespace, config: Config) -> int:
     strategy = replace(strategy, **over)
     embedder = embedder_from_config(config)
     searcher = Searcher(config, embedder, args.index)
-    if config.retrieval.llm_judge_top > 0 and strategy.rerank:
+    generator = None
+    if (config.retrieval.llm_judge_top > 0 and strategy.rerank) or strategy.query_rewrite == "keywords":
         from .generation.factory import make_generator
 
         generator = make_generator(config)
+    if config.retrieval.llm_judge_top > 0 and strategy.rerank:
         searcher.judge = generator.yes_probability
     try:
-        result = searcher.search(question, strategy)
+        # As an attempt searches: with query_rewrite: keywords, the generator's keywords follow
+        # the question (the relevance judge and the refinement still read the question).
+        query = rewrite_query(generator, question)[0] if strategy.query_rewrite == "keywords" else None
+        result = searcher.search(question, strategy, query)
     finally:
         searcher.close()
     hits = [{"rank": h.rank, "doc": h.chunk.doc_id, "section": h.chunk.section, "start": h.chunk.start,
              "end": h.chunk.end, "chunk_id": h.chunk.chunk_id, "scores": {k: round(v, 4) for k, v in h.scores.items()},
              "text": h.chunk.text} for h in result.hits]
     if args.json:
-        _print_json({"question": question, "strategy": strategy.to_json(), "hits": hits,
+        _print_json({"question": question, "query": query or question, "strategy": strategy.to_json(), "hits": hits,
                      "passages": [p.__dict__ for p in result.passages], "timings_ms": result.timings_ms})
         return 0
     print(f"strategy {strategy.key}")
+    if query is not None:
+        print(f"query (rewritten): {query}")
     for h in hits:
         sc = " ".join(f"{k}={v:.3f}" for k, v in h["scores"].items())
         print(f"{h['rank']:2d}. {h['doc']} [{h['start']}-{h['end']}] {h['section']}\n    {sc}\n    "

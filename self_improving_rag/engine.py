@@ -225,11 +225,7 @@ class Engine:
         return answer
 
     def _rewrite(self, question: str) -> tuple[str, Generation | None]:
-        t = load_template("keywords")
-        msgs = [{"role": "system", "content": t.system}, {"role": "user", "content": t.user.format(question=question)}]
-        gen = self.generator.generate(msgs, max_tokens=24)
-        words = " ".join(gen.text.replace(",", " ").split()[:10])
-        return (f"{question} {words}" if words else question), gen
+        return rewrite_query(self.generator, question)
 
     def _attempt(self, question: str, strategy: Strategy, repair: str | None, number: int,
                  on_token) -> AttemptRecord:
@@ -314,6 +310,16 @@ class Engine:
 
     def close(self) -> None:
         self.searcher.close()
+
+
+def rewrite_query(generator, question: str) -> tuple[str, Generation]:
+    """The search query of ``query_rewrite: keywords``: the question followed by up to ten
+    keywords the generator writes for it (the question alone if it writes none)."""
+    t = load_template("keywords")
+    msgs = [{"role": "system", "content": t.system}, {"role": "user", "content": t.user.format(question=question)}]
+    gen = generator.generate(msgs, max_tokens=24)
+    words = " ".join(gen.text.replace(",", " ").split()[:10])
+    return (f"{question} {words}" if words else question), gen
 
 
 def answer_bar(loop_config, number: int) -> float:

@@ -97,6 +97,18 @@ def test_ingest_ask_json_and_memory(tmp_path):
     r = run(["search", "Who built the lighthouse?", "--json", "--chunker", "fixed", "--retriever", "bm25"], tmp_path, ov)
     hits = json.loads(r.stdout)["hits"]
     assert "Clara Venn" in hits[0]["text"] and "bm25" in hits[0]["scores"]
+    # With query_rewrite: keywords, search retrieves as an attempt would: for the question and the
+    # generator's keywords, shown with the hits.
+    r = run(["search", "Who built it?", "--json", "--chunker", "fixed", "--retriever", "bm25", "--set",
+             "strategy.query_rewrite=keywords"], tmp_path, ov)
+    data = json.loads(r.stdout)
+    # (the scripted generator's reply stands in for the keywords)
+    assert data["query"] == "Who built it? Clara Venn built the lighthouse in 1852 [1]."
+    assert data["strategy"]["query_rewrite"] == "keywords"
+    assert "Clara Venn" in data["hits"][0]["text"]
+    r = run(["search", "Who built it?", "--chunker", "fixed", "--retriever", "bm25", "--set",
+             "strategy.query_rewrite=keywords"], tmp_path, ov)
+    assert "query (rewritten): Who built it? Clara Venn built the lighthouse in 1852 [1]." in r.stdout
     r = run(["stats", "--json"], tmp_path, ov)
     assert set(json.loads(r.stdout)["chunkers"]) == {"fixed", "section", "semantic"}
     logs = list((tmp_path / "logs").glob("*.jsonl"))
@@ -373,6 +385,13 @@ def test_exports_write_through_a_symlink_and_refuse_special_files(tmp_path):
     r = run(["memory", "export", "--csv", "fifo.csv"], tmp_path, ov)
     assert r.returncode == 2 and "not a regular file" in r.stderr
     assert stat.S_ISFIFO((tmp_path / "fifo.csv").lstat().st_mode)
+    # "-" is not standard output here: refused, not written as a file named "-".
+    for args in (["memory", "export", "--csv", "-"], ["memory", "export", "--json-file", "-"],
+                 ["memory", "report", "--html", "-"]):
+        r = run(args, tmp_path, ov)
+        assert r.returncode == 2 and "would write a file named '-'" in r.stderr, (args, r.stderr)
+    assert "use --json instead" in run(["memory", "export", "--json-file", "-"], tmp_path, ov).stderr
+    assert not (tmp_path / "-").exists()
 
 
 def test_learning_benchmark_compares_existing_warm_and_cold_runs(tmp_path):
