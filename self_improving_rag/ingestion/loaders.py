@@ -292,8 +292,16 @@ def _decode(path: Path, raw: bytes, meta: dict[str, Any]) -> tuple[str, str]:
     _reject_binary(path, raw)
     try:
         return raw.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        pass
+    except UnicodeDecodeError as exc:
+        first_bad = exc.start
+    # UTF-8 with a few stray bytes (a character pasted from another encoding) is UTF-8: guessing
+    # another encoding for the whole file would garble every other non-ASCII character.
+    text = raw.decode("utf-8", errors="replace")
+    bad = text.count("\ufffd") - raw.count("\ufffd".encode("utf-8"))
+    good = sum(1 for ch in text if ord(ch) > 127 and ch != "\ufffd")
+    if good >= 2 * bad:
+        meta["invalid_utf8"] = {"count": bad, "first_byte": first_bad}
+        return text, "utf-8"
     text, encoding = _detect(path, raw)
     meta["encoding_detected"] = True
     return _checked_text(path, text), encoding

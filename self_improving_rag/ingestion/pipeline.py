@@ -314,6 +314,11 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
                     report.problems.append(str(exc))
                     continue
                 doc = _with_id(doc, doc_id)
+                bad = doc.meta.get("invalid_utf8")
+                if bad:
+                    report.problems.append(
+                        f"{f}: {bad['count']} byte sequence(s) are not valid UTF-8 (the first at byte {bad['first_byte']}); "
+                        "they read as '\ufffd' and the rest as UTF-8; re-save the file as UTF-8 to keep those characters")
                 counts = {}
                 for n, chunker in chunkers.items():
                     t_c = time.perf_counter()

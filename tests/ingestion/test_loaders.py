@@ -113,6 +113,18 @@ def test_latin1_file_is_detected_and_reported(tmp_path: Path) -> None:
     assert "garçon" in doc.text
 
 
+def test_utf8_with_a_stray_byte_stays_utf8_with_the_byte_replaced_and_named(tmp_path: Path) -> None:
+    """One byte pasted from another encoding must not send the whole file to detection, which
+    would garble every other non-ASCII character ("café" read as Latin-1 is "cafÃ©")."""
+    raw = "The naïve café owner Zoë sells crème brûlée. ".encode("utf-8") * 3 + b"A stray byte: \xe9 here."
+    doc = load_document(_write(tmp_path, "mixed.txt", raw))
+    assert doc.encoding == "utf-8" and "naïve café owner Zoë" in doc.text and "stray byte: \ufffd here" in doc.text
+    assert doc.meta["invalid_utf8"] == {"count": 1, "first_byte": raw.index(b"\xe9")}
+    # A file that is Latin-1 throughout is still detected as such.
+    doc = load_document(_write(tmp_path, "french.txt", (FRENCH * 4).encode("latin-1")))
+    assert doc.meta["encoding_detected"] is True and "invalid_utf8" not in doc.meta
+
+
 def test_utf16_with_bom_is_decoded(tmp_path: Path) -> None:
     doc = load_document(_write(tmp_path, "wide.txt", "Wide text, café.\n".encode("utf-16")))
     assert doc.text == "Wide text, café."

@@ -370,6 +370,18 @@ def test_mixed_folder_ingests_the_good_files_and_names_each_problem(fake_config,
     assert set(index.manifest()["files"]) == {"harbour", "orchard"}
 
 
+def test_invalid_utf8_bytes_in_a_utf8_file_are_a_warning_naming_the_byte(fake_config, corpus_dir: Path,
+                                                                        hash_embedder) -> None:
+    raw = "The café by the harbour served crème brûlée to the keeper. ".encode("utf-8") * 3 + b"\x92s end."
+    (corpus_dir / "menu.txt").write_bytes(raw)
+    report = ingest([corpus_dir], fake_config, hash_embedder, progress=False)
+    assert "menu" in [d["doc_id"] for d in report.documents]
+    at = raw.index(b"\x92")
+    assert [p for p in report.problems if "menu.txt" in p] == [
+        f"{corpus_dir / 'menu.txt'}: 1 byte sequence(s) are not valid UTF-8 (the first at byte {at}); "
+        "they read as '\ufffd' and the rest as UTF-8; re-save the file as UTF-8 to keep those characters"]
+
+
 def test_unsupported_file_given_by_name_is_named(fake_config, corpus_dir: Path, hash_embedder) -> None:
     odd = corpus_dir.parent / "slides.pptx"
     odd.write_bytes(b"PK\x03\x04")
