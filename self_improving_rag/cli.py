@@ -183,7 +183,9 @@ def cmd_fetch_gutenberg(args: argparse.Namespace, config: Config) -> int:
     Example: sirag fetch-gutenberg 1661 2852 --index index/books
     Books are kept in ingestion.gutenberg_dir (a book already there is reused); the mirror is
     ingestion.gutenberg_mirror ({id} is the id). The index keeps the documents it holds and adds
-    the books: a source of the index that no longer exists stops the command before any download.
+    that folder, so every book in it, fetched now or before (for any index), is indexed: give
+    each index its own folder (--set ingestion.gutenberg_dir=...) to keep them apart. A source
+    of the index that no longer exists stops the command before any download.
     """
     from .ingestion.gutenberg import fetch_gutenberg, parse_ids
     from .ingestion.pipeline import ingest
@@ -218,9 +220,12 @@ def cmd_fetch_gutenberg(args: argparse.Namespace, config: Config) -> int:
         again = f", reused {len(reused)} already there" if reused else ""
         print(f"downloaded {len(fresh)} book(s) into {dest}{again}; indexed {len(report.documents)} document(s) "
               f"into {report.index_dir}")
+        asked = {f.stem for f in files}
+        others = {f.stem for f in dest.glob("*.txt")} - asked
         for d in report.documents:
-            if d["doc_id"] in {f.stem for f in files}:
-                print(f"  {d['doc_id']}: {d['title']}" + (f" by {d['author']}" if d.get("author") else ""))
+            if d["doc_id"] in asked or d["doc_id"] in others:
+                extra = "  (in the folder from before)" if d["doc_id"] in others else ""
+                print(f"  {d['doc_id']}: {d['title']}" + (f" by {d['author']}" if d.get("author") else "") + extra)
     for line in report.notices():
         print(line, file=sys.stderr)
     indexed = {d["doc_id"] for d in report.documents}

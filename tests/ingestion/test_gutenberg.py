@@ -96,6 +96,11 @@ def test_fetch_cleans_and_ingests(tmp_path, mirror):
     r = run(["fetch-gutenberg", "4242", "4242"], tmp_path, ov)
     assert r.returncode == 0 and len(requests) == n
     assert r.stdout.startswith(f"downloaded 0 book(s) into {tmp_path / 'dl'}, reused 1 already there;"), r.stdout
+    # The download folder is the source: a book left there before is indexed too, and named so.
+    (tmp_path / "dl" / "pg77.txt").write_text("The Old Lamp\n\nA short tale of a lamp that never went out.\n")
+    r = run(["fetch-gutenberg", "4242", "--index", str(tmp_path / "index2")], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert "indexed 2 document(s)" in r.stdout and "pg77" in r.stdout and "(in the folder from before)" in r.stdout
 
 
 def test_fetch_errors_are_one_line(tmp_path, mirror):
