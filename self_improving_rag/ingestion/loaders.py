@@ -296,7 +296,7 @@ def _decode(path: Path, raw: bytes, meta: dict[str, Any]) -> tuple[str, str]:
         first_bad = exc.start
     # UTF-8 with a few stray bytes (a character pasted from another encoding) is UTF-8: guessing
     # another encoding for the whole file would garble every other non-ASCII character.
-    text = raw.decode("utf-8", errors="replace")
+    text = raw.decode("utf-8-sig", errors="replace")  # a BOM, if any, is not text
     bad = text.count("\ufffd") - raw.count("\ufffd".encode("utf-8"))
     good = sum(1 for ch in text if ord(ch) > 127 and ch != "\ufffd")
     if good >= 2 * bad:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import os
 from pathlib import Path
@@ -120,6 +121,8 @@ def test_utf8_with_a_stray_byte_stays_utf8_with_the_byte_replaced_and_named(tmp_
     doc = load_document(_write(tmp_path, "mixed.txt", raw))
     assert doc.encoding == "utf-8" and "naïve café owner Zoë" in doc.text and "stray byte: \ufffd here" in doc.text
     assert doc.meta["invalid_utf8"] == {"count": 1, "first_byte": raw.index(b"\xe9")}
+    doc = load_document(_write(tmp_path, "bom.txt", codecs.BOM_UTF8 + raw))  # with a BOM: not part of the text
+    assert doc.text.startswith("The naïve café") and doc.meta["invalid_utf8"]["count"] == 1
     # A file that is Latin-1 throughout is still detected as such.
     doc = load_document(_write(tmp_path, "french.txt", (FRENCH * 4).encode("latin-1")))
     assert doc.meta["encoding_detected"] is True and "invalid_utf8" not in doc.meta
