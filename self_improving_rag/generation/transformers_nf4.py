@@ -71,8 +71,7 @@ class TransformersGenerator:
             ids = self._tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
                                                 return_dict=True)["input_ids"]
         else:
-            text = "\n\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\n\nassistant:"
-            ids = self._tok(text, return_tensors="pt")["input_ids"]
+            ids = self._tok(_plain_prompt(messages), return_tensors="pt")["input_ids"]
         return ids.to(self._model.device)
 
     def generate(self, messages, max_tokens=None, on_token: TokenCallback | None = None) -> Generation:
@@ -140,7 +139,7 @@ class TransformersGenerator:
         if templated:
             prompt = self._tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         else:
-            prompt = "\n\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\n\nassistant:"
+            prompt = _plain_prompt(messages)
         at = prompt.rfind(span)
         if not span or at < 0:
             raise GenerationError("the text to score is not in the prompt")
@@ -166,3 +165,8 @@ class TransformersGenerator:
             prev = cur
         wanted = [True] * len(cont) if need is None else [bool(w) for w in need(pieces)]
         return [(piece, float(lps[i, tok]) if wanted[i] else None) for i, (tok, piece) in enumerate(zip(cont, pieces))]
+
+
+def _plain_prompt(messages) -> str:
+    """The prompt for a tokenizer without a chat template: each message after its role."""
+    return "\n\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\n\nassistant:"
