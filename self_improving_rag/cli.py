@@ -373,12 +373,13 @@ def cmd_search(args: argparse.Namespace, config: Config) -> int:
     strategy = replace(strategy, **over)
     embedder = embedder_from_config(config)
     searcher = Searcher(config, embedder, args.index)
+    judged = config.retrieval.llm_judge_top > 0 and strategy.rerank
     generator = None
-    if (config.retrieval.llm_judge_top > 0 and strategy.rerank) or strategy.query_rewrite == "keywords":
+    if judged or strategy.query_rewrite == "keywords":
         from .generation.factory import make_generator
 
         generator = make_generator(config)
-    if config.retrieval.llm_judge_top > 0 and strategy.rerank:
+    if judged:
         searcher.judge = generator.yes_probability
     try:
         # As an attempt searches: with query_rewrite: keywords, the generator's keywords follow

@@ -243,12 +243,13 @@ def _content_word(word: str) -> bool:
     return bool(claim_terms(base)) and base not in STOP_WORDS and base not in QUESTION_WORDS
 
 
-def _telling_words(pieces: list[str], answer: str) -> tuple[bool, list[tuple[str, list[int]]]]:
+def _telling_words(pieces: list[str], answer: str) -> tuple[bool, list[tuple[int, list[int]]]]:
     """Whether the question has a content word, and its content words that ``answer`` does not
-    repeat (a word the answer repeats is a copy of it, not evidence), with their pieces' indices."""
+    repeat (a word the answer repeats is a copy of it, not evidence), each as its position among
+    the question's words (:func:`_word_spans`) with its pieces' indices."""
     said = set(claim_terms(strip_citations(answer)))
-    content = [(w, idx) for w, idx in _word_spans(pieces) if _content_word(w)]
-    return bool(content), [(w, idx) for w, idx in content
+    content = [(k, w, idx) for k, (w, idx) in enumerate(_word_spans(pieces)) if _content_word(w)]
+    return bool(content), [(k, idx) for k, w, idx in content
                            if not set(claim_terms(_CONTRACTION.sub("", w.lower()))) <= said]
 
 
@@ -284,8 +285,8 @@ def question_fit(scored: list[tuple[str, float | None]] | None, answer: str = ""
             return None, None
         piece, lowest = min(read, key=lambda t: t[1])
         return max(float(lowest), QUESTION_FIT_FLOOR), piece.strip()
-    words = [(w, min(scored[i][1] for i in idx)) for w, idx in fresh
-             if all(scored[i][1] is not None for i in idx)]
+    lowest_by_word = question_words(scored)
+    words = [lowest_by_word[k] for k, _ in fresh if lowest_by_word[k][1] is not None]
     if not words:
         return None, None
     word, lowest = min(words, key=lambda t: t[1])

@@ -898,9 +898,9 @@ class MemoryStore:
         faithfulness, confidence, refusal, mean_logprob, answer (the attempt's answer text, for
         the answer_words feature), failure, label (1 correct, 0 wrong; the latest feedback
         wins), source and question_fit (from the stored signals; None where it was not read, or was
-        read by session 19's version, which kept no question tokens). Signal values may be None. Refused outcomes are left out: confidence
-        is the probability that a given answer is correct, and a label on a refusal ("rightly
-        refused") says nothing about that.
+        read by session 19's version, which kept no question tokens). Signal values may be None.
+        Refused outcomes are left out: confidence is the probability that a given answer is
+        correct, and a label on a refusal ("rightly refused") says nothing about that.
         """
         return self._rows(
             f"""
