@@ -118,6 +118,10 @@ def iter_source_files(paths: list[Path], exclude: tuple[Path, ...] = ()) -> tupl
     files: list[Path] = []
     problems: list[str] = []
     seen: set[Path] = set()
+    # One file reached by two paths (a folder given twice, once through a symlink; a link or a
+    # hard link beside its target) would be indexed twice, and its passages would crowd out
+    # the others in every search: it is taken once, under the first path found.
+    taken: dict[tuple[int, int], Path] = {}
     for given in paths:
         path = Path(given)
         if path.is_dir():
@@ -137,8 +141,8 @@ def iter_source_files(paths: list[Path], exclude: tuple[Path, ...] = ()) -> tupl
             problems.append(f"{path}: no such file or folder; check the path")
             continue
         for file in found:
-            # ".." collapsed, so "docs/../docs/a.txt" and "docs/a.txt" are one file, not two
-            # documents; symlinks are kept as given (a link and its target are two files).
+            # ".." collapsed, so "docs/../docs/a.txt" and "docs/a.txt" are one path; symlinks are
+            # kept as given (the document is named by the path the user gave).
             absolute = Path(os.path.normpath(file.absolute()))
             try:
                 str(absolute).encode("utf-8")
@@ -147,9 +151,21 @@ def iter_source_files(paths: list[Path], exclude: tuple[Path, ...] = ()) -> tupl
                 problems.append(f"{shown}: the file name is not valid UTF-8; rename it (e.g. with convmv) "
                                 "to ingest it")
                 continue
-            if absolute not in seen:
-                seen.add(absolute)
-                files.append(absolute)
+            if absolute in seen:
+                continue
+            seen.add(absolute)
+            try:
+                st = absolute.stat()
+                identity = (st.st_dev, st.st_ino)
+            except OSError:  # unreadable: the loader says so when it opens the file
+                identity = None
+            if identity is not None and identity in taken:
+                problems.append(f"{absolute}: the same file as {taken[identity]} (a link, or a folder given "
+                                "twice); indexed once, under the first path")
+                continue
+            if identity is not None:
+                taken[identity] = absolute
+            files.append(absolute)
     return files, problems
 
 

@@ -465,3 +465,21 @@ def test_a_file_given_twice_through_dot_dot_is_one_document(tmp_path: Path) -> N
     (folder / "real.txt").write_text("The ferry leaves at nine from Pier Seven.\n", encoding="utf-8")
     files, problems = iter_source_files([folder, folder / ".." / "c5" / "real.txt"])
     assert files == [(folder / "real.txt").absolute()] and problems == []
+
+
+def test_one_file_reached_by_two_paths_is_taken_once(tmp_path: Path) -> None:
+    """A folder given twice, once through a link to it, and a hard link beside its target: each
+    file is taken once, under the first path, and the others are named."""
+    root = tmp_path / "corpus"
+    root.mkdir()
+    _write(root, "a.txt", "x")
+    _write(root, "b.txt", "y")
+    os.link(root / "b.txt", root / "c.txt")  # a hard link: the same file under another name
+    (tmp_path / "alias").symlink_to(root)
+    files, problems = iter_source_files([root, tmp_path / "alias", root / "a.txt"])
+    assert files == [root / "a.txt", root / "b.txt"]
+    same = "(a link, or a folder given twice); indexed once, under the first path"
+    assert problems == [f"{root / 'c.txt'}: the same file as {root / 'b.txt'} {same}",
+                        f"{tmp_path / 'alias' / 'a.txt'}: the same file as {root / 'a.txt'} {same}",
+                        f"{tmp_path / 'alias' / 'b.txt'}: the same file as {root / 'b.txt'} {same}",
+                        f"{tmp_path / 'alias' / 'c.txt'}: the same file as {root / 'b.txt'} {same}"]

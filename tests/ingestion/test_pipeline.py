@@ -289,10 +289,12 @@ def test_ids_stay_with_symlinked_and_moved_files(fake_config, tmp_path: Path, ha
     folder = tmp_path / "docs"
     (folder / "x").mkdir(parents=True)
     (folder / "a.txt").write_text("The keeper lit the lamp at dusk.\n", encoding="utf-8")
-    (folder / "b.txt").symlink_to(folder / "a.txt")  # two files, one content
+    (folder / "b.txt").symlink_to(folder / "a.txt")  # one file, two paths: indexed once
     for _ in range(3):
         report = ingest([folder], fake_config, hash_embedder, progress=False)
-        assert sorted(d["doc_id"] for d in report.documents) == ["a", "b"] and report.removed_documents == []
+        assert [d["doc_id"] for d in report.documents] == ["a"] and report.removed_documents == []
+        assert report.problems == [f"{(folder / 'b.txt').absolute()}: the same file as {(folder / 'a.txt').absolute()} "
+                                   "(a link, or a folder given twice); indexed once, under the first path"]
     assert report.unchanged
 
     # A file moved elsewhere keeps its id and its chunks; a new file at its old place is a new document.
@@ -302,7 +304,7 @@ def test_ids_stay_with_symlinked_and_moved_files(fake_config, tmp_path: Path, ha
     (folder / "x" / "notes.txt").rename(folder / "y" / "notes.txt")
     moved = ingest([folder], fake_config, hash_embedder, progress=False)
     ids = {d["doc_id"]: Path(d["file"]) for d in moved.documents}
-    assert ids["notes"] == (folder / "y" / "notes.txt").absolute() and moved.reused_documents == 3
+    assert ids["notes"] == (folder / "y" / "notes.txt").absolute() and moved.reused_documents == 2
     (folder / "x" / "notes.txt").write_text("A different note about the harbour.\n", encoding="utf-8")
     again = ingest([folder], fake_config, hash_embedder, progress=False)
     ids = {Path(d["file"]).relative_to(folder.absolute()).as_posix(): d["doc_id"] for d in again.documents}
