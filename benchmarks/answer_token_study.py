@@ -52,9 +52,11 @@ def _instrument(trace_path: Path) -> None:
             steps.append(step)
         return logits
 
-    def generate(self, messages, max_tokens=None, on_token=None):
+    def generate(self, messages, max_tokens=None, on_token=None, read=None):
         self._study_steps = []
         try:
+            # No read while generating: its first step's logits would not pass through _logits
+            # (the scorer reads the question afterwards with span_logprobs instead).
             gen = original_generate(self, messages, max_tokens=max_tokens, on_token=on_token)
         finally:
             steps, self._study_steps = self._study_steps, None

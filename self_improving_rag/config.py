@@ -203,6 +203,10 @@ class ScoringConfig(_Model):
     # AUROC on SQuAD from 0.738 to 0.776 (not on sherlock_dev) but adds ~0.5 s per attempt, which
     # takes scoring past 15% of the generator's time on the worst attempts.
     question_check: bool = False
+    # question_prior confidence feature: the same reading of the question where the answer prompt
+    # holds it (before the answer), taken while the generator evaluates that prompt, so it costs
+    # a row of logits per content-word token (llama.cpp; the other backends cannot read it).
+    question_prior: bool = True
 
 
 class ThresholdsConfig(_Model):

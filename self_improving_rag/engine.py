@@ -11,11 +11,11 @@ from typing import Callable
 
 from .config import Config
 from .errors import GenerationError, GeneratorUnavailableError, InputError
-from .evaluation.signals import SignalScorer
+from .evaluation.signals import SignalScorer, question_prior_needs
 from .feedback.attribution import attribute
 from .feedback.policy import StrategyPolicy, query_features
 from .generation.prompts import (REFUSAL_PHRASE, build_messages, drop_unknown_citations, is_refusal, load_template,
-                                 parse_citations)
+                                 parse_citations, question_span)
 from .memory.store import Verdicts
 from .retrieval.embedder import Embedder, embedder_from_config
 from .retrieval.searcher import Searcher
@@ -246,7 +246,9 @@ class Engine:
         if retrieval.passages:
             messages = build_messages(strategy.prompt, question, retrieval.passages)
             t = time.perf_counter()
-            generation = self.generator.generate(messages, on_token=on_token)
+            # The question's tokens are read while the prompt is evaluated (question_prior).
+            read = (question_span(question), question_prior_needs) if self.config.scoring.question_prior else None
+            generation = self.generator.generate(messages, on_token=on_token, read=read)
             timings["generate"] = (time.perf_counter() - t) * 1000
             raw = generation.text
             prompt_tokens += generation.prompt_tokens

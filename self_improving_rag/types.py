@@ -105,6 +105,9 @@ class Generation:
     timings_ms: dict[str, float] = field(default_factory=dict, hash=False, compare=False)
     reused_prefix_tokens: int = 0
     finish_reason: str = "stop"
+    #: A span of the prompt read while the prompt was evaluated (``generate(..., read=...)``):
+    #: (piece, log p or None) per token; None when none was asked for or the backend cannot.
+    prompt_read: tuple[tuple[str, float | None], ...] | None = field(default=None, hash=False, compare=False)
 
     @property
     def mean_logprob(self) -> float | None:

@@ -17,7 +17,11 @@ an answer in a few words: a long answer is usually a sentence copied in place of
 ``question_fit`` is the lowest log-probability of a content word of the question, read after
 the passages and the answer, among the words the answer does not repeat
 (≤ 0, clipped below at :data:`QUESTION_FIT_FLOOR`; None for a refusal, with the check off, for a
-backend that cannot score a span of its prompt, or when the answer repeats every content word).
+backend that cannot score a span of its prompt, or when the answer repeats every content word);
+``question_prior`` is the same minimum read where the answer prompt holds the question, after
+the passages and before any answer (read while the prompt is evaluated: almost free; None for a
+refusal, with ``scoring.question_prior`` off, for a backend that cannot score its prompt, or when
+the answer repeats every content word).
 """
 
 from __future__ import annotations
@@ -47,11 +51,11 @@ __all__ = [
 ]
 
 FEATURES: tuple[str, ...] = ("coverage", "grounding", "faithfulness", "redundancy", "mean_logprob", "refusal",
-                             "answer_words", "question_fit")
+                             "answer_words", "question_fit", "question_prior")
 
 #: Features added after weights could already be stored: a stored fit without one of them
 #: gives it this weight (0: that fit did not use it), so old fits keep their meaning.
-ADDED_FEATURES: dict[str, float] = {"answer_words": 0.0, "question_fit": 0.0}
+ADDED_FEATURES: dict[str, float] = {"answer_words": 0.0, "question_fit": 0.0, "question_prior": 0.0}
 
 #: Value used for a feature that is missing (``None``): a middling value that neither
 #: argues for nor against the answer. ``refusal`` is imputed as "not a refusal", since
@@ -65,6 +69,7 @@ NEUTRAL_VALUES: dict[str, float] = {
     "refusal": 0.0,
     "answer_words": math.log1p(4),  # a four-word answer
     "question_fit": -6.3,  # the median on SQuAD answers (docs/results.md, session 20)
+    "question_prior": -6.0,  # the median on SQuAD answers (docs/results.md, session 21)
 }
 
 #: Log-probabilities below this are clipped: past it the answer is noise either way, and
@@ -86,6 +91,7 @@ _PRIOR_SLOPES: dict[str, float] = {
     # 0 until fitted: its scale belongs to the model that reads the question back, so only a fit
     # on labelled answers gives it a weight; the default confidence does not use it.
     "question_fit": 0.0,
+    "question_prior": 0.0,  # likewise
 }
 
 #: Hand-set priors. The bias is chosen so that an attempt whose every feature is at its
@@ -136,7 +142,7 @@ def _feature_vector(features: Mapping[str, Any]) -> np.ndarray:
                 raise ValueError(f"feature {name!r} must be finite or None, got {value!r}")
             if name == "mean_logprob":
                 x = min(max(x, LOGPROB_FLOOR), 0.0)
-            elif name == "question_fit":
+            elif name in ("question_fit", "question_prior"):
                 x = min(max(x, QUESTION_FIT_FLOOR), 0.0)
         row.append(x)
     return np.asarray(row, dtype=float)

@@ -264,6 +264,12 @@ def question_fit_needs(pieces: list[str], answer: str = "") -> list[bool]:
     return [i in needed for i in range(len(pieces))]
 
 
+def question_prior_needs(pieces: list[str]) -> list[bool]:
+    """Which of the question's tokens ``question_prior`` may need, before the answer is known:
+    the pieces of every content word (of every token for a question without one)."""
+    return question_fit_needs(pieces, "")
+
+
 def question_fit(scored: list[tuple[str, float | None]] | None, answer: str = "") -> tuple[float | None, str | None]:
     """The ``question_fit`` feature from the question's tokens read after the passages and the
     answer (``scored``: (piece, log p) per token, log p None where it was not read): the lowest
@@ -338,17 +344,24 @@ class SignalScorer:
         # cached), and the read shares only the passages with either.
         read = self._read_question(question, passages, generation, answer, refused, prompt)
         qfit, qfit_token = question_fit(read, answer) if read else (None, None)
+        prior = self._read_question_prior(passages, generation, refused)
+        qprior, qprior_token = question_fit(prior, answer) if prior else (None, None)
         features = {
             "coverage": coverage.value, "grounding": grounding.value, "faithfulness": faithfulness.value,
             "redundancy": redundancy.value, "refusal": 1.0 if refused else 0.0,
             "mean_logprob": generation.mean_logprob if generation is not None else None,
             "answer_words": answer_words(answer, refused),
             "question_fit": qfit,
+            "question_prior": qprior,
         }
         conf = calibrated_confidence(features, self.weights)
         detail = {"features": features, "mean_logprob": features["mean_logprob"]}
         if qfit_token is not None:
             detail["question_fit_token"] = qfit_token  # the question's least expected word
+        if qprior_token is not None:
+            detail["question_prior_token"] = qprior_token
+        if prior:  # the question's tokens as the answer prompt holds them
+            detail["question_prior_tokens"] = [[piece, None if lp is None else round(lp, 3)] for piece, lp in prior]
         if read:  # each token of the question as read (log p where it was needed), for studies
             detail["question_tokens"] = [[piece, None if lp is None else round(lp, 3)] for piece, lp in read]
         confidence = Signal("confidence", conf, "logistic model over the signals, the mean token log-prob, the answer's "
@@ -373,6 +386,17 @@ class SignalScorer:
         except GenerationError as exc:
             log.warning("question check skipped: %s", exc)
             return None
+
+    def _read_question_prior(self, passages: list[Passage], generation: Generation | None,
+                             refused: bool) -> list[tuple[str, float | None]] | None:
+        """The question's tokens where the answer prompt holds them (after the passages, before
+        the answer), with the log-probability of each content word's pieces, as the backend read
+        them while it evaluated that prompt (``generation.prompt_read``). None for a refusal, an
+        attempt without a generation, the feature off, or a backend that does not read while it
+        generates: reading the prompt again afterwards would cost what the prompt cost."""
+        if refused or generation is None or not passages or not self.config.question_prior:
+            return None
+        return list(generation.prompt_read) if generation.prompt_read is not None else None
 
     def _check_claims(self, question: str, answer: str, passages: list[Passage], sentences: list[tuple[int, str]],
                       sentence_vecs: np.ndarray, use_judge: bool, prompt: str) -> list[ClaimCheck]:

@@ -14,16 +14,19 @@ class Generator(Protocol):
 
     A backend may also offer ``span_logprobs(messages, span, need=None)``: each token of the last
     ``span`` in the prompt, with its log-probability given the prompt before it (None for the
-    tokens ``need(pieces)`` marks as not needed), or None; the scorer's
-    question check (``scoring.question_check``) uses it where it exists (llama.cpp,
-    transformers)."""
+    tokens ``need(pieces)`` marks as not needed), or None; the scorer's question check
+    (``scoring.question_check``) uses it where it exists (llama.cpp, transformers).
+
+    ``generate(..., read=(span, need))`` asks for the same reading of the generation's own prompt
+    while it is evaluated, in :attr:`Generation.prompt_read` (llama.cpp; the others return None:
+    ``question_prior`` is then undefined)."""
 
     name: str
 
     def warm_up(self) -> None: ...
 
     def generate(self, messages: list[dict[str, str]], max_tokens: int | None = None,
-                 on_token: TokenCallback | None = None) -> Generation: ...
+                 on_token: TokenCallback | None = None, read=None) -> Generation: ...
 
     def yes_probability(self, messages: list[dict[str, str]]) -> float | None: ...
 

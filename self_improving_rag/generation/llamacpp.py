@@ -14,7 +14,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
@@ -139,16 +139,77 @@ class LlamaCppGenerator:
                 "lower strategy.context_budget or raise generator.n_ctx"
             )
 
+    def _span_in(self, prompt: str, tokens: list[int], span: str,
+                 max_tokens: int = 64) -> tuple[int, list[int]] | None:
+        """Where the last ``span`` of ``prompt`` lies in its tokens: (index of its first token,
+        its first ``max_tokens`` tokens as the whole prompt has them), or None when the text is
+        not there, starts the prompt, or a token crosses its start. Its last token may run on
+        past it: the vocabulary joins "?" and the newline after it into one token ("?\n"),
+        which is then read as the span's last."""
+        at = prompt.rfind(span) if span else -1
+        if at < 0:
+            return None
+        before = self.tokenize(prompt[:at])
+        upto = self.tokenize(prompt[:at + len(span)])
+        n, m = len(before), len(upto)
+        if not before or upto[:n] != before or m <= n or tokens[:m - 1] != upto[:m - 1] or len(tokens) < m:
+            return None
+        return n, tokens[n:m][:max_tokens]
+
+    def _prefill_reading(self, tokens: list[int], start: int, wanted: list[bool]) -> tuple[int, np.ndarray, dict[int, float]]:
+        """Evaluate ``tokens`` as :meth:`_prefill` does, also computing a row of logits before
+        each token ``start + j`` with ``wanted[j]``: (reused tokens, the last token's logits, the
+        log-probability of each wanted token by its index j)."""
+        llm = self._llm
+        rows_at = {start + j - 1: start + j for j, w in enumerate(wanted) if w}
+        cached = llm.input_ids[: llm.n_tokens].tolist()
+        prefix = 0
+        for a, b in zip(cached, tokens):
+            if a != b:
+                break
+            prefix += 1
+        # At least one token runs (for fresh logits), and every row wanted is computed now.
+        prefix = min(prefix, len(tokens) - 1, *rows_at)
+        llm.n_tokens = prefix
+        last = len(tokens) - 1
+        rows = self._eval_logits_at(tokens[prefix:], [i in rows_at or i == last for i in range(prefix, len(tokens))])
+        self.last_reused_tokens = prefix
+        read = {}
+        for pos, at in rows_at.items():
+            row = rows[pos - prefix]
+            read[at - start] = float(row[tokens[at]] - np.logaddexp.reduce(row))
+        return prefix, rows[last - prefix], read
+
     def generate(self, messages: list[dict[str, str]], max_tokens: int | None = None,
-                 on_token: TokenCallback | None = None) -> Generation:
+                 on_token: TokenCallback | None = None, read: tuple[str, Callable] | None = None) -> Generation:
+        """The reply to ``messages``, greedy (or sampled at ``temperature``), with each token's
+        log-probability. ``read`` = (span, need) also reads the last ``span`` of the prompt while
+        the prompt is evaluated: :attr:`Generation.prompt_read` holds its tokens (the first 64), with the
+        log-probability of each one ``need(pieces)`` marks (one row of logits each; None for the
+        others), as :meth:`span_logprobs` would give them at the cost of those rows alone."""
         self.warm_up()
         llm = self._llm
         max_tokens = self.max_tokens if max_tokens is None else max_tokens
-        tokens = self.tokenize(self.format(messages))
+        prompt = self.format(messages)
+        tokens = self.tokenize(prompt)
         self._fit(tokens, max_tokens)
+        where = self._span_in(prompt, tokens, read[0]) if read is not None else None
+        prompt_read = None
+        first = None
         t0 = time.perf_counter()
         try:
-            reused = self._prefill(tokens)
+            if where is None:
+                reused = self._prefill(tokens)
+            else:
+                start, cont = where
+                stream = codecs.getincrementaldecoder("utf-8")(errors="replace")
+                pieces = [stream.decode(llm.detokenize([tok])) for tok in cont]
+                over = len("".join(pieces)) - len(read[0])
+                if over > 0 and "".join(pieces).startswith(read[0]):  # a last token that runs on ("?\n")
+                    pieces[-1] = pieces[-1][:len(pieces[-1]) - over]
+                wanted = [bool(w) for w in read[1](pieces)]
+                reused, first, lps = self._prefill_reading(tokens, start, wanted)
+                prompt_read = tuple((piece, lps.get(j)) for j, piece in enumerate(pieces))
         except RuntimeError as exc:
             raise GenerationError(f"llama.cpp failed while reading the prompt ({exc})") from exc
         t1 = time.perf_counter()
@@ -160,7 +221,8 @@ class LlamaCppGenerator:
         stream = codecs.getincrementaldecoder("utf-8")(errors="replace")
         first_token_ms = None
         for _ in range(max_tokens):
-            logits = self._logits()
+            # After a prefill that computed several rows, the last one is the next token's.
+            logits, first = (first, None) if first is not None else (self._logits(), None)
             lse = float(np.logaddexp.reduce(logits))
             if self.temperature > 0:
                 z = logits / self.temperature
@@ -190,7 +252,7 @@ class LlamaCppGenerator:
             text=text, token_logprobs=tuple(logprobs), prompt_tokens=len(tokens), completion_tokens=len(out_ids),
             timings_ms={"prompt": (t1 - t0) * 1000, "generate": (t2 - t1) * 1000,
                         "first_token": first_token_ms or 0.0},
-            reused_prefix_tokens=reused, finish_reason=finish,
+            reused_prefix_tokens=reused, finish_reason=finish, prompt_read=prompt_read,
         )
 
     def yes_probability(self, messages: list[dict[str, str]]) -> float | None:

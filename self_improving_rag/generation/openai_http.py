@@ -87,7 +87,9 @@ class OpenAIHTTPGenerator:
         raise GeneratorUnavailableError(f"generator.backend=openai: cannot reach the server at {self.base_url} ({last}); "
                               "start it or set generator.base_url") from last
 
-    def generate(self, messages, max_tokens=None, on_token: TokenCallback | None = None) -> Generation:
+    def generate(self, messages, max_tokens=None, on_token: TokenCallback | None = None,
+                 read=None) -> Generation:
+        # ``read`` is ignored: the server gives no log-probabilities for the prompt.
         t0 = time.perf_counter()
         data = self._post({"model": self.model, "messages": messages, "temperature": self.temperature,
                            "max_tokens": self.max_tokens if max_tokens is None else max_tokens, "seed": self.seed,

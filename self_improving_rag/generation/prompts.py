@@ -109,6 +109,12 @@ def build_judge_messages(answer_prompt: str, question: str, passages, claim: str
 QUESTION_READ = "Answer: {answer}\nQuestion it answers:"
 
 
+def question_span(question: str) -> str:
+    """The question as the prompts place it, with the space before it (which the tokenizer
+    joins to its first word): the text whose tokens the question reads score."""
+    return " " + " ".join(question.split())
+
+
 def build_question_read_messages(answer_prompt: str, question: str, passages,
                                  answer: str) -> tuple[list[dict[str, str]], str]:
     """The answer prompt's system message and passages, then the answer (without citations) and
@@ -118,7 +124,7 @@ def build_question_read_messages(answer_prompt: str, question: str, passages,
     so the backend reuses its KV cache for them."""
     t = load_template(answer_prompt)
     head, _, _ = t.user.partition("{passages}")
-    span = " " + " ".join(question.split())
+    span = question_span(question)
     user = (head + format_passages(passages) + "\n\n"
             + QUESTION_READ.format(answer=" ".join(strip_citations(answer).split())) + span)
     return [{"role": "system", "content": t.system}, {"role": "user", "content": user}], span

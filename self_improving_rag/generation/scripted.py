@@ -15,7 +15,8 @@ class ScriptedGenerator:
     A reply may be a callable ``f(messages) -> str``. ``judge`` scripts ``yes_probability``
     (None: the judge is unavailable). Token log-probs are a fixed ``logprob`` per word.
     ``reader`` scripts ``span_logprobs``: a callable ``f(messages, span)`` giving (piece, log p)
-    pairs, or None (the backend cannot score a text: the default).
+    pairs, or None (the backend cannot score a text: the default); it also answers a
+    ``generate(..., read=(span, need))`` request (the spans asked for are in ``prompt_reads``).
     """
 
     name = "scripted"
@@ -25,6 +26,7 @@ class ScriptedGenerator:
         self.judge = judge
         self.reader = reader
         self.read_history: list[tuple[list[dict[str, str]], str]] = []
+        self.prompt_reads: list[str] = []
         self.logprob = logprob
         self.history: list[list[dict[str, str]]] = []
         self.judge_history: list[list[dict[str, str]]] = []
@@ -36,7 +38,8 @@ class ScriptedGenerator:
     def count_tokens(self, text: str) -> int:
         return len(re.findall(r"\w+|[^\w\s]", text))
 
-    def generate(self, messages, max_tokens=None, on_token: TokenCallback | None = None) -> Generation:
+    def generate(self, messages, max_tokens=None, on_token: TokenCallback | None = None,
+                 read=None) -> Generation:
         self.history.append(messages)
         if not self.replies:
             raise GenerationError("the scripted generator has no replies")
@@ -47,8 +50,15 @@ class ScriptedGenerator:
             on_token(text)
         n = max(1, self.count_tokens(text))
         prompt = sum(self.count_tokens(m["content"]) for m in messages)
+        prompt_read = None
+        if read is not None and self.reader is not None:
+            span, need = read
+            self.prompt_reads.append(span)
+            scored = list(self.reader(messages, span))
+            wanted = need([p for p, _ in scored])
+            prompt_read = tuple((p, lp if w else None) for (p, lp), w in zip(scored, wanted))
         return Generation(text=text, token_logprobs=tuple([self.logprob] * n), prompt_tokens=prompt,
-                          completion_tokens=n, timings_ms={"prompt": 0.0, "generate": 0.0})
+                          completion_tokens=n, timings_ms={"prompt": 0.0, "generate": 0.0}, prompt_read=prompt_read)
 
     def yes_probability(self, messages) -> float | None:
         self.judge_history.append(messages)

@@ -74,7 +74,10 @@ class TransformersGenerator:
             ids = self._tok(_plain_prompt(messages), return_tensors="pt")["input_ids"]
         return ids.to(self._model.device)
 
-    def generate(self, messages, max_tokens=None, on_token: TokenCallback | None = None) -> Generation:
+    def generate(self, messages, max_tokens=None, on_token: TokenCallback | None = None,
+                 read=None) -> Generation:
+        # ``read`` is not done here (prompt_read stays None, question_prior undefined): generate()
+        # keeps no logits for the prompt, and a second pass over it would cost what the prompt did.
         import torch
 
         self.warm_up()

@@ -180,6 +180,7 @@ class Verdicts:
 # feature is then missing, as for an attempt recorded with the check off).
 _QUESTION_FIT_SQL = ("CASE WHEN json_type(a.signals_json, '$.confidence.detail.question_tokens') IS NOT NULL "
                      "THEN json_extract(a.signals_json, '$.confidence.detail.features.question_fit') END")
+_QUESTION_PRIOR_SQL = "json_extract(a.signals_json, '$.confidence.detail.features.question_prior')"
 
 _COLUMN_SQL = {
     "coverage": "a.coverage", "grounding": "a.grounding", "faithfulness": "a.faithfulness",
@@ -190,6 +191,7 @@ _COLUMN_SQL = {
     "answer_words": ("COALESCE(json_extract(a.signals_json, '$.confidence.detail.features.answer_words'), "
                      "sirag_answer_words(a.answer, a.refusal))"),
     "question_fit": _QUESTION_FIT_SQL,
+    "question_prior": _QUESTION_PRIOR_SQL,
 }
 assert set(_COLUMN_SQL) == set(FEATURES), "every confidence feature needs its column here"
 
@@ -198,7 +200,7 @@ def _feature_sql(name: str) -> str:
     x = f"COALESCE({_COLUMN_SQL[name]}, :n_{name})"
     if name == "mean_logprob":
         x = f"MIN(MAX({x}, :logprob_floor), 0.0)"
-    elif name == "question_fit":
+    elif name in ("question_fit", "question_prior"):
         x = f"MIN(MAX({x}, :question_fit_floor), 0.0)"
     return f":w_{name} * {x}"
 
@@ -897,8 +899,9 @@ class MemoryStore:
         Each dict: outcome_id, question_id, query_class, attempt, coverage, redundancy, grounding,
         faithfulness, confidence, refusal, mean_logprob, answer (the attempt's answer text, for
         the answer_words feature), failure, label (1 correct, 0 wrong; the latest feedback
-        wins), source and question_fit (from the stored signals; None where it was not read, or was
-        read by session 19's version, which kept no question tokens). Signal values may be None.
+        wins), source, question_fit (from the stored signals; None where it was not read, or was
+        read by session 19's version, which kept no question tokens) and question_prior (None
+        where it was not read, as before session 21). Signal values may be None.
         Refused outcomes are left out: confidence is the probability that a given answer is
         correct, and a label on a refusal ("rightly refused") says nothing about that.
         """
@@ -908,7 +911,7 @@ class MemoryStore:
             SELECT o.id AS outcome_id, o.question_id, o.query_class, a.number AS attempt,
                    a.coverage, a.redundancy, a.grounding, a.faithfulness, a.confidence,
                    a.refusal, a.mean_logprob, a.answer, a.failure, l.label, l.source,
-                   {_QUESTION_FIT_SQL} AS question_fit
+                   {_QUESTION_FIT_SQL} AS question_fit, {_QUESTION_PRIOR_SQL} AS question_prior
             FROM latest l
             JOIN outcomes o ON o.id = l.outcome_id
             JOIN attempts a ON a.outcome_id = o.id AND a.number = o.chosen_attempt

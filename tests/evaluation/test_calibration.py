@@ -39,6 +39,7 @@ def _synthetic_rows(n: int, seed: int) -> list[dict[str, float]]:
             "refusal": float(rng.uniform() < 0.1),
             "answer_words": math.log1p(int(rng.integers(1, 30))),
             "question_fit": float(rng.uniform(-15.0, -0.5)),
+            "question_prior": float(rng.uniform(-15.0, -0.5)),
         }
         for _ in range(n)
     ]
@@ -296,14 +297,14 @@ def test_longer_answers_lower_confidence() -> None:
 
 
 def test_a_fit_stored_before_answer_words_and_question_fit_keeps_its_meaning() -> None:
-    added = ("answer_words", "question_fit")
+    added = ("answer_words", "question_fit", "question_prior")
     old = {k: v for k, v in {**DEFAULT_WEIGHTS, "faithfulness": 3.0}.items() if k not in added}
     rows = _synthetic_rows(30, seed=11)
     for r in rows:
         z = old["bias"] + sum(old[f] * min(max(r[f], LOGPROB_FLOOR), 0.0) if f == "mean_logprob" else old[f] * r[f]
                               for f in FEATURES if f not in added)
         assert _logit(confidence(r, old)) == pytest.approx(z)
-    assert ADDED_FEATURES == {"answer_words": 0.0, "question_fit": 0.0}
+    assert ADDED_FEATURES == {"answer_words": 0.0, "question_fit": 0.0, "question_prior": 0.0}
 
 
 def test_question_fit_is_clipped_and_its_default_weight_leaves_the_confidence_unchanged() -> None:
@@ -318,6 +319,13 @@ def test_question_fit_is_clipped_and_its_default_weight_leaves_the_confidence_un
     # Clipped at the floor: below it, lower changes nothing; a missing value is the neutral one.
     assert confidence({**base, "question_fit": -500.0}, w) == confidence({**base, "question_fit": QUESTION_FIT_FLOOR}, w)
     assert confidence(base, w) == confidence({**base, "question_fit": NEUTRAL_VALUES["question_fit"]}, w)
+    # question_prior, the same reading where the answer prompt holds the question, likewise.
+    assert DEFAULT_WEIGHTS["question_prior"] == 0.0
+    assert confidence({**base, "question_prior": -1.0}) == confidence({**base, "question_prior": -15.0}) == confidence(base)
+    w = {**DEFAULT_WEIGHTS, "question_prior": 0.2}
+    assert confidence({**base, "question_prior": -500.0}, w) == confidence({**base, "question_prior": QUESTION_FIT_FLOOR}, w)
+    assert confidence(base, w) == confidence({**base, "question_prior": NEUTRAL_VALUES["question_prior"]}, w)
+    assert _logit(confidence({**base, "question_prior": -2.0}, w)) - _logit(confidence(base, w)) == pytest.approx(0.2 * 4.0)
 
 
 def test_a_feature_missing_from_every_row_keeps_its_prior_weight() -> None:

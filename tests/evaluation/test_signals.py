@@ -276,7 +276,7 @@ def test_the_scorer_reads_the_question_after_the_answer_once_the_claims_are_judg
     emb = HashEmbedder(dim=64)
     reader = QuestionReader({"Marrow": -9.5, "built": -1.0})
     assert ScoringConfig().question_check is False  # off by default
-    scorer = SignalScorer(ScoringConfig(judge="llm", question_check=True), emb.embed, reader)
+    scorer = SignalScorer(ScoringConfig(judge="llm", question_check=True, question_prior=False), emb.embed, reader)
     r = _retrieval(["The lighthouse of Marrow Point was built by Clara Venn."])
     answer = "Clara Venn built it [1]. She was a mason."
     gen = Generation(text=answer, token_logprobs=(-0.1, -0.2), prompt_tokens=10, completion_tokens=2)
@@ -300,7 +300,8 @@ def test_the_scorer_reads_the_question_after_the_answer_once_the_claims_are_judg
     tokens = sig.confidence.detail["question_tokens"]  # every token as read, for later studies
     assert "".join(p for p, _ in tokens) == span and ["Marrow", -9.5] in [[p.strip(), lp] for p, lp in tokens]
     assert [p.strip() for p, lp in tokens if lp is None] == ["Who", "built", "the", "of"]
-    plain = SignalScorer(ScoringConfig(judge="llm", question_check=False), emb.embed, QuestionReader({}))
+    plain = SignalScorer(ScoringConfig(judge="llm", question_check=False, question_prior=False), emb.embed,
+                         QuestionReader({}))
     off = plain.score(Q, r, gen, answer, refused=False, citations=(1,))
     assert off.confidence.detail["features"]["question_fit"] is None and "question_fit_token" not in off.confidence.detail
     assert sig.confidence.value == pytest.approx(off.confidence.value)  # default weight 0
@@ -309,6 +310,50 @@ def test_the_scorer_reads_the_question_after_the_answer_once_the_claims_are_judg
     scorer.score(Q, r, gen, "The passages do not say.", refused=True, citations=())
     scorer.score(Q, r, None, answer, refused=False, citations=(1,))
     assert len(reader.read) == before
+
+
+def test_question_prior_reads_the_question_where_the_answer_prompt_holds_it() -> None:
+    """question_prior: the question's tokens as the answer prompt holds them (after the passages,
+    before any answer), as the backend read them while evaluating that prompt. The feature is the
+    lowest word the answer does not repeat; it is stored with its word and the tokens, and its
+    default weight of 0 leaves the confidence as it was. A backend that did not read them leaves
+    it undefined: the scorer does not read the prompt again."""
+    from self_improving_rag.evaluation.signals import question_prior_needs
+    from self_improving_rag.generation.prompts import question_span
+    from self_improving_rag.types import Generation
+
+    emb = HashEmbedder(dim=64)
+    r = _retrieval(["The lighthouse of Marrow Point was built by Clara Venn."])
+    answer = "Clara Venn built it [1]."
+    lps = {"Marrow": -9.5, "built": -12.0, "lighthouse": -2.0, "Point": -1.0}
+    reader = QuestionReader(lps)
+    scorer = SignalScorer(ScoringConfig(), emb.embed, reader)
+    assert ScoringConfig().question_prior is True  # on by default
+    # Read by the backend while it evaluated the prompt: no further read.
+    pieces = re.findall(r" ?[^ ]+", question_span(Q))
+    made = tuple((p, lps.get(p.strip(" ?"), -0.5)) for p in pieces)
+    gen = Generation(text=answer, token_logprobs=(-0.1,), prompt_read=made)
+    sig = scorer.score(Q, r, gen, answer, refused=False, citations=(1,))
+    detail = sig.confidence.detail
+    assert reader.read == []
+    assert detail["features"]["question_prior"] == -9.5 and detail["question_prior_token"] == "Marrow"  # "built" is the answer's
+    assert detail["question_prior_tokens"] == [[p, lp] for p, lp in made]
+    # What the backend is asked to read: every content word, the answer being unknown.
+    assert [p.strip(" ?") for p, n in zip(pieces, question_prior_needs(pieces)) if n] == [
+        "built", "lighthouse", "Marrow", "Point"]
+    # Not read by the backend: undefined, and the prompt is not read again.
+    plain = Generation(text=answer, token_logprobs=(-0.1,))
+    again = scorer.score(Q, r, plain, answer, refused=False, citations=(1,))
+    assert again.confidence.detail["features"]["question_prior"] is None and reader.read == []
+    off = SignalScorer(ScoringConfig(question_prior=False), emb.embed, reader).score(Q, r, gen, answer, refused=False,
+                                                                                      citations=(1,))
+    assert off.confidence.detail["features"]["question_prior"] is None and "question_prior_tokens" not in off.confidence.detail
+    assert sig.confidence.value == pytest.approx(off.confidence.value)  # default weight 0
+    # Nothing for a refusal or an attempt without a generation.
+    for args in ((gen, "I cannot answer this from the documents.", True), (None, answer, False)):
+        assert scorer.score(Q, r, args[0], args[1], refused=args[2], citations=()).confidence.detail["features"][
+            "question_prior"] is None
+    assert reader.read == []
 
 
 def test_a_judgement_that_fails_leaves_the_claim_to_the_lexical_check_and_keeps_the_attempt() -> None:

@@ -354,6 +354,34 @@ def test_rejudged_confidence_reads_question_fit_clipped_and_calibration_gets_it(
     assert {r["outcome_id"]: r["question_fit"] for r in store.labelled_attempts()} == expected
 
 
+def test_rejudged_confidence_reads_question_prior_clipped_and_calibration_gets_it(store: MemoryStore) -> None:
+    """question_prior, like question_fit, lives only in the stored features: the SQL confidence
+    reads and clips it, a missing value is neutral, and labelled_attempts hands it on."""
+    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS, NEUTRAL_VALUES, QUESTION_FIT_FLOOR, sigmoid
+    from self_improving_rag.memory.store import Verdicts
+
+    def with_prior(q: str, value) -> str:
+        attempt = make_attempt(1, answer="Paris [1]")
+        sig = attempt.signals
+        detail = {**sig.confidence.detail, "features": {} if value is None else {"question_prior": value}}
+        attempt = dataclasses.replace(attempt, signals=dataclasses.replace(
+            sig, confidence=dataclasses.replace(sig.confidence, detail=detail)))
+        oid = store.record(make_answer(q, (attempt,), answer="Paris [1]"))
+        store.add_feedback(oid, correct=False, source="gold")
+        return oid
+
+    expected = {with_prior("q1", -2.0): -2.0, with_prior("q2", -500.0): -500.0, with_prior("q3", None): None}
+    weights = {**{k: 0.0 for k in DEFAULT_WEIGHTS}, "bias": 3.0, "question_prior": 0.25}
+
+    def passing(bar: float) -> int:
+        return store.strategy_counts(verdicts=Verdicts(weights, answer_threshold=bar))[STRATEGY_A.key][0]
+
+    at = {v: sigmoid(3.0 + 0.25 * v) for v in (-2.0, QUESTION_FIT_FLOOR, NEUTRAL_VALUES["question_prior"])}
+    assert passing(at[-2.0] - 1e-6) == 1 and passing(at[NEUTRAL_VALUES["question_prior"]] - 1e-6) == 2
+    assert passing(at[QUESTION_FIT_FLOOR] - 1e-6) == 3 and passing(at[QUESTION_FIT_FLOOR] + 1e-6) == 2
+    assert {r["outcome_id"]: r["question_prior"] for r in store.labelled_attempts()} == expected
+
+
 def test_rejudged_bar_rises_with_the_attempt_number(store: MemoryStore) -> None:
     """A repair (attempt 2) must clear answer_threshold + retry_margin, as the engine asks."""
     from self_improving_rag.evaluation.calibration import confidence

@@ -133,6 +133,49 @@ def test_a_span_read_in_one_batch_scores_as_token_by_token():
     assert max(abs(a - b) for a, b in zip(one_by_one[1:], one_by_one[:-1])) > 1.0  # positions differ by more
 
 
+@pytest.mark.parametrize("model", ["smollm2-135m-instruct", "default"])
+def test_the_question_read_while_the_prompt_is_evaluated_scores_as_a_read_afterwards(model):
+    """generate(read=...) reads the question where the answer prompt holds it while evaluating
+    that prompt: the tokens asked for get the log-probs span_logprobs gives on the same prompt,
+    the others None, and the reply is the one generated without the read. The default model's
+    vocabulary joins the question's "?" and the newline after it: the read must still be made."""
+    import numpy as np
+
+    from self_improving_rag.config import load_config
+    from self_improving_rag.evaluation.signals import question_prior_needs, question_words
+    from self_improving_rag.generation.llamacpp import LlamaCppGenerator
+    from self_improving_rag.generation.prompts import build_messages, question_span
+    from self_improving_rag.generation.registry import resolve_model
+    from self_improving_rag.types import Passage
+
+    cfg = load_config(None)
+    name = cfg.generator.model if model == "default" else model
+    gen = LlamaCppGenerator(str(resolve_model(name, cfg.paths.model_cache)), n_ctx=2048, max_tokens=12)
+    passages = [Passage(1, "The lighthouse of Marrow Point was built in 1852 by Clara Venn.", ("a",), "d", "D", 0, 10, 0.9)]
+    question = "Who built the lighthouse of Marrow Point?"
+    messages, span = build_messages("base", question, passages), question_span(question)
+    plain = gen.generate(messages)
+    gen._llm.n_tokens = 0  # nothing cached: the read covers a whole prompt evaluation
+    read = gen.generate(messages, read=(span, question_prior_needs))
+    assert read.text == plain.text and read.token_logprobs == pytest.approx(plain.token_logprobs, abs=0.2)
+    assert read.reused_prefix_tokens == 0 and read.prompt_read is not None
+    assert "".join(p for p, _ in read.prompt_read) == span
+    scored = [w for w, lp in question_words(list(read.prompt_read)) if lp is not None]
+    assert scored == ["built", "lighthouse", "Marrow", "Point"], read.prompt_read
+    after = gen.span_logprobs(messages, span)
+    assert [lp for _, lp in read.prompt_read if lp is not None] == pytest.approx(
+        [a for (_, lp), (_, a) in zip(read.prompt_read, after) if lp is not None], abs=0.2)
+    # With the prompt cached (the same question again), the rows are still computed.
+    again = gen.generate(messages, read=(span, question_prior_needs))
+    assert again.text == plain.text and [lp for _, lp in again.prompt_read] == pytest.approx(
+        [lp for _, lp in read.prompt_read], abs=0.2)
+    assert 0 < again.reused_prefix_tokens < gen.count_tokens(gen.format(messages)) - len(read.prompt_read)
+    # A span that is not in the prompt reads nothing; the reply is unchanged.
+    missing = gen.generate(messages, read=(" not in this prompt", question_prior_needs))
+    assert missing.prompt_read is None and missing.text == plain.text
+    assert np.isfinite(plain.token_logprobs).all()
+
+
 def test_onnx_int8_embedder_agrees_with_the_float32_model(tmp_path):
     """The int8 ONNX export (default backend) against sentence-transformers in float32."""
     import numpy as np
