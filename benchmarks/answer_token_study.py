@@ -55,8 +55,8 @@ def _instrument(trace_path: Path) -> None:
     def generate(self, messages, max_tokens=None, on_token=None, read=None):
         self._study_steps = []
         try:
-            # No read while generating: its first step's logits would not pass through _logits
-            # (the scorer reads the question afterwards with span_logprobs instead).
+            # No read while generating: its first step's logits would not pass through _logits.
+            # (run() turns question_prior off, so the stored runs say so.)
             gen = original_generate(self, messages, max_tokens=max_tokens, on_token=on_token)
         finally:
             steps, self._study_steps = self._study_steps, None
@@ -81,7 +81,7 @@ def run(argv: list[str], name: str) -> int:
     out = REPO / "runs" / name
     out.mkdir(parents=True, exist_ok=True)
     _instrument(out / TRACE_NAME)
-    return main(["eval", *argv, "--name", name])
+    return main(["eval", *argv, "--set", "scoring.question_prior=false", "--name", name])
 
 
 # -- analysis ---------------------------------------------------------------------------------

@@ -67,8 +67,7 @@ def prior_read_ms(engine, question: str, attempt) -> float:
     if where is None:
         return 0.0
     start, cont = where
-    pieces = [gen._llm.detokenize([t]).decode("utf-8", "replace") for t in cont]
-    wanted = question_prior_needs(pieces)
+    wanted = question_prior_needs(gen._span_pieces(cont, question_span(question)))
     gen._prefill(tokens[:start])  # the prompt before the question, cached for both timings
 
     def best(run) -> float:

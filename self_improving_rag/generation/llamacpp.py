@@ -156,6 +156,16 @@ class LlamaCppGenerator:
             return None
         return n, tokens[n:m][:max_tokens]
 
+    def _span_pieces(self, cont: list[int], span: str) -> list[str]:
+        """The text of each of a span's tokens (decoded incrementally: a character can take
+        several tokens), the last one cut at the span's end if it runs on past it ("?\n")."""
+        stream = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pieces = [stream.decode(self._llm.detokenize([tok])) for tok in cont]
+        over = len("".join(pieces)) - len(span)
+        if over > 0 and "".join(pieces).startswith(span):
+            pieces[-1] = pieces[-1][:len(pieces[-1]) - over]
+        return pieces
+
     def _prefill_reading(self, tokens: list[int], start: int, wanted: list[bool]) -> tuple[int, np.ndarray, dict[int, float]]:
         """Evaluate ``tokens`` as :meth:`_prefill` does, also computing a row of logits before
         each token ``start + j`` with ``wanted[j]``: (reused tokens, the last token's logits, the
@@ -202,11 +212,7 @@ class LlamaCppGenerator:
                 reused = self._prefill(tokens)
             else:
                 start, cont = where
-                stream = codecs.getincrementaldecoder("utf-8")(errors="replace")
-                pieces = [stream.decode(llm.detokenize([tok])) for tok in cont]
-                over = len("".join(pieces)) - len(read[0])
-                if over > 0 and "".join(pieces).startswith(read[0]):  # a last token that runs on ("?\n")
-                    pieces[-1] = pieces[-1][:len(pieces[-1]) - over]
+                pieces = self._span_pieces(cont, read[0])
                 wanted = [bool(w) for w in read[1](pieces)]
                 reused, first, lps = self._prefill_reading(tokens, start, wanted)
                 prompt_read = tuple((piece, lps.get(j)) for j, piece in enumerate(pieces))

@@ -156,7 +156,8 @@ def iter_source_files(paths: list[Path], exclude: tuple[Path, ...] = ()) -> tupl
             seen.add(absolute)
             try:
                 st = absolute.stat()
-                identity = (st.st_dev, st.st_ino)
+                # Some network and FUSE file systems give every file inode 0: no identity then.
+                identity = (st.st_dev, st.st_ino) if st.st_ino else None
             except OSError:  # unreadable: the loader says so when it opens the file
                 identity = None
             if identity is not None and identity in taken:

@@ -143,7 +143,7 @@ def _doc_ids(files: list[Path], held: dict[str, dict] | None = None) -> dict[Pat
     A file the index already holds (``held``: the manifest's ``files``, id -> metadata) keeps its
     id, so adding, removing or moving another file never renames it (the memory store and
     earlier results cite documents by id). A file is known by its absolute path as given
-    (``file``; a symlink and its target are two files), or, in an index written before that was
+    (``file``; a symlink beside its target is not ingested: see :func:`iter_source_files`), or, in an index written before that was
     recorded, by its resolved ``path`` when one held document has it. A new file gets its
     :func:`doc_slug`, with a path hash appended when that id is taken or another new file would
     get it too ("My Book.txt" and "my_book.txt" included).

@@ -45,6 +45,47 @@ def test_a_span_is_found_in_the_prompts_tokens_also_when_its_last_token_runs_on(
     assert LlamaCppGenerator._span_in(Tokenizer(), span, Tokenizer.tokenize(span), span) is None  # nothing before it
 
 
+def test_the_read_takes_each_tokens_log_prob_from_the_row_before_it() -> None:
+    """_prefill_reading asks for a row of logits before each wanted token of the span and for the
+    prompt's last (the first generated token's); the cached prefix is kept up to the first row
+    needed. Each row here puts all its mass on one token, named by the row's position, so a row
+    read one position off would give a log-prob near -50 instead of 0."""
+    import types
+
+    import numpy as np
+
+    from self_improving_rag.generation.llamacpp import LlamaCppGenerator
+
+    vocab = 20
+    tokens = [1, 2, 3, 4, 5, 6, 7, 8, 9]  # the span is tokens 4..6 (indices 3, 4, 5)
+    asked: list[tuple[list[int], list[bool]]] = []
+
+    def eval_logits_at(toks, wanted):
+        asked.append((list(toks), list(wanted)))
+        offset = len(tokens) - len(toks)
+        rows = {}
+        for i, w in enumerate(wanted):
+            if w:
+                row = np.full(vocab, -50.0)
+                nxt = tokens[offset + i + 1] if offset + i + 1 < len(tokens) else 0
+                row[nxt] = 0.0  # the row after position p predicts the token at p + 1
+                rows[i] = row
+        return rows
+
+    gen = LlamaCppGenerator("unused.gguf")
+    gen._llm = types.SimpleNamespace(input_ids=np.array([1, 2, 3, 4, 5, 6, 0, 0]), n_tokens=6)
+    gen._eval_logits_at = eval_logits_at
+    reused, first, read = gen._prefill_reading(tokens, 3, [True, False, True])
+    # Rows before span tokens 0 and 2 (positions 2 and 4) and after the last token (position 8).
+    assert reused == 2 and asked == [(tokens[2:], [True, False, True, False, False, False, True])]
+    assert set(read) == {0, 2} and all(abs(v) < 1e-9 for v in read.values())
+    assert first[0] == 0.0 and gen.last_reused_tokens == 2
+    asked.clear()
+    gen._llm.input_ids, gen._llm.n_tokens = np.array(tokens), 9  # all cached, nothing wanted: the last token runs
+    reused, first, read = gen._prefill_reading(tokens, 3, [False, False, False])
+    assert reused == 8 and asked == [([9], [True])] and read == {}
+
+
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the unheld, dropped interrupt
 def test_ctrl_c_while_llama_cpp_calls_back_is_raised_once_the_call_returns() -> None:
     """llama.cpp logs through a ctypes callback while it loads; a KeyboardInterrupt raised inside

@@ -297,6 +297,22 @@ def test_a_resumed_run_made_before_the_retry_margin_is_not_judged_with_it(tmp_pa
     assert _changed_settings(tmp_path, as_made) == ""
 
 
+def test_a_resumed_run_made_before_question_prior_is_not_scored_with_it(tmp_path):
+    """A run made before scoring.question_prior existed recorded no such feature: resuming it with
+    the new default would give its later answers a feature (and, under a fit, a confidence) its
+    earlier ones lack, so it is refused unless the setting is turned off as the run had it."""
+    from self_improving_rag.batch import _changed_settings
+    from self_improving_rag.config import Config, to_yaml
+
+    now = Config()
+    stored = to_yaml(now).replace("  question_prior: true\n", "")
+    assert "question_prior" not in stored
+    (tmp_path / "config.yaml").write_text(stored, encoding="utf-8")
+    assert "scoring.question_prior: False -> True" in _changed_settings(tmp_path, now)
+    as_made = now.model_copy(update={"scoring": now.scoring.model_copy(update={"question_prior": False})})
+    assert _changed_settings(tmp_path, as_made) == ""
+
+
 def test_memory_options_of_other_actions_are_refused(tmp_path):
     from tests.memory.memory_testkit import make_answer
 
