@@ -117,16 +117,19 @@ class LlamaCppGenerator:
     def _logits(self) -> np.ndarray:
         return np.ctypeslib.as_array(self._llm._ctx.get_logits(), shape=(self._llm.n_vocab(),)).astype(np.float64)
 
-    def _prefill(self, tokens: list[int]) -> int:
-        """Evaluate ``tokens``, reusing the cached prefix; returns the number of reused tokens."""
-        llm = self._llm
-        cached = llm.input_ids[: llm.n_tokens].tolist()
+    def _cached_prefix(self, tokens: list[int]) -> int:
+        """How many leading ``tokens`` the KV cache already holds."""
         prefix = 0
-        for a, b in zip(cached, tokens):
+        for a, b in zip(self._llm.input_ids[: self._llm.n_tokens].tolist(), tokens):
             if a != b:
                 break
             prefix += 1
-        prefix = min(prefix, len(tokens) - 1)  # at least one token must run to get fresh logits
+        return prefix
+
+    def _prefill(self, tokens: list[int]) -> int:
+        """Evaluate ``tokens``, reusing the cached prefix; returns the number of reused tokens."""
+        llm = self._llm
+        prefix = min(self._cached_prefix(tokens), len(tokens) - 1)  # at least one token must run for fresh logits
         llm.n_tokens = prefix
         llm.eval(tokens[prefix:])
         self.last_reused_tokens = prefix
@@ -172,14 +175,8 @@ class LlamaCppGenerator:
         log-probability of each wanted token by its index j)."""
         llm = self._llm
         rows_at = {start + j - 1: start + j for j, w in enumerate(wanted) if w}
-        cached = llm.input_ids[: llm.n_tokens].tolist()
-        prefix = 0
-        for a, b in zip(cached, tokens):
-            if a != b:
-                break
-            prefix += 1
         # At least one token runs (for fresh logits), and every row wanted is computed now.
-        prefix = min(prefix, len(tokens) - 1, *rows_at)
+        prefix = min(self._cached_prefix(tokens), len(tokens) - 1, *rows_at)
         llm.n_tokens = prefix
         last = len(tokens) - 1
         rows = self._eval_logits_at(tokens[prefix:], [i in rows_at or i == last for i in range(prefix, len(tokens))])
