@@ -41,6 +41,7 @@ __all__ = [
     "NEUTRAL_VALUES",
     "LOGPROB_FLOOR",
     "QUESTION_FIT_FLOOR",
+    "QUESTION_FEATURES",
     "confidence",
     "fit_weights",
     "evaluate_fit",
@@ -79,6 +80,9 @@ LOGPROB_FLOOR = -5.0
 #: ``question_fit`` below this is clipped: one token's log-probability can be far lower than any
 #: answer's mean, and past −20 (p < 2e-9) the question is unexpected either way.
 QUESTION_FIT_FLOOR = -20.0
+
+#: The readings of the question: log-probabilities clipped at :data:`QUESTION_FIT_FLOOR`.
+QUESTION_FEATURES: tuple[str, ...] = ("question_fit", "question_prior")
 
 _PRIOR_SLOPES: dict[str, float] = {
     "coverage": 1.5,  # the passages address the question
@@ -142,7 +146,7 @@ def _feature_vector(features: Mapping[str, Any]) -> np.ndarray:
                 raise ValueError(f"feature {name!r} must be finite or None, got {value!r}")
             if name == "mean_logprob":
                 x = min(max(x, LOGPROB_FLOOR), 0.0)
-            elif name in ("question_fit", "question_prior"):
+            elif name in QUESTION_FEATURES:
                 x = min(max(x, QUESTION_FIT_FLOOR), 0.0)
         row.append(x)
     return np.asarray(row, dtype=float)

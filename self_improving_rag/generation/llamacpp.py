@@ -160,8 +160,10 @@ class LlamaCppGenerator:
         return n, tokens[n:m][:max_tokens]
 
     def _span_pieces(self, cont: list[int], span: str) -> list[str]:
-        """The text of each of a span's tokens (decoded incrementally: a character can take
-        several tokens), the last one cut at the span's end if it runs on past it ("?\n")."""
+        """The text of each of a span's tokens, the last one cut at the span's end if it runs on
+        past it ("?\n"). A character can take several tokens: they are decoded incrementally, so
+        the pieces join into the span's text (a token that ends inside a character gives "" and
+        the next one the rest)."""
         stream = codecs.getincrementaldecoder("utf-8")(errors="replace")
         pieces = [stream.decode(self._llm.detokenize([tok])) for tok in cont]
         over = len("".join(pieces)) - len(span)
@@ -296,10 +298,7 @@ class LlamaCppGenerator:
         if not before or not cont:
             return []
         self._fit(before + cont, 0)
-        # A character can span several tokens: decode incrementally, so the pieces join into the
-        # span's text (a token that ends inside a character gives "" and the next one the rest).
-        stream = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        pieces = [stream.decode(self._llm.detokenize([tok])) for tok in cont]
+        pieces = self._span_pieces(cont, span)
         wanted = [True] * len(cont) if need is None else [bool(w) for w in need(pieces)]
         if not any(wanted):
             return [(piece, None) for piece in pieces]  # nothing to read: the span is not run

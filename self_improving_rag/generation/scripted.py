@@ -52,11 +52,8 @@ class ScriptedGenerator:
         prompt = sum(self.count_tokens(m["content"]) for m in messages)
         prompt_read = None
         if read is not None and self.reader is not None:
-            span, need = read
-            self.prompt_reads.append(span)
-            scored = list(self.reader(messages, span))
-            wanted = need([p for p, _ in scored])
-            prompt_read = tuple((p, lp if w else None) for (p, lp), w in zip(scored, wanted))
+            self.prompt_reads.append(read[0])
+            prompt_read = tuple(self._read(messages, *read))
         return Generation(text=text, token_logprobs=tuple([self.logprob] * n), prompt_tokens=prompt,
                           completion_tokens=n, timings_ms={"prompt": 0.0, "generate": 0.0}, prompt_read=prompt_read)
 
@@ -68,8 +65,10 @@ class ScriptedGenerator:
 
     def span_logprobs(self, messages, span: str, need=None) -> list[tuple[str, float | None]] | None:
         self.read_history.append((messages, span))
-        if self.reader is None:
-            return None
+        return None if self.reader is None else self._read(messages, span, need)
+
+    def _read(self, messages, span: str, need) -> list[tuple[str, float | None]]:
+        """The scripted reading of ``span``, None where ``need`` does not want a token."""
         read = list(self.reader(messages, span))
         wanted = [True] * len(read) if need is None else need([p for p, _ in read])
         return [(p, lp if w else None) for (p, lp), w in zip(read, wanted)]

@@ -30,8 +30,8 @@ from typing import Any, NoReturn, TypeVar
 from sqlite_utils import Database
 
 from ..errors import MemoryStoreError
-from ..evaluation.calibration import (FEATURES, LOGPROB_FLOOR, NEUTRAL_VALUES, QUESTION_FIT_FLOOR, answer_words,
-                                      complete_weights, sigmoid)
+from ..evaluation.calibration import (FEATURES, LOGPROB_FLOOR, NEUTRAL_VALUES, QUESTION_FEATURES, QUESTION_FIT_FLOOR,
+                                      answer_words, complete_weights, sigmoid)
 from ..evaluation.metrics import bin_index
 from ..types import Answer, AttemptRecord
 from .migrations import MIGRATIONS, migration_names
@@ -200,7 +200,7 @@ def _feature_sql(name: str) -> str:
     x = f"COALESCE({_COLUMN_SQL[name]}, :n_{name})"
     if name == "mean_logprob":
         x = f"MIN(MAX({x}, :logprob_floor), 0.0)"
-    elif name in ("question_fit", "question_prior"):
+    elif name in QUESTION_FEATURES:
         x = f"MIN(MAX({x}, :question_fit_floor), 0.0)"
     return f":w_{name} * {x}"
 
