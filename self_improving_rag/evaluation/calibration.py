@@ -21,7 +21,10 @@ backend that cannot score a span of its prompt, or when the answer repeats every
 ``question_prior`` is the same minimum read where the answer prompt holds the question, after
 the passages and before any answer (read while the prompt is evaluated: almost free; None for a
 refusal, with ``scoring.question_prior`` off, for a backend that cannot score its prompt, or when
-the answer repeats every content word).
+the answer repeats every content word); ``dates_unstated`` is the share of the question's dates (years,
+decades, centuries) that the answer's evidence does not state, in [0, 1] (None for a question
+without a date or a refusal); ``explanation`` is 1.0 when the question asks why (or how, not how many),
+else 0.0.
 """
 
 from __future__ import annotations
@@ -52,11 +55,12 @@ __all__ = [
 ]
 
 FEATURES: tuple[str, ...] = ("coverage", "grounding", "faithfulness", "redundancy", "mean_logprob", "refusal",
-                             "answer_words", "question_fit", "question_prior")
+                             "answer_words", "question_fit", "question_prior", "dates_unstated", "explanation")
 
 #: Features added after weights could already be stored: a stored fit without one of them
 #: gives it this weight (0: that fit did not use it), so old fits keep their meaning.
-ADDED_FEATURES: dict[str, float] = {"answer_words": 0.0, "question_fit": 0.0, "question_prior": 0.0}
+ADDED_FEATURES: dict[str, float] = {"answer_words": 0.0, "question_fit": 0.0, "question_prior": 0.0,
+                                    "dates_unstated": 0.0, "explanation": 0.0}
 
 #: Value used for a feature that is missing (``None``): a middling value that neither
 #: argues for nor against the answer. ``refusal`` is imputed as "not a refusal", since
@@ -71,6 +75,8 @@ NEUTRAL_VALUES: dict[str, float] = {
     "answer_words": math.log1p(4),  # a four-word answer
     "question_fit": -6.3,  # the median on SQuAD answers (docs/results.md, session 20)
     "question_prior": -6.0,  # the median on SQuAD answers (docs/results.md, session 21)
+    "dates_unstated": 0.0,  # a question without a date: nothing unstated
+    "explanation": 0.0,
 }
 
 #: Log-probabilities below this are clipped: past it the answer is noise either way, and
@@ -96,6 +102,11 @@ _PRIOR_SLOPES: dict[str, float] = {
     # on labelled answers gives it a weight; the default confidence does not use it.
     "question_fit": 0.0,
     "question_prior": 0.0,  # likewise
+    # 0 until fitted: both mark answers that were mostly wrong in the evaluations (a date the
+    # evidence does not state; a why/how question), but how much that weighs against the other
+    # signals is for a fit on labelled answers to say (docs/results.md, session 22).
+    "dates_unstated": 0.0,
+    "explanation": 0.0,
 }
 
 #: Hand-set priors. The bias is chosen so that an attempt whose every feature is at its

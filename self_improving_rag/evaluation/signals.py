@@ -299,6 +299,110 @@ def question_fit(scored: list[tuple[str, float | None]] | None, answer: str = ""
     return max(float(lowest), QUESTION_FIT_FLOOR), word
 
 
+# -- the question's own constraints: dates, and whether it asks for an explanation ------------
+
+_ORDINALS = {w: i + 1 for i, w in enumerate(
+    "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth fourteenth "
+    "fifteenth sixteenth seventeenth eighteenth nineteenth twentieth twenty-first".split())}
+_CENTURY = re.compile(r"\b(?:(\d{1,2})(?:st|nd|rd|th)|(" + "|".join(sorted(_ORDINALS, key=len, reverse=True))
+                      + r"))[\s-]+centur(?:y|ies)\b", re.IGNORECASE)
+_YEAR_SPAN = re.compile(r"\b(?:between|from)\s+(\d{3,4})\s+(?:and|to|until)\s+(\d{3,4})\b", re.IGNORECASE)
+_PLURAL_YEAR = re.compile(r"(?<![\d,.])\b(\d{3,4})['\u2019]?s\b")  # 1850s, 1100s, 1000's
+_YEAR = re.compile(r"(?<![\d,.])\b(\d{3,4})\b(?![,.]\d)")  # not part of 30,000 or 1.5
+# A bare number in a question is a date only after one of these ("in 1169", "between 1000 and 1300"):
+# "380 years", "1000 men" are not.
+_BEFORE_YEAR = re.compile(r"\b(?:in|on|of|by|since|until|till|from|to|after|before|between|and|during|around|"
+                          r"circa|c\.|year)\s+$", re.IGNORECASE)
+YEAR_RANGE = (500, 2100)  # a bare number is read as a year only inside this range
+
+
+def dates_in(text: str, question: bool = False) -> list[tuple[str, int, int]]:
+    """The dates ``text`` states, each as (its text, first year, last year): a century ("11th
+    century", "eleventh century": 1000–1100, its end years both ways), a decade or a century
+    written as a plural year ("1850s": 1850–1859; "1100s", "1000's": 1100–1199, 1000–1099), a
+    span of years ("between 1000 and 1300", "from 1066 to 1087"), and a year (a number of 3–4 digits within :data:`YEAR_RANGE`, not part of a larger number).
+    With ``question`` a bare year counts only after a preposition ("in 1169"), so that the
+    numbers a question counts ("380 years") are not read as dates."""
+    out: list[tuple[str, int, int]] = []
+    taken: list[tuple[int, int]] = []
+    for m in _YEAR_SPAN.finditer(text):
+        lo, hi = sorted((int(m.group(1)), int(m.group(2))))
+        if YEAR_RANGE[0] <= lo and hi <= YEAR_RANGE[1]:
+            out.append((m.group(0), lo, hi))
+            taken.append(m.span())
+    for m in _CENTURY.finditer(text):
+        n = int(m.group(1)) if m.group(1) else _ORDINALS[m.group(2).lower()]
+        out.append((m.group(0), 100 * (n - 1), 100 * n))
+        taken.append(m.span())
+    for m in _PLURAL_YEAR.finditer(text):
+        n = int(m.group(1))
+        taken.append(m.span())
+        out.append((m.group(0), n, n + 99 if n % 100 == 0 else n + 9 if n % 10 == 0 else n))
+    for m in _YEAR.finditer(text):
+        if any(a <= m.start() < b for a, b in taken):
+            continue
+        n = int(m.group(1))
+        if not YEAR_RANGE[0] <= n <= YEAR_RANGE[1] or (question and not _BEFORE_YEAR.search(text[:m.start()])):
+            continue
+        out.append((m.group(0), n, n))
+    return out
+
+
+def dates_unstated(question: str, answer: str, passages: list[Passage], citations: tuple[int, ...] = (),
+                   refused: bool = False) -> Signal:
+    """``dates_unstated``: the share of the question's dates (see :func:`dates_in`) that the
+    answer's evidence does not state within the same period (a year inside the question's
+    century, decade or span of years, a century that holds its year, the same year). The evidence
+    is the passages the answer cites; without a citation, the passages that contain the answer's
+    text; failing that, all passages.
+
+    0.0: every date the question names is in the evidence. 1.0: none is, as when the question asks
+    what happened "in the 10th century" and the passage behind the answer tells of 1185. None for
+    a refusal, a question without a date, or no passages (the confidence then reads it as 0.0).
+    """
+    asked = dates_in(question, question=True)
+    if refused or not asked or not passages:
+        reason = "refusal" if refused else "the question names no date" if not asked else "no passages"
+        return Signal("dates_unstated", None, reason)
+    by_num = {p.number: p for p in passages}
+    evidence = [by_num[n] for n in citations if n in by_num]
+    source = "cited passages"
+    if not evidence:
+        said = " ".join(strip_citations(answer).split()).strip(" .,;:").lower()
+        evidence = [p for p in passages if said and said in " ".join(p.text.split()).lower()]
+        source = "passages holding the answer"
+    if not evidence:
+        evidence, source = passages, "all passages"
+    stated = [(lo, hi) for p in evidence for _, lo, hi in dates_in(p.text)]
+    unstated = [t for t, lo, hi in asked if not any(a <= hi and lo <= b for a, b in stated)]
+    return Signal("dates_unstated", len(unstated) / len(asked),
+                  f"{len(unstated)} of {len(asked)} date(s) of the question not stated in the {source}",
+                  {"dates": [t for t, _, _ in asked], "unstated": unstated, "evidence": [p.number for p in evidence]})
+
+
+_QUANTITY_AFTER_HOW = frozenset("many much long old far often big large tall high deep wide few soon".split())
+_ASKING = frozenset({"what", "which", "who", "whom", "whose", "where", "when", "why", "how"})
+
+
+def explanation_question(question: str) -> float:
+    """``explanation``: 1.0 if the question asks for an explanation (its first question word is
+    "why", or "how" not asking a quantity: "how did", not "how many", "how long"), else 0.0.
+    When the question has a sentence before it ("X did Y. Why ...?"), the last sentence's
+    question word counts. Such answers are sentences of reasoning, which neither a short gold
+    answer nor the claim checks confirm well (docs/results.md, session 22)."""
+    parts = re.split(r"(?<=[.!?])\s+", question.strip())
+    for part in (parts[-1], question) if len(parts) > 1 else (question,):
+        toks = re.findall(r"[a-z']+", part.lower())
+        for i, t in enumerate(toks):
+            if t == "why":
+                return 1.0
+            if t == "how":
+                return 0.0 if i + 1 < len(toks) and toks[i + 1] in _QUANTITY_AFTER_HOW else 1.0
+            if t in _ASKING:
+                return 0.0
+    return 0.0
+
+
 # -- the scorer: model calls wired to the pure functions -----------------------------------
 
 class SignalScorer:
@@ -346,6 +450,7 @@ class SignalScorer:
         qfit, qfit_token = question_fit(read, answer) if read else (None, None)
         prior = self._read_question_prior(passages, generation, refused)
         qprior, qprior_token = question_fit(prior, answer) if prior else (None, None)
+        dates = dates_unstated(question, answer, passages, citations, refused)
         features = {
             "coverage": coverage.value, "grounding": grounding.value, "faithfulness": faithfulness.value,
             "redundancy": redundancy.value, "refusal": 1.0 if refused else 0.0,
@@ -353,9 +458,13 @@ class SignalScorer:
             "answer_words": answer_words(answer, refused),
             "question_fit": qfit,
             "question_prior": qprior,
+            "dates_unstated": dates.value,
+            "explanation": explanation_question(question),
         }
         conf = calibrated_confidence(features, self.weights)
         detail = {"features": features, "mean_logprob": features["mean_logprob"]}
+        if dates.value is not None:  # the question's dates, those the evidence does not state, and where it looked
+            detail["dates_unstated"] = {"reason": dates.reason, **dates.detail}
         if qfit_token is not None:
             detail["question_fit_token"] = qfit_token  # the question's least expected word
         if qprior_token is not None:
@@ -365,7 +474,7 @@ class SignalScorer:
         if read:  # each token of the question as read (log p where it was needed), for studies
             detail["question_tokens"] = [[piece, None if lp is None else round(lp, 3)] for piece, lp in read]
         confidence = Signal("confidence", conf, "logistic model over the signals, the mean token log-prob, the answer's "
-                            "length and how well the question fits the answer"
+                            "length, how well the question fits the answer, its dates and its kind"
                             + (" (fitted weights)" if self.weights else " (default weights)"), detail)
         return Signals(coverage, redundancy, grounding, faithfulness, confidence, refused)
 

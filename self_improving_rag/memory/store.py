@@ -192,6 +192,8 @@ _COLUMN_SQL = {
                      "sirag_answer_words(a.answer, a.refusal))"),
     "question_fit": _QUESTION_FIT_SQL,
     "question_prior": _QUESTION_PRIOR_SQL,
+    "dates_unstated": "json_extract(a.signals_json, '$.confidence.detail.features.dates_unstated')",
+    "explanation": "json_extract(a.signals_json, '$.confidence.detail.features.explanation')",
 }
 assert set(_COLUMN_SQL) == set(FEATURES), "every confidence feature needs its column here"
 
@@ -900,8 +902,9 @@ class MemoryStore:
         faithfulness, confidence, refusal, mean_logprob, answer (the attempt's answer text, for
         the answer_words feature), failure, label (1 correct, 0 wrong; the latest feedback
         wins), source, question_fit (from the stored signals; None where it was not read, or was
-        read by session 19's version, which kept no question tokens) and question_prior (None
-        where it was not read, as before session 21). Signal values may be None.
+        read by session 19's version, which kept no question tokens), question_prior (None
+        where it was not read, as before session 21), dates_unstated and explanation (None for
+        attempts recorded before session 22). Signal values may be None.
         Refused outcomes are left out: confidence is the probability that a given answer is
         correct, and a label on a refusal ("rightly refused") says nothing about that.
         """
@@ -911,7 +914,8 @@ class MemoryStore:
             SELECT o.id AS outcome_id, o.question_id, o.query_class, a.number AS attempt,
                    a.coverage, a.redundancy, a.grounding, a.faithfulness, a.confidence,
                    a.refusal, a.mean_logprob, a.answer, a.failure, l.label, l.source,
-                   {_QUESTION_FIT_SQL} AS question_fit, {_QUESTION_PRIOR_SQL} AS question_prior
+                   {_QUESTION_FIT_SQL} AS question_fit, {_QUESTION_PRIOR_SQL} AS question_prior,
+                   {_COLUMN_SQL["dates_unstated"]} AS dates_unstated, {_COLUMN_SQL["explanation"]} AS explanation
             FROM latest l
             JOIN outcomes o ON o.id = l.outcome_id
             JOIN attempts a ON a.outcome_id = o.id AND a.number = o.chosen_attempt

@@ -29,7 +29,7 @@ def _logit(p: float) -> float:
 
 def _synthetic_rows(n: int, seed: int) -> list[dict[str, float]]:
     rng = np.random.default_rng(seed)
-    return [
+    rows = [
         {
             "coverage": float(rng.uniform()),
             "grounding": float(rng.uniform()),
@@ -43,6 +43,12 @@ def _synthetic_rows(n: int, seed: int) -> list[dict[str, float]]:
         }
         for _ in range(n)
     ]
+    # Features added later draw from a stream of their own: the earlier ones keep their values.
+    later = np.random.default_rng(seed + 10_000)
+    for r in rows:
+        r["dates_unstated"] = float(later.uniform() < 0.1)
+        r["explanation"] = float(later.uniform() < 0.1)
+    return rows
 
 
 def _labels_from(rows: list[dict[str, float]], weights: dict[str, float], seed: int) -> list[int]:
@@ -297,14 +303,15 @@ def test_longer_answers_lower_confidence() -> None:
 
 
 def test_a_fit_stored_before_answer_words_and_question_fit_keeps_its_meaning() -> None:
-    added = ("answer_words", "question_fit", "question_prior")
+    added = ("answer_words", "question_fit", "question_prior", "dates_unstated", "explanation")
     old = {k: v for k, v in {**DEFAULT_WEIGHTS, "faithfulness": 3.0}.items() if k not in added}
     rows = _synthetic_rows(30, seed=11)
     for r in rows:
         z = old["bias"] + sum(old[f] * min(max(r[f], LOGPROB_FLOOR), 0.0) if f == "mean_logprob" else old[f] * r[f]
                               for f in FEATURES if f not in added)
         assert _logit(confidence(r, old)) == pytest.approx(z)
-    assert ADDED_FEATURES == {"answer_words": 0.0, "question_fit": 0.0, "question_prior": 0.0}
+    assert ADDED_FEATURES == {"answer_words": 0.0, "question_fit": 0.0, "question_prior": 0.0,
+                              "dates_unstated": 0.0, "explanation": 0.0}
 
 
 def test_question_fit_is_clipped_and_its_default_weight_leaves_the_confidence_unchanged() -> None:
@@ -340,3 +347,18 @@ def test_a_feature_missing_from_every_row_keeps_its_prior_weight() -> None:
     # Present in some rows, it is fitted.
     with_it = [{**r, "question_fit": -1.0 if y else -12.0} if i % 2 else r for i, (r, y) in enumerate(zip(rows, labels))]
     assert fit_weights(with_it, labels)["question_fit"] > 0.1
+
+
+def test_dates_unstated_and_explanation_default_to_no_weight_and_act_once_fitted() -> None:
+    """Both features start at weight 0 (the default confidence ignores them); with a weight, an
+    unstated date and a why-question move the logit by exactly that weight, and a missing
+    dates_unstated (a question without a date) is the neutral 'nothing unstated'."""
+    base = {"coverage": 0.8, "grounding": 0.7, "faithfulness": 0.9, "redundancy": 0.1, "mean_logprob": -0.3}
+    assert DEFAULT_WEIGHTS["dates_unstated"] == DEFAULT_WEIGHTS["explanation"] == 0.0
+    assert confidence({**base, "dates_unstated": 1.0, "explanation": 1.0}) == confidence(base)
+    w = {**DEFAULT_WEIGHTS, "dates_unstated": -1.5, "explanation": -2.0}
+    assert _logit(confidence({**base, "dates_unstated": 1.0}, w)) - _logit(confidence({**base, "dates_unstated": 0.0}, w)) \
+        == pytest.approx(-1.5)
+    assert NEUTRAL_VALUES["dates_unstated"] == 0.0 and NEUTRAL_VALUES["explanation"] == 0.0
+    assert confidence(base, w) == confidence({**base, "dates_unstated": 0.0, "explanation": 0.0}, w)
+    assert _logit(confidence({**base, "explanation": 1.0}, w)) - _logit(confidence(base, w)) == pytest.approx(-2.0)

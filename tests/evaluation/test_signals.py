@@ -410,3 +410,89 @@ def test_a_failed_question_check_leaves_the_feature_missing_not_the_attempt_fail
     sig = scorer.score(Q, _retrieval(["The lighthouse of Marrow Point was built by Clara Venn."]), gen,
                        "Clara Venn [1]", refused=False, citations=(1,))
     assert sig.confidence.detail["features"]["question_fit"] is None and sig.confidence.value is not None
+
+
+# -- the question's dates and kind ------------------------------------------------------------
+
+def _passages(*texts: str) -> list[Passage]:
+    return [Passage(number=i + 1, text=t, chunk_ids=(f"c{i}",), doc_id="d", section="s", start=0, end=len(t),
+                    score=1.0) for i, t in enumerate(texts)]
+
+
+@pytest.mark.parametrize("text, question, expected", [
+    ("It fell in the 12th century.", False, [("12th century", 1100, 1200)]),
+    ("in the eleventh century", False, [("eleventh century", 1000, 1100)]),
+    ("the twenty-first century", False, [("twenty-first century", 2000, 2100)]),
+    ("during the 1850s and the 1100s", False, [("1850s", 1850, 1859), ("1100s", 1100, 1199)]),
+    ("in the 1000's", False, [("1000's", 1000, 1099)]),
+    ("Who ruled in 1191?", True, [("1191", 1191, 1191)]),
+    ("between 1000 and 1300", True, [("between 1000 and 1300", 1000, 1300)]),
+    ("from 1087 to 1066", False, [("from 1087 to 1066", 1066, 1087)]),
+    ("in 1185 and 1190", True, [("1185", 1185, 1185), ("1190", 1190, 1190)]),
+    # Counts are not dates: a number after no preposition in a question, or inside a larger number.
+    ("Who ruled for 380 years with 1000 men?", True, []),
+    ("an army of 30,000 men and 2.5 ships", False, []),
+    ("He died 1066.", False, [("1066", 1066, 1066)]),
+    ("He died 1066.", True, []),
+    ("page 42 of 3000", False, []),  # outside the range of years
+])
+def test_dates_in(text, question, expected) -> None:
+    from self_improving_rag.evaluation.signals import dates_in
+
+    assert dates_in(text, question=question) == expected
+
+
+def test_dates_unstated_checks_the_questions_dates_against_the_cited_evidence() -> None:
+    from self_improving_rag.evaluation.signals import dates_unstated
+
+    ps = _passages("Dyrrachium fell to the Normans in 1185.", "The Normans reached Italy in 1017.")
+    # The question's century is not the cited passage's: 1.0, naming the unstated date.
+    s = dates_unstated("What fell to the Normans in the 10th century?", "Dyrrachium [1]", ps, (1,))
+    assert s.value == 1.0 and s.detail["unstated"] == ["10th century"] and s.detail["evidence"] == [1]
+    # A century holds the cited passage's year; a year must be the same year.
+    assert dates_unstated("What fell to the Normans in the 12th century?", "Dyrrachium [1]", ps, (1,)).value == 0.0
+    assert dates_unstated("What fell in 1185?", "Dyrrachium [1]", ps, (1,)).value == 0.0
+    assert dates_unstated("What fell in 1186?", "Dyrrachium [1]", ps, (1,)).value == 1.0
+    # Only the cited passages count: passage 2's 1017 does not state the 11th century for it.
+    assert dates_unstated("What fell in the 11th century?", "Dyrrachium [1]", ps, (1,)).value == 1.0
+    # Without a citation: the passages that hold the answer's text, else all of them.
+    uncited = dates_unstated("Where did the Normans go in the 11th century?", "Italy.", ps, ())
+    assert uncited.value == 0.0 and uncited.detail["evidence"] == [2]
+    assert dates_unstated("Who came in 1185?", "the Lombards", ps, ()).detail["evidence"] == [1, 2]
+    # A span of years holds the year; one of two dates unstated.
+    assert dates_unstated("What happened between 1000 and 1300?", "Dyrrachium [1]", ps, (1,)).value == 0.0
+    assert dates_unstated("What fell in 1185 and 1190?", "Dyrrachium [1]", ps, (1,)).value == 0.5
+    # Undefined: no date in the question, a refusal, no passages.
+    for q, refused, passages in [("What fell to the Normans?", False, ps), ("What fell in 1185?", True, ps),
+                                 ("What fell in 1185?", False, [])]:
+        assert dates_unstated(q, "Dyrrachium [1]", passages, (1,), refused=refused).value is None
+
+
+@pytest.mark.parametrize("question, expected", [
+    ("Why did Holmes go to the yards?", 1.0),
+    ("How did Holmes prove the boot-mark was made later?", 1.0),
+    ("How many wives did he have?", 0.0),
+    ("How long was the journey?", 0.0),
+    ("What did Holmes say about how the letter came?", 0.0),  # the first question word asks "what"
+    ("The dog never came back. Where were its remains found?", 0.0),
+    ("The dog never came back. Why did nobody look for it?", 1.0),
+    ("Name the ship.", 0.0),
+])
+def test_explanation_question(question, expected) -> None:
+    from self_improving_rag.evaluation.signals import explanation_question
+
+    assert explanation_question(question) == expected
+
+
+def test_the_scorer_stores_dates_unstated_and_explanation_with_their_detail() -> None:
+    emb = HashEmbedder(dim=64)
+    r = _retrieval(["Dyrrachium fell to the Normans in 1185."])
+    scorer = SignalScorer(ScoringConfig(), emb.embed, None)
+    sig = scorer.score("What fell to the Normans in the 10th century?", r, None, "Dyrrachium [1]", refused=False,
+                       citations=(1,))
+    detail = sig.confidence.detail
+    assert detail["features"]["dates_unstated"] == 1.0 and detail["features"]["explanation"] == 0.0
+    assert detail["dates_unstated"]["unstated"] == ["10th century"]
+    sig = scorer.score("Why did Dyrrachium fall?", r, None, "It was besieged [1]", refused=False, citations=(1,))
+    assert sig.confidence.detail["features"]["dates_unstated"] is None and "dates_unstated" not in sig.confidence.detail
+    assert sig.confidence.detail["features"]["explanation"] == 1.0

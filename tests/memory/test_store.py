@@ -382,6 +382,37 @@ def test_rejudged_confidence_reads_question_prior_clipped_and_calibration_gets_i
     assert {r["outcome_id"]: r["question_prior"] for r in store.labelled_attempts()} == expected
 
 
+def test_dates_unstated_and_explanation_reach_the_sql_confidence_and_calibration(store: MemoryStore) -> None:
+    """dates_unstated and explanation live in the stored features: the SQL confidence reads them (a
+    missing value is the neutral 0.0), and labelled_attempts hands them on (None before they
+    existed)."""
+    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS, sigmoid
+    from self_improving_rag.memory.store import Verdicts
+
+    def with_features(q: str, features: dict) -> str:
+        attempt = make_attempt(1, answer="Paris [1]")
+        sig = attempt.signals
+        detail = {**sig.confidence.detail, "features": features}
+        attempt = dataclasses.replace(attempt, signals=dataclasses.replace(
+            sig, confidence=dataclasses.replace(sig.confidence, detail=detail)))
+        oid = store.record(make_answer(q, (attempt,), answer="Paris [1]"))
+        store.add_feedback(oid, correct=True, source="gold")
+        return oid
+
+    rows = {with_features("q1", {"dates_unstated": 1.0, "explanation": 1.0}): (1.0, 1.0),
+            with_features("q2", {"dates_unstated": 0.5, "explanation": 0.0}): (0.5, 0.0),
+            with_features("q3", {}): (None, None)}
+    weights = {**{k: 0.0 for k in DEFAULT_WEIGHTS}, "bias": 2.0, "dates_unstated": -2.0, "explanation": -1.0}
+
+    def passing(bar: float) -> int:
+        return store.strategy_counts(verdicts=Verdicts(weights, answer_threshold=bar))[STRATEGY_A.key][0]
+
+    # Logits: q1 2 − 2 − 1 = −1; q2 2 − 2·0.5 = 1; q3 neutral 2 − 0 = 2.
+    assert passing(sigmoid(-1.0) - 1e-6) == 3 and passing(sigmoid(1.0) - 1e-6) == 2
+    assert passing(sigmoid(2.0) - 1e-6) == 1 and passing(sigmoid(2.0) + 1e-6) == 0
+    assert {r["outcome_id"]: (r["dates_unstated"], r["explanation"]) for r in store.labelled_attempts()} == rows
+
+
 def test_rejudged_bar_rises_with_the_attempt_number(store: MemoryStore) -> None:
     """A repair (attempt 2) must clear answer_threshold + retry_margin, as the engine asks."""
     from self_improving_rag.evaluation.calibration import confidence
