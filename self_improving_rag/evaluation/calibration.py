@@ -23,7 +23,7 @@ the passages and before any answer (read while the prompt is evaluated: almost f
 refusal, with ``scoring.question_prior`` off, for a backend that cannot score its prompt, or when
 the answer repeats every content word); ``dates_unstated`` is the share of the question's dates (years,
 decades, centuries) that the answer's evidence does not state, in [0, 1] (None for a question
-without a date or a refusal); ``explanation`` is 1.0 when the question asks why (or how, not how many),
+without a date, a refusal, or no passages); ``explanation`` is 1.0 when the question asks why (or how, not how many),
 else 0.0.
 """
 

@@ -301,48 +301,93 @@ def question_fit(scored: list[tuple[str, float | None]] | None, answer: str = ""
 
 # -- the question's own constraints: dates, and whether it asks for an explanation ------------
 
-_ORDINALS = {w: i + 1 for i, w in enumerate(
-    "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth fourteenth "
-    "fifteenth sixteenth seventeenth eighteenth nineteenth twentieth twenty-first".split())}
-_CENTURY = re.compile(r"\b(?:(\d{1,2})(?:st|nd|rd|th)|(" + "|".join(sorted(_ORDINALS, key=len, reverse=True))
-                      + r"))[\s-]+centur(?:y|ies)\b", re.IGNORECASE)
-_YEAR_SPAN = re.compile(r"\b(?:between|from)\s+(\d{3,4})\s+(?:and|to|until)\s+(\d{3,4})\b", re.IGNORECASE)
+_UNITS = "first second third fourth fifth sixth seventh eighth ninth".split()
+_TEENS = "tenth eleventh twelfth thirteenth fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth twentieth".split()
+_ORDINAL_WORDS = {**{w: i + 1 for i, w in enumerate(_UNITS)}, **{w: i + 10 for i, w in enumerate(_TEENS)}}
+# An ordinal: "11th", "eleventh", "twenty-first", "twenty first".
+_ORD = (r"(?:\d{1,2}(?:st|nd|rd|th)|(?:twenty[\s-])?(?:" + "|".join(_UNITS) + r")|(?:" + "|".join(_TEENS) + r"))")
+_CENTURY_PAIR = re.compile(rf"\b(?:(between|from)\s+)?(?:the\s+)?({_ORD})\s*(and|or|to|through|until|-|\u2013)\s*"
+                           rf"(?:the\s+)?({_ORD})[\s-]+centur(?:y|ies)\b", re.IGNORECASE)
+_CENTURY = re.compile(rf"\b({_ORD})[\s-]+centur(?:y|ies)\b", re.IGNORECASE)
+_YEAR_SPAN = re.compile(r"(?<![\d,.])\b(?:(?:between|from)\s+(\d{3,4})\s+(?:and|to|until|till)\s+(\d{3,4})|"
+                        r"(\d{3,4})\s*[-\u2013]\s*(\d{3,4}))\b(?![,.]\d)", re.IGNORECASE)
 _PLURAL_YEAR = re.compile(r"(?<![\d,.])\b(\d{3,4})['\u2019]?s\b")  # 1850s, 1100s, 1000's
-_YEAR = re.compile(r"(?<![\d,.])\b(\d{3,4})\b(?![,.]\d)")  # not part of 30,000 or 1.5
-# A bare number in a question is a date only after one of these ("in 1169", "between 1000 and 1300"):
-# "380 years", "1000 men" are not.
-_BEFORE_YEAR = re.compile(r"\b(?:in|on|of|by|since|until|till|from|to|after|before|between|and|during|around|"
-                          r"circa|c\.|year)\s+$", re.IGNORECASE)
+_YEAR = re.compile(r"(?<![\d,.])\b(\d{3,4})\b(?![,.]\d)(?!\s*B\.?C)")  # not in 30,000 or 1.5; not BC
+_MONTHS = ("january|february|march|april|may|june|july|august|september|october|november|december|"
+           "jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec")
+# A bare number in a question is a date only after one of these ("in 1169", "on 12 May 1850",
+# "May 12, 1850", "AD 1066"), and not before a unit: "380 years", "a population of 1500" and
+# "after 1000 days" are not dates.
+_BEFORE_YEAR = re.compile(rf"(?:\b(?:in|on|by|since|until|till|from|after|before|and|or|during|around|circa|year|"
+                          rf"ad|a\.d\.|ca\.|c\.)|\b(?:{_MONTHS})\.?(?:\s+\d{{1,2}}(?:st|nd|rd|th)?,?)?|"
+                          rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?(?:{_MONTHS})\.?,?)\s+$", re.IGNORECASE)
+_UNIT_AFTER = re.compile(r"\s*(?:years?|months?|weeks?|days?|hours?|men|people|soldiers|troops|ships|percent|%|"
+                         r"miles?|km|kilomet(?:re|er)s?|met(?:re|er)s?|feet|foot|pounds?|dollars?|acres?)\b", re.IGNORECASE)
 YEAR_RANGE = (500, 2100)  # a bare number is read as a year only inside this range
+
+
+def _ordinal(text: str) -> int:
+    """The number of an ordinal as :data:`_ORD` matches it ("11th", "eleventh", "twenty first")."""
+    t = text.lower()
+    if t[0].isdigit():
+        return int(re.match(r"\d+", t).group(0))
+    if t.startswith("twenty") and len(t) > len("twenty"):
+        return 20 + _ORDINAL_WORDS[t[len("twenty") + 1:]]
+    return _ORDINAL_WORDS[t]
+
+
+def _century(n: int) -> tuple[int, int]:
+    """The years of the n-th century as "1000s" reads them: the 11th is 1000–1099."""
+    return 100 * (n - 1), 100 * n - 1
 
 
 def dates_in(text: str, question: bool = False) -> list[tuple[str, int, int]]:
     """The dates ``text`` states, each as (its text, first year, last year): a century ("11th
-    century", "eleventh century": 1000–1100, its end years both ways), a decade or a century
-    written as a plural year ("1850s": 1850–1859; "1100s", "1000's": 1100–1199, 1000–1099), a
-    span of years ("between 1000 and 1300", "from 1066 to 1087"), and a year (a number of 3–4 digits within :data:`YEAR_RANGE`, not part of a larger number).
-    With ``question`` a bare year counts only after a preposition ("in 1169"), so that the
-    numbers a question counts ("380 years") are not read as dates."""
+    century", "eleventh century": 1000–1099, as the "1000s" are read), two centuries ("the 10th
+    and 11th centuries": each; "between the 10th and 13th centuries", "12th-13th centuries": the
+    span), a decade or a century written as a plural year ("1850s": 1850–1859; "1100s", "1000's":
+    1100–1199, 1000–1099), a span of years ("between 1000 and 1300", "from 1066 to 1087",
+    "1066–1087"), and a year (a number of 3–4 digits within :data:`YEAR_RANGE`, not part of a
+    larger number, not BC). A span reaching outside that range is not read at all. With
+    ``question`` a bare year counts only after a preposition, a month or "AD" ("in 1169", "on 12
+    May 1850") and not before a unit, so that the numbers a question counts ("380 years", "a
+    population of 1500") are not read as dates."""
     out: list[tuple[str, int, int]] = []
     taken: list[tuple[int, int]] = []
+
+    def free(m: re.Match) -> bool:
+        return not any(a < m.end() and m.start() < b for a, b in taken)
+
+    for m in _CENTURY_PAIR.finditer(text):
+        a, b = _ordinal(m.group(2)), _ordinal(m.group(4))
+        taken.append(m.span())
+        if m.group(3).lower() in ("and", "or") and not m.group(1):
+            out += [(m.group(0), *_century(a)), (m.group(0), *_century(b))]
+        else:
+            out.append((m.group(0), _century(min(a, b))[0], _century(max(a, b))[1]))
+    for m in _CENTURY.finditer(text):
+        if free(m):
+            out.append((m.group(0), *_century(_ordinal(m.group(1)))))
+            taken.append(m.span())
     for m in _YEAR_SPAN.finditer(text):
-        lo, hi = sorted((int(m.group(1)), int(m.group(2))))
+        if not free(m):
+            continue
+        taken.append(m.span())  # read as a span or not at all: its ends are not bare years
+        lo, hi = sorted(int(g) for g in m.groups() if g is not None)
         if YEAR_RANGE[0] <= lo and hi <= YEAR_RANGE[1]:
             out.append((m.group(0), lo, hi))
-            taken.append(m.span())
-    for m in _CENTURY.finditer(text):
-        n = int(m.group(1)) if m.group(1) else _ORDINALS[m.group(2).lower()]
-        out.append((m.group(0), 100 * (n - 1), 100 * n))
-        taken.append(m.span())
     for m in _PLURAL_YEAR.finditer(text):
-        n = int(m.group(1))
-        taken.append(m.span())
-        out.append((m.group(0), n, n + 99 if n % 100 == 0 else n + 9 if n % 10 == 0 else n))
+        if free(m):
+            n = int(m.group(1))
+            taken.append(m.span())
+            out.append((m.group(0), n, n + 99 if n % 100 == 0 else n + 9 if n % 10 == 0 else n))
     for m in _YEAR.finditer(text):
-        if any(a <= m.start() < b for a, b in taken):
+        if not free(m):
             continue
         n = int(m.group(1))
-        if not YEAR_RANGE[0] <= n <= YEAR_RANGE[1] or (question and not _BEFORE_YEAR.search(text[:m.start()])):
+        if not YEAR_RANGE[0] <= n <= YEAR_RANGE[1]:
+            continue
+        if question and (not _BEFORE_YEAR.search(text[:m.start()]) or _UNIT_AFTER.match(text, m.end())):
             continue
         out.append((m.group(0), n, n))
     return out
@@ -380,24 +425,30 @@ def dates_unstated(question: str, answer: str, passages: list[Passage], citation
                   {"dates": [t for t, _, _ in asked], "unstated": unstated, "evidence": [p.number for p in evidence]})
 
 
-_QUANTITY_AFTER_HOW = frozenset("many much long old far often big large tall high deep wide few soon".split())
+# "How" asks for an explanation or a manner when a verb follows it ("how did", "how was", "how
+# come"), not when a word of quantity or degree does ("how many", "how long", "how fast").
+_VERB_AFTER_HOW = frozenset("did does do is are was were has have had can could would will should might may must "
+                            "come s d re ll ve".split())  # the last five: "how's", "how'd", ...
 _ASKING = frozenset({"what", "which", "who", "whom", "whose", "where", "when", "why", "how"})
 
 
 def explanation_question(question: str) -> float:
-    """``explanation``: 1.0 if the question asks for an explanation (its first question word is
-    "why", or "how" not asking a quantity: "how did", not "how many", "how long"), else 0.0.
-    When the question has a sentence before it ("X did Y. Why ...?"), the last sentence's
-    question word counts. Such answers are sentences of reasoning, which neither a short gold
-    answer nor the claim checks confirm well (docs/results.md, session 22)."""
-    parts = re.split(r"(?<=[.!?])\s+", question.strip())
-    for part in (parts[-1], question) if len(parts) > 1 else (question,):
-        toks = re.findall(r"[a-z']+", part.lower())
+    """``explanation``: 1.0 if the question asks for an explanation, else 0.0: its first question
+    word is "why", or "how" followed by a verb ("how did", "how was", "how come"; not "how many",
+    "how long", "how fast"). When the question has a sentence before it ("X did Y. Why ...?"),
+    the last sentence's question word counts (sentences split as the chunkers split them, so
+    "Dr." ends none). Such answers are sentences of reasoning, which neither a short gold answer
+    nor the claim checks confirm well (docs/results.md, session 22)."""
+    text = question.strip()
+    spans = split_sentences(text) if text else []
+    last = text[spans[-1][0]:spans[-1][1]] if len(spans) > 1 else text
+    for part in (last, text) if last != text else (text,):
+        toks = re.findall(r"[a-z]+", part.lower())
         for i, t in enumerate(toks):
             if t == "why":
                 return 1.0
             if t == "how":
-                return 0.0 if i + 1 < len(toks) and toks[i + 1] in _QUANTITY_AFTER_HOW else 1.0
+                return 1.0 if i + 1 == len(toks) or toks[i + 1] in _VERB_AFTER_HOW else 0.0
             if t in _ASKING:
                 return 0.0
     return 0.0

@@ -903,8 +903,9 @@ class MemoryStore:
         the answer_words feature), failure, label (1 correct, 0 wrong; the latest feedback
         wins), source, question_fit (from the stored signals; None where it was not read, or was
         read by session 19's version, which kept no question tokens), question_prior (None
-        where it was not read, as before session 21), dates_unstated and explanation (None for
-        attempts recorded before session 22). Signal values may be None.
+        where it was not read, as before session 21), dates_unstated (None for a question without
+        a date, and before session 22) and explanation (None before session 22). Signal values
+        may be None.
         Refused outcomes are left out: confidence is the probability that a given answer is
         correct, and a label on a refusal ("rightly refused") says nothing about that.
         """

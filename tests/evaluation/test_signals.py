@@ -420,18 +420,34 @@ def _passages(*texts: str) -> list[Passage]:
 
 
 @pytest.mark.parametrize("text, question, expected", [
-    ("It fell in the 12th century.", False, [("12th century", 1100, 1200)]),
-    ("in the eleventh century", False, [("eleventh century", 1000, 1100)]),
-    ("the twenty-first century", False, [("twenty-first century", 2000, 2100)]),
+    # A century is read as its "1000s": the 12th and the 13th do not share the year 1200.
+    ("It fell in the 12th century.", False, [("12th century", 1100, 1199)]),
+    ("in the eleventh century", False, [("eleventh century", 1000, 1099)]),
+    ("the twenty-first century", False, [("twenty-first century", 2000, 2099)]),
+    ("the twenty second century", False, [("twenty second century", 2100, 2199)]),
+    # Two centuries: each, or the span between them.
+    ("the 10th and 11th centuries", False, [("the 10th and 11th centuries", 900, 999),
+                                            ("the 10th and 11th centuries", 1000, 1099)]),
+    ("between the 10th and 13th centuries", False, [("between the 10th and 13th centuries", 900, 1299)]),
+    ("the 12th-13th centuries", False, [("the 12th-13th centuries", 1100, 1299)]),
     ("during the 1850s and the 1100s", False, [("1850s", 1850, 1859), ("1100s", 1100, 1199)]),
     ("in the 1000's", False, [("1000's", 1000, 1099)]),
     ("Who ruled in 1191?", True, [("1191", 1191, 1191)]),
     ("between 1000 and 1300", True, [("between 1000 and 1300", 1000, 1300)]),
     ("from 1087 to 1066", False, [("from 1087 to 1066", 1066, 1087)]),
+    ("in 1066\u20131087", True, [("1066\u20131087", 1066, 1087)]),
     ("in 1185 and 1190", True, [("1185", 1185, 1185), ("1190", 1190, 1190)]),
-    # Counts are not dates: a number after no preposition in a question, or inside a larger number.
+    ("on 12 May 1850, or May 12, 1850, or AD 1066", True, [("1850", 1850, 1850), ("1850", 1850, 1850),
+                                                             ("1066", 1066, 1066)]),
+    # A span reaching outside the years read is dropped whole, not read as its one end.
+    ("between 400 and 600", True, []),
+    # Counts are not dates: a number after no preposition or before a unit in a question, a
+    # number inside a larger one, a year BC.
     ("Who ruled for 380 years with 1000 men?", True, []),
+    ("Which town had a population of 1500?", True, []),
+    ("What happened after 1000 days?", True, []),
     ("an army of 30,000 men and 2.5 ships", False, []),
+    ("in 300 BC", False, []),
     ("He died 1066.", False, [("1066", 1066, 1066)]),
     ("He died 1066.", True, []),
     ("page 42 of 3000", False, []),  # outside the range of years
@@ -449,10 +465,15 @@ def test_dates_unstated_checks_the_questions_dates_against_the_cited_evidence() 
     # The question's century is not the cited passage's: 1.0, naming the unstated date.
     s = dates_unstated("What fell to the Normans in the 10th century?", "Dyrrachium [1]", ps, (1,))
     assert s.value == 1.0 and s.detail["unstated"] == ["10th century"] and s.detail["evidence"] == [1]
-    # A century holds the cited passage's year; a year must be the same year.
+    # A century holds the cited passage's year; a year must be the same year; a neighbouring
+    # century is another period.
     assert dates_unstated("What fell to the Normans in the 12th century?", "Dyrrachium [1]", ps, (1,)).value == 0.0
     assert dates_unstated("What fell in 1185?", "Dyrrachium [1]", ps, (1,)).value == 0.0
     assert dates_unstated("What fell in 1186?", "Dyrrachium [1]", ps, (1,)).value == 1.0
+    assert dates_unstated("What fell in the 13th century?", "Dyrrachium [1]", ps, (1,)).value == 1.0
+    later = _passages("Dyrrachium fell in the 13th century.")
+    assert dates_unstated("What fell in the 12th century?", "Dyrrachium [1]", later, (1,)).value == 1.0
+    assert dates_unstated("What fell in the 1200s?", "Dyrrachium [1]", later, (1,)).value == 0.0
     # Only the cited passages count: passage 2's 1017 does not state the 11th century for it.
     assert dates_unstated("What fell in the 11th century?", "Dyrrachium [1]", ps, (1,)).value == 1.0
     # Without a citation: the passages that hold the answer's text, else all of them.
@@ -477,6 +498,13 @@ def test_dates_unstated_checks_the_questions_dates_against_the_cited_evidence() 
     ("The dog never came back. Where were its remains found?", 0.0),
     ("The dog never came back. Why did nobody look for it?", 1.0),
     ("Name the ship.", 0.0),
+    ("How fast was the boat?", 0.0),
+    ("How's that possible?", 1.0),
+    ("Why'd he go?", 1.0),
+    ("How come the dog did not bark?", 1.0),
+    # "Dr." and "Mr." end no sentence: the question word is "what".
+    ("What did Dr. Mortimer say about how Sir Charles died?", 0.0),
+    ("What did Mr. Holmes say about why the dog was silent?", 0.0),
 ])
 def test_explanation_question(question, expected) -> None:
     from self_improving_rag.evaluation.signals import explanation_question
