@@ -21,10 +21,10 @@ backend that cannot score a span of its prompt, or when the answer repeats every
 ``question_prior`` is the same minimum read where the answer prompt holds the question, after
 the passages and before any answer (read while the prompt is evaluated: almost free; None for a
 refusal, with ``scoring.question_prior`` off, for a backend that cannot score its prompt, or when
-the answer repeats every content word); ``dates_unstated`` is the share of the question's dates (years,
-decades, centuries) that the answer's evidence does not state, in [0, 1] (None for a question
-without a date, a refusal, or no passages); ``explanation`` is 1.0 when the question asks why (or how, not how many),
-else 0.0.
+the answer repeats every content word); ``dates_unstated`` is the share of the question's
+dates (years, decades, centuries, spans) that the answer's evidence does not state, in [0, 1]
+(None for a question without a date, a refusal, or no passages); ``explanation`` is 1.0 when
+the question asks why, or how followed by a verb ("how did", not "how many"), else 0.0.
 """
 
 from __future__ import annotations

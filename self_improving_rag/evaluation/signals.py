@@ -302,7 +302,8 @@ def question_fit(scored: list[tuple[str, float | None]] | None, answer: str = ""
 # -- the question's own constraints: dates, and whether it asks for an explanation ------------
 
 _UNITS = "first second third fourth fifth sixth seventh eighth ninth".split()
-_TEENS = "tenth eleventh twelfth thirteenth fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth twentieth".split()
+_TEENS = ("tenth eleventh twelfth thirteenth fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth "
+          "twentieth").split()
 _ORDINAL_WORDS = {**{w: i + 1 for i, w in enumerate(_UNITS)}, **{w: i + 10 for i, w in enumerate(_TEENS)}}
 # An ordinal: "11th", "eleventh", "twenty-first", "twenty first".
 _ORD = (r"(?:\d{1,2}(?:st|nd|rd|th)|(?:twenty[\s-])?(?:" + "|".join(_UNITS) + r")|(?:" + "|".join(_TEENS) + r"))")
@@ -322,7 +323,8 @@ _BEFORE_YEAR = re.compile(rf"(?:\b(?:in|on|by|since|until|till|from|after|before
                           rf"ad|a\.d\.|ca\.|c\.)|\b(?:{_MONTHS})\.?(?:\s+\d{{1,2}}(?:st|nd|rd|th)?,?)?|"
                           rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?(?:{_MONTHS})\.?,?)\s+$", re.IGNORECASE)
 _UNIT_AFTER = re.compile(r"\s*(?:years?|months?|weeks?|days?|hours?|men|people|soldiers|troops|ships|percent|%|"
-                         r"miles?|km|kilomet(?:re|er)s?|met(?:re|er)s?|feet|foot|pounds?|dollars?|acres?)\b", re.IGNORECASE)
+                         r"miles?|km|kilomet(?:re|er)s?|met(?:re|er)s?|feet|foot|pounds?|dollars?|acres?)\b",
+                         re.IGNORECASE)
 YEAR_RANGE = (500, 2100)  # a bare number is read as a year only inside this range
 
 
