@@ -175,12 +175,17 @@ class Verdicts:
     confidence_floor: float = 0.0
 
 
+def _stored_feature_sql(name: str) -> str:
+    """The SQL for a confidence feature the scorer stored in the attempt's signals (NULL where not)."""
+    return f"json_extract(a.signals_json, '$.confidence.detail.features.{name}')"
+
+
 # question_fit as the scorer defines it now: values recorded in session 19's version, read from
 # another prompt and token by token, come without the question's tokens and are left out (the
 # feature is then missing, as for an attempt recorded with the check off).
 _QUESTION_FIT_SQL = ("CASE WHEN json_type(a.signals_json, '$.confidence.detail.question_tokens') IS NOT NULL "
-                     "THEN json_extract(a.signals_json, '$.confidence.detail.features.question_fit') END")
-_QUESTION_PRIOR_SQL = "json_extract(a.signals_json, '$.confidence.detail.features.question_prior')"
+                     f"THEN {_stored_feature_sql('question_fit')} END")
+_QUESTION_PRIOR_SQL = _stored_feature_sql("question_prior")
 
 _COLUMN_SQL = {
     "coverage": "a.coverage", "grounding": "a.grounding", "faithfulness": "a.faithfulness",
@@ -188,12 +193,11 @@ _COLUMN_SQL = {
     # The value the scorer used (from the raw answer; the stored answer has unknown citations
     # dropped, which can change its words), else, for attempts recorded before the feature
     # existed, the stored answer's.
-    "answer_words": ("COALESCE(json_extract(a.signals_json, '$.confidence.detail.features.answer_words'), "
-                     "sirag_answer_words(a.answer, a.refusal))"),
+    "answer_words": f"COALESCE({_stored_feature_sql('answer_words')}, sirag_answer_words(a.answer, a.refusal))",
     "question_fit": _QUESTION_FIT_SQL,
     "question_prior": _QUESTION_PRIOR_SQL,
-    "dates_unstated": "json_extract(a.signals_json, '$.confidence.detail.features.dates_unstated')",
-    "explanation": "json_extract(a.signals_json, '$.confidence.detail.features.explanation')",
+    "dates_unstated": _stored_feature_sql("dates_unstated"),
+    "explanation": _stored_feature_sql("explanation"),
 }
 assert set(_COLUMN_SQL) == set(FEATURES), "every confidence feature needs its column here"
 

@@ -317,25 +317,36 @@ def test_rejudged_answer_words_are_the_scorers_not_the_shown_answers(store: Memo
     assert store.strategy_counts(verdicts=Verdicts(weights, answer_threshold=bar)) == {STRATEGY_A.key: (0, 1)}
 
 
+def _record_with_detail(store: MemoryStore, question: str, detail: dict, correct: bool) -> str:
+    """Record a one-attempt answer whose confidence detail has ``detail`` merged in (e.g. stored
+    features), with a gold label; its outcome id."""
+    attempt = make_attempt(1, answer="Paris [1]")
+    sig = attempt.signals
+    attempt = dataclasses.replace(attempt, signals=dataclasses.replace(
+        sig, confidence=dataclasses.replace(sig.confidence, detail={**sig.confidence.detail, **detail})))
+    oid = store.record(make_answer(question, (attempt,), answer="Paris [1]"))
+    store.add_feedback(oid, correct=correct, source="gold")
+    return oid
+
+
+def _passing(store: MemoryStore, weights: dict, bar: float) -> int:
+    """Attempts of STRATEGY_A that pass ``bar`` under ``weights``, as the SQL confidence judges them."""
+    from self_improving_rag.memory.store import Verdicts
+
+    return store.strategy_counts(verdicts=Verdicts(weights, answer_threshold=bar))[STRATEGY_A.key][0]
+
+
 def test_rejudged_confidence_reads_question_fit_clipped_and_calibration_gets_it(store: MemoryStore) -> None:
     """question_fit lives only in the stored features: the SQL confidence reads it from there,
     clips it at QUESTION_FIT_FLOOR as the scorer does, takes the neutral value when it is missing,
     and labelled_attempts hands it to calibration."""
     from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS, NEUTRAL_VALUES, QUESTION_FIT_FLOOR, sigmoid
-    from self_improving_rag.memory.store import Verdicts
 
     def with_fit(q: str, value, tokens: bool = True) -> str:
-        attempt = make_attempt(1, answer="Paris [1]")
-        sig = attempt.signals
-        features = {} if value is None else {"question_fit": value}
-        detail = {**sig.confidence.detail, "features": features}
+        detail = {"features": {} if value is None else {"question_fit": value}}
         if value is not None and tokens:
             detail["question_tokens"] = [["Where", -0.1], [" Paris", value]]
-        attempt = dataclasses.replace(attempt, signals=dataclasses.replace(
-            sig, confidence=dataclasses.replace(sig.confidence, detail=detail)))
-        oid = store.record(make_answer(q, (attempt,), answer="Paris [1]"))
-        store.add_feedback(oid, correct=True, source="gold")
-        return oid
+        return _record_with_detail(store, q, detail, correct=True)
 
     expected = {with_fit("q1", -2.0): -2.0,
                 with_fit("q2", -500.0): -500.0,  # clipped to -20
@@ -345,7 +356,7 @@ def test_rejudged_confidence_reads_question_fit_clipped_and_calibration_gets_it(
     weights = {**{k: 0.0 for k in DEFAULT_WEIGHTS}, "bias": 3.0, "question_fit": 0.25}
 
     def passing(bar: float) -> int:
-        return store.strategy_counts(verdicts=Verdicts(weights, answer_threshold=bar))[STRATEGY_A.key][0]
+        return _passing(store, weights, bar)
 
     at = {v: sigmoid(3.0 + 0.25 * v) for v in (-2.0, QUESTION_FIT_FLOOR, NEUTRAL_VALUES["question_fit"])}
     assert passing(at[-2.0] - 1e-6) == 1 and passing(at[NEUTRAL_VALUES["question_fit"]] - 1e-6) == 3
@@ -358,23 +369,16 @@ def test_rejudged_confidence_reads_question_prior_clipped_and_calibration_gets_i
     """question_prior, like question_fit, lives only in the stored features: the SQL confidence
     reads and clips it, a missing value is neutral, and labelled_attempts hands it on."""
     from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS, NEUTRAL_VALUES, QUESTION_FIT_FLOOR, sigmoid
-    from self_improving_rag.memory.store import Verdicts
 
     def with_prior(q: str, value) -> str:
-        attempt = make_attempt(1, answer="Paris [1]")
-        sig = attempt.signals
-        detail = {**sig.confidence.detail, "features": {} if value is None else {"question_prior": value}}
-        attempt = dataclasses.replace(attempt, signals=dataclasses.replace(
-            sig, confidence=dataclasses.replace(sig.confidence, detail=detail)))
-        oid = store.record(make_answer(q, (attempt,), answer="Paris [1]"))
-        store.add_feedback(oid, correct=False, source="gold")
-        return oid
+        features = {} if value is None else {"question_prior": value}
+        return _record_with_detail(store, q, {"features": features}, correct=False)
 
     expected = {with_prior("q1", -2.0): -2.0, with_prior("q2", -500.0): -500.0, with_prior("q3", None): None}
     weights = {**{k: 0.0 for k in DEFAULT_WEIGHTS}, "bias": 3.0, "question_prior": 0.25}
 
     def passing(bar: float) -> int:
-        return store.strategy_counts(verdicts=Verdicts(weights, answer_threshold=bar))[STRATEGY_A.key][0]
+        return _passing(store, weights, bar)
 
     at = {v: sigmoid(3.0 + 0.25 * v) for v in (-2.0, QUESTION_FIT_FLOOR, NEUTRAL_VALUES["question_prior"])}
     assert passing(at[-2.0] - 1e-6) == 1 and passing(at[NEUTRAL_VALUES["question_prior"]] - 1e-6) == 2
@@ -387,17 +391,9 @@ def test_dates_unstated_and_explanation_reach_the_sql_confidence_and_calibration
     missing value is the neutral 0.0), and labelled_attempts hands them on (None before they
     existed)."""
     from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS, sigmoid
-    from self_improving_rag.memory.store import Verdicts
 
     def with_features(q: str, features: dict) -> str:
-        attempt = make_attempt(1, answer="Paris [1]")
-        sig = attempt.signals
-        detail = {**sig.confidence.detail, "features": features}
-        attempt = dataclasses.replace(attempt, signals=dataclasses.replace(
-            sig, confidence=dataclasses.replace(sig.confidence, detail=detail)))
-        oid = store.record(make_answer(q, (attempt,), answer="Paris [1]"))
-        store.add_feedback(oid, correct=True, source="gold")
-        return oid
+        return _record_with_detail(store, q, {"features": features}, correct=True)
 
     rows = {with_features("q1", {"dates_unstated": 1.0, "explanation": 1.0}): (1.0, 1.0),
             with_features("q2", {"dates_unstated": 0.5, "explanation": 0.0}): (0.5, 0.0),
@@ -405,7 +401,7 @@ def test_dates_unstated_and_explanation_reach_the_sql_confidence_and_calibration
     weights = {**{k: 0.0 for k in DEFAULT_WEIGHTS}, "bias": 2.0, "dates_unstated": -2.0, "explanation": -1.0}
 
     def passing(bar: float) -> int:
-        return store.strategy_counts(verdicts=Verdicts(weights, answer_threshold=bar))[STRATEGY_A.key][0]
+        return _passing(store, weights, bar)
 
     # Logits: q1 2 − 2 − 1 = −1; q2 2 − 2·0.5 = 1; q3 neutral 2 − 0 = 2.
     assert passing(sigmoid(-1.0) - 1e-6) == 3 and passing(sigmoid(1.0) - 1e-6) == 2
