@@ -215,6 +215,9 @@ class ThresholdsConfig(_Model):
     faithfulness: float = Field(0.8, ge=0, le=1)
     redundancy: float = Field(0.5, ge=0, le=1)
     confidence: float = Field(0.5, ge=0, le=1)
+    # An answer whose evidence leaves more than this share of the question's dates unstated is
+    # WEAK_RETRIEVAL (0: any date unstated; 1 turns the rule off).
+    dates_unstated: float = Field(0.0, ge=0, le=1)
 
 
 class LoopConfig(_Model):

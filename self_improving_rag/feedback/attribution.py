@@ -21,6 +21,8 @@ def attribute(signals: Signals, thr: ThresholdsConfig) -> Attribution:
     3. no claim supported and every claim's words mostly absent from
        the passages (the answer came from elsewhere: the evidence was
        not retrieved, whatever the question's words suggest)          -> WEAK_RETRIEVAL
+    3b. more of the question's dates than ``thresholds.dates_unstated``
+       unstated in the answer's evidence (it tells of another period) -> WEAK_RETRIEVAL
     4. faithfulness below threshold (some claims supported, others
        not: the model added to its evidence)                          -> HALLUCINATION_RISK
     5. redundancy above threshold                                     -> REDUNDANT_CONTEXT
@@ -47,6 +49,9 @@ def attribute(signals: Signals, thr: ThresholdsConfig) -> Attribution:
         return make("WEAK_RETRIEVAL", f"no claim of the answer is supported and most of its words are not in the "
                                       f"passages (e.g. {bad[0][:60]!r}): the evidence was probably not retrieved"
                     if bad else "no claim of the answer is supported: the evidence was probably not retrieved")
+    dates = _dates_unstated(signals)
+    if dates is not None and dates[0] > thr.dates_unstated:
+        return make("WEAK_RETRIEVAL", dates[1])
     if fth is not None and fth < thr.faithfulness:
         bad = signals.faithfulness.detail.get("unsupported", [])
         named = f": unsupported claim {bad[0]!r}" if bad else ""
@@ -66,6 +71,22 @@ def _evidence_absent(signals: Signals) -> bool:
         return False
     claims = signals.faithfulness.detail.get("claims") or []
     return bool(claims) and all(c.get("lexical", 1.0) < 0.5 for c in claims)
+
+
+def _dates_unstated(signals: Signals) -> tuple[float, str] | None:
+    """The share of the question's dates that the answer's evidence does not state, with a reason
+    naming them, from the confidence's stored features; None when it was not measured."""
+    detail = signals.confidence.detail or {}
+    value = (detail.get("features") or {}).get("dates_unstated")
+    if value is None:
+        return None
+    info = detail.get("dates_unstated") or {}
+    unstated = info.get("unstated") or []
+    what = (f"the question's date{'s' if len(unstated) > 1 else ''} " + ", ".join(repr(d) for d in unstated[:3])
+            if unstated else "the question's dates")
+    cited = "".join(f"[{n}]" for n in info.get("evidence") or [])
+    where = f"the passages behind the answer ({cited})" if cited else "the passages behind the answer"
+    return value, f"{where} do not state {what}: they tell of another period, so its evidence was probably not retrieved"
 
 
 def _weak_reason(signals: Signals, thr: ThresholdsConfig) -> str:

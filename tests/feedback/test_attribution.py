@@ -148,3 +148,54 @@ def test_weak_grounding_names_the_best_relevance_and_the_setting():
     got = attribute(replace(sig, grounding=grd), ThresholdsConfig())
     assert got.failure == "WEAK_RETRIEVAL"
     assert "best relevance 0.40" in got.reason and "scoring.relevance_threshold" in got.reason
+
+
+def _with_dates(value, unstated=(), evidence=()):
+    sig = _signals(coverage=0.9, grounding=0.9, faithfulness=1.0, redundancy=0.0)
+    detail = {"features": {"dates_unstated": value}}
+    if value is not None:
+        detail["dates_unstated"] = {"dates": list(unstated), "unstated": list(unstated), "evidence": list(evidence)}
+    return replace(sig, confidence=Signal("confidence", 0.9, "test", detail))
+
+
+@pytest.mark.parametrize("value,threshold,expected", [
+    (1.0, 0.0, "WEAK_RETRIEVAL"),   # the evidence tells of another period
+    (0.5, 0.0, "WEAK_RETRIEVAL"),   # one of two dates unstated: any counts by default
+    (0.5, 0.5, "NONE"),             # the threshold lets one of two go
+    (1.0, 1.0, "NONE"),             # 1 turns the rule off
+    (0.0, 0.0, "NONE"),             # every date stated
+    (None, 0.0, "NONE"),            # a question without a date, or a store from before the feature
+])
+def test_an_answer_whose_evidence_leaves_the_questions_dates_unstated_is_weak_retrieval(value, threshold, expected):
+    sig = _with_dates(value, ["10th century"] if value else [], [2] if value else [])
+    got = attribute(sig, ThresholdsConfig(dates_unstated=threshold))
+    assert got.failure == expected, got.reason
+    if expected == "WEAK_RETRIEVAL":
+        assert "'10th century'" in got.reason and "[2]" in got.reason and "not retrieved" in got.reason
+
+
+def test_the_dates_rule_comes_after_the_evidence_rules_and_before_hallucination():
+    base = _with_dates(1.0, ["1185"], [1])
+    # Weak coverage keeps its own reason.
+    weak = attribute(replace(base, coverage=Signal("coverage", 0.1, "test", {"missing_words": ["Normans"]})),
+                     ThresholdsConfig())
+    assert weak.failure == "WEAK_RETRIEVAL" and "coverage 0.10" in weak.reason
+    # An unsupported claim with the question's date unstated: the evidence is the first fault.
+    unsupported = Signal("faithfulness", 0.5, "test", {"claims": [{"claim": "c", "lexical": 0.9, "supported": False}],
+                                                       "unsupported": ["c"]})
+    got = attribute(replace(base, faithfulness=unsupported), ThresholdsConfig())
+    assert got.failure == "WEAK_RETRIEVAL" and "'1185'" in got.reason
+
+
+def test_the_scorer_and_attribution_flag_an_answer_from_another_period(engine):
+    """End to end with the fakes: the scorer's dates_unstated reaches attribution."""
+    from self_improving_rag.types import Passage, RetrievalResult
+
+    text = "Dyrrachium fell to the Normans in 1185 after a short siege."
+    passage = Passage(number=1, text=text, chunk_ids=("c",), doc_id="d", section="s", start=0, end=len(text), score=1.0)
+    result = RetrievalResult(query="q", hits=(), passages=(passage,))
+    for question, expected in (("What fell to the Normans in the 10th century?", "WEAK_RETRIEVAL"),
+                               ("What fell to the Normans in 1185?", "NONE")):
+        sig = _score(engine, question, result, "Dyrrachium fell to the Normans [1].")
+        got = attribute(sig, engine.config.thresholds.model_copy(update={"grounding": 0.0, "confidence": 0.0}))
+        assert got.failure == expected, (question, got.reason)
