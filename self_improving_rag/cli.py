@@ -615,7 +615,8 @@ def cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
             return 0
         result = calibrate_from_memory(store, min_labels=20 if args.min_labels is None else args.min_labels,
                                        seed=config.policy.seed,
-                                       save=not args.dry_run, force=args.force, folds=config.calibration.folds)
+                                       save=not args.dry_run, force=args.force, folds=config.calibration.folds,
+                                       l2=config.calibration.l2)
     finally:
         store.close()
     if args.json:
@@ -642,6 +643,10 @@ def _print_calibration(result: dict) -> None:
     print("(ECE if calibrated: what perfectly calibrated confidences would measure on this few labels; "
           "an ECE near it is sampling noise)")
     print("weights: " + ", ".join(f"{k} {v:+.2f}" for k, v in result["weights"].items()))
+    if "l2" in result:
+        how = ("chosen from the labels: the lowest cross-fitted Brier score; each held-out fold chose its own"
+               if result.get("l2_chosen") else "set by calibration.l2")
+        print(f"pull toward the default weights: l2 {result['l2']:g} ({how})")
     if "fit_id" in result:
         print(f"stored as fit {result['fit_id']}: used by every later answer (the latest fit wins; "
               "`sirag calibrate --reset` goes back to the default weights)")

@@ -7,6 +7,7 @@ directories are created, nothing is seeded.
 
 from __future__ import annotations
 
+import math
 import os
 from importlib import resources
 from pathlib import Path
@@ -296,6 +297,17 @@ class CalibrationConfig(_Model):
     # Held-out figures and the keep-or-drop rule of every fit cross-fit the labels in this many
     # folds: each label is scored by weights fitted on the others (one question in one fold).
     folds: int = Field(5, ge=2, le=20)
+    # How hard a fit pulls the weights toward their defaults: "auto" picks, from 0.01 to 10, the
+    # strength whose cross-fitted Brier score is lowest on the labels at hand (few labels: a strong
+    # pull; many: a weak one); a number fixes it (1 was the only strength before session 23).
+    l2: Literal["auto"] | float = "auto"
+
+    @field_validator("l2")
+    @classmethod
+    def check_l2(cls, v: Any) -> Any:
+        if v != "auto" and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise ValueError("must be 'auto' or a positive number (the penalty strength of the fit)")
+        return v
 
 
 class StrategyConfig(_Model):

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from ..errors import InputError
-from .calibration import DEFAULT_WEIGHTS, answer_words, cross_fit, evaluate_fit, fit_weights
+from .calibration import DEFAULT_WEIGHTS, answer_words, choose_l2, cross_fit, evaluate_fit, fit_weights
 
 
 def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool = True, force: bool = False,
-                          folds: int = 5) -> dict:
+                          folds: int = 5, l2: float | str = "auto") -> dict:
     """Cross-fit for honest before/after figures, then fit on all labels and store the weights.
+
+    ``l2`` is the fit's penalty strength, or ``"auto"``: chosen by :func:`choose_l2` on all labels
+    for the stored fit, and inside each training fold for the held-out figures, so that they
+    measure the choice too. ``result["l2"]`` is the strength of the stored fit.
 
     The cross-fit (:func:`cross_fit`, ``folds`` folds, one question's outcomes in one fold) scores
     every label with weights fitted on the other folds. A fit whose cross-fitted Brier score (a
@@ -28,12 +32,14 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
     labels = [int(r["label"]) for r in rows]
     if len(set(labels)) < 2:
         raise InputError("all labels are the same; calibration needs both correct and wrong answers")
-    held_out = cross_fit(rows, labels, seed=seed, folds=folds, groups=[r.get("question_id") or r["outcome_id"] for r in rows])
-    weights = fit_weights(rows, labels)
+    groups = [r.get("question_id") or r["outcome_id"] for r in rows]
+    held_out = cross_fit(rows, labels, seed=seed, folds=folds, groups=groups, l2=l2)
+    strength = choose_l2(rows, labels, groups, folds=folds, seed=seed) if l2 == "auto" else float(l2)
+    weights = fit_weights(rows, labels, l2=strength)
     before = held_out["before"]  # the default weights on all labels: the cross-fit scored them already
     after = evaluate_fit(rows, labels, weights)
     result = {"n": len(rows), "held_out": held_out, "in_sample_before": before, "in_sample_after": after,
-              "weights": weights}
+              "weights": weights, "l2": strength, "l2_chosen": l2 == "auto"}
     b_before, b_after = held_out["before"].get("brier"), held_out["after"].get("brier")
     worse = not force and b_before is not None and b_after is not None and b_after > b_before
     # A dry run says what a real run would do: store the fit, or refuse it as below.
@@ -52,7 +58,8 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
     result["stored"] = save
     if save:
         metrics = {"auroc_before": held_out.get("before", {}).get("auroc"), "auroc_after": held_out.get("after", {}).get("auroc"),
-                   "ece_before": held_out.get("before", {}).get("ece"), "ece_after": held_out.get("after", {}).get("ece")}
+                   "ece_before": held_out.get("before", {}).get("ece"), "ece_after": held_out.get("after", {}).get("ece"),
+                   "l2": strength}
         result["fit_id"] = store.save_calibration(weights, len(rows), metrics)
     return result
 
@@ -71,7 +78,8 @@ def _new_labels(store, fit: dict | None) -> int:
     return store.labelled_answers(since=fit["created_at"] if fit else None)
 
 
-def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, folds: int = 5) -> dict | None:
+def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, folds: int = 5,
+                   l2: float | str = "auto") -> dict | None:
     """Fit the confidence weights from memory's labels when enough new ones have arrived.
 
     Due when the store holds at least ``min_labels`` labelled answers and, if weights were stored
@@ -87,7 +95,7 @@ def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, fold
     if fit is not None and _new_labels(store, fit) < refit_after:
         return None
     try:
-        return calibrate_from_memory(store, min_labels=min_labels, seed=seed, save=True, folds=folds)
+        return calibrate_from_memory(store, min_labels=min_labels, seed=seed, save=True, folds=folds, l2=l2)
     except InputError:  # every label the same: nothing to fit
         return None
 
@@ -96,7 +104,8 @@ def auto_calibrate_with(store, config) -> str | None:
     """:func:`auto_calibrate` with a Config's ``calibration`` settings and ``policy.seed``; the
     line :func:`describe_auto_fit` gives for what it did, or None when nothing was due."""
     c = config.calibration
-    result = auto_calibrate(store, c.auto_min_labels, c.auto_refit_after, seed=config.policy.seed, folds=c.folds)
+    result = auto_calibrate(store, c.auto_min_labels, c.auto_refit_after, seed=config.policy.seed, folds=c.folds,
+                            l2=c.l2)
     return None if result is None else describe_auto_fit(result)
 
 

@@ -15,6 +15,8 @@ from self_improving_rag.evaluation.calibration import (
     FEATURES,
     LOGPROB_FLOOR,
     NEUTRAL_VALUES,
+    L2_GRID,
+    choose_l2,
     confidence,
     cross_fit,
     evaluate_fit,
@@ -280,6 +282,67 @@ def test_cross_fit_scores_each_label_with_a_fit_that_never_saw_it() -> None:
     expect = _scores(np.array(p), np.array(labels, dtype=float))
     assert out["folds"] == 30 and out["after"]["brier"] == pytest.approx(expect["brier"])
     assert out["after"]["auroc"] == pytest.approx(expect["auroc"])
+
+
+# ------------------------------------------------------------------ the penalty's strength
+
+
+def test_choose_l2_takes_the_strength_with_the_lowest_cross_fitted_brier() -> None:
+    rows = _synthetic_rows(120, seed=31)
+    truth = {**DEFAULT_WEIGHTS, "faithfulness": -2.0, "coverage": 3.0, "bias": DEFAULT_WEIGHTS["bias"] + 1.0}
+    labels = _labels_from(rows, truth, seed=32)
+    brier = {l2: cross_fit(rows, labels, seed=4, l2=l2)["after"]["brier"] for l2 in L2_GRID}
+    assert len(set(brier.values())) > 1  # the strengths differ here, so the choice means something
+    assert choose_l2(rows, labels, seed=4) == min(L2_GRID, key=lambda v: (brier[v], -v))
+    # Equal scores (within 1e-9): the stronger pull.
+    assert choose_l2(rows, labels, seed=4, grid=(0.5, 0.5 + 1e-13)) == 0.5 + 1e-13
+    for bad in ((), (0.0, 1.0), (-1.0,), (float("nan"),), (True,)):
+        with pytest.raises(ValueError, match="grid"):
+            choose_l2(rows, labels, grid=bad)
+
+
+def test_choose_l2_pulls_hard_toward_right_priors_and_lets_many_labels_move_wrong_ones() -> None:
+    """Labels drawn from the default weights themselves: the priors are right and the strongest
+    pull wins. The same rows labelled by weights far from the priors: a weak pull wins."""
+    far = {**DEFAULT_WEIGHTS, "faithfulness": -4.0, "mean_logprob": -1.5, "coverage": 4.0}
+    for seed in (41, 43, 45):
+        rows = _synthetic_rows(60, seed=seed)
+        assert choose_l2(rows, _labels_from(rows, DEFAULT_WEIGHTS, seed=seed + 1)) == max(L2_GRID)
+        assert choose_l2(rows, _labels_from(rows, far, seed=seed + 1)) <= 0.3
+
+
+def test_cross_fit_with_auto_l2_chooses_inside_each_training_fold() -> None:
+    """With l2='auto' each fold's penalty is chosen on that fold's training rows only, and the
+    held-out confidences are those of fits with it, as computed by hand."""
+    from self_improving_rag.evaluation.calibration import _design, _folds, _scores, _sigmoid, _weight_vector
+
+    rows = _synthetic_rows(80, seed=51)
+    labels = _labels_from(rows, {**DEFAULT_WEIGHTS, "coverage": 4.0}, seed=52)
+    out = cross_fit(rows, labels, seed=2, l2="auto", folds=4)
+    fold = _folds(np.array(labels, dtype=float), list(range(80)), 4, seed=2)
+    X, y = _design(rows, labels)
+    p = np.zeros(80)
+    picks = []
+    for f in range(4):
+        train = [i for i in range(80) if fold[i] != f]
+        tr_rows, tr_labels = [rows[i] for i in train], [labels[i] for i in train]
+        l2 = choose_l2(tr_rows, tr_labels, train, folds=4, seed=2)
+        picks.append(l2)
+        held = fold == f
+        p[held] = _sigmoid(X[held] @ _weight_vector(fit_weights(tr_rows, tr_labels, l2=l2)))
+    assert out["l2"] == picks
+    assert out["after"]["brier"] == pytest.approx(_scores(p, y)["brier"])
+    assert cross_fit(rows, labels, seed=2, l2=0.3)["l2"] == [0.3] * 5
+    with pytest.raises(ValueError, match="'auto'"):
+        cross_fit(rows, labels, l2="strong")
+
+
+def test_cross_fit_with_auto_l2_falls_back_when_a_training_fold_holds_one_label() -> None:
+    """Two questions, one right and one wrong: each training fold holds one label only, so there
+    is nothing to choose from and the fold is fitted at the default strength."""
+    rows = _synthetic_rows(4, seed=61)
+    out = cross_fit(rows, [1, 1, 0, 0], groups=["a", "a", "b", "b"], l2="auto")
+    assert out["l2"] == [1.0, 1.0]
 
 
 # ------------------------------------------------------------------ answer length

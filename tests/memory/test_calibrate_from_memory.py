@@ -185,3 +185,23 @@ def test_automatic_calibration_needs_both_kinds_of_label_and_a_writable_store(tm
         assert auto_calibrate(s, min_labels=50, refit_after=20)["stored"] is True
     finally:
         s.close()
+
+
+def test_the_fits_penalty_is_chosen_from_the_labels_unless_set(store: MemoryStore) -> None:
+    """l2="auto" (the default): the stored fit uses choose_l2's strength on all labels, kept with the
+    fit's metrics, and the held-out figures chose per fold; a number is used as given."""
+    from self_improving_rag.evaluation.calibration import answer_words, choose_l2, fit_weights
+
+    _record(store, 30, SHORT, correct_every=1)
+    _record(store, 30, LONG, correct_every=6)
+    rows = [{**r, "answer_words": answer_words(r["answer"], False)} for r in store.labelled_attempts()]
+    labels = [int(r["label"]) for r in rows]
+    expect = choose_l2(rows, labels, [r["question_id"] for r in rows], folds=5, seed=0)
+    result = calibrate_from_memory(store, min_labels=20, seed=0, save=True)
+    assert result["l2"] == expect and result["l2_chosen"] is True
+    assert len(result["held_out"]["l2"]) == result["held_out"]["folds"]
+    assert result["weights"] == pytest.approx(fit_weights(rows, labels, l2=expect))
+    assert store.latest_calibration()["metrics"]["l2"] == expect
+    fixed = calibrate_from_memory(store, min_labels=20, seed=0, save=False, l2=3.0)
+    assert fixed["l2"] == 3.0 and fixed["l2_chosen"] is False and fixed["held_out"]["l2"] == [3.0] * 5
+    assert fixed["weights"] == pytest.approx(fit_weights(rows, labels, l2=3.0))

@@ -406,6 +406,8 @@ def test_an_answer_accepted_despite_a_flag_says_so():
     ("generator.seed=-1", "greater than or equal to 0"),
     ("policy.seed=-1", "greater than or equal to 0"),
     ("generator.base_url=localhost:8000/v1", "must start with http:// or https://, e.g. http://localhost:8000/v1"),
+    ("calibration.l2=0", "must be 'auto' or a positive number"),
+    ("calibration.l2=strong", "Input should be 'auto'"),
 ])
 def test_config_values_the_backends_would_reject_are_refused_when_read(tmp_path, setting, words):
     # Each used to pass the config check and fail later as an "internal error" traceback summary.
