@@ -401,7 +401,8 @@ def dates_unstated(question: str, answer: str, passages: list[Passage], citation
     answer's evidence does not state within the same period (a year inside the question's
     century, decade or span of years, a century that holds its year, the same year). The evidence
     is the passages the answer cites; without a citation, the passages that contain the answer's
-    text; failing that, all passages.
+    text; failing that, those sharing the most of the answer's content words (the question's
+    dates left out); failing that (no word shared), all passages.
 
     0.0: every date the question names is in the evidence. 1.0: none is, as when the question asks
     what happened "in the 10th century" and the passage behind the answer tells of 1185. None for
@@ -418,6 +419,17 @@ def dates_unstated(question: str, answer: str, passages: list[Passage], citation
         said = " ".join(strip_citations(answer).split()).strip(" .,;:").lower()
         evidence = [p for p in passages if said and said in " ".join(p.text.split()).lower()]
         source = "passages holding the answer"
+    if not evidence:
+        # The passages the answer's words come from: those sharing the most of its content terms,
+        # the question's dates left out (an answer that repeats "in the 10th century" must not
+        # find its evidence in whichever passage names that century).
+        date_terms = {t for text, _, _ in asked for t in claim_terms(text)}
+        terms = set(claim_terms(strip_citations(answer))) - date_terms
+        shared = [len(terms & set(claim_terms(p.text))) for p in passages]
+        best = max(shared)
+        if best:
+            evidence = [p for p, n in zip(passages, shared) if n == best]
+            source = "passages sharing the most of the answer's words"
     if not evidence:
         evidence, source = passages, "all passages"
     stated = [(lo, hi) for p in evidence for _, lo, hi in dates_in(p.text)]

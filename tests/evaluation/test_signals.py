@@ -480,6 +480,14 @@ def test_dates_unstated_checks_the_questions_dates_against_the_cited_evidence() 
     uncited = dates_unstated("Where did the Normans go in the 11th century?", "Italy.", ps, ())
     assert uncited.value == 0.0 and uncited.detail["evidence"] == [2]
     assert dates_unstated("Who came in 1185?", "the Lombards", ps, ()).detail["evidence"] == [1, 2]
+    # An uncited answer that repeats the question's date is checked against the passage its other
+    # words come from, not against any passage that names that date.
+    three = _passages("George Maniaces led the expedition to Sicily in 1038.",
+                      "In the 10th century the Normans settled in Normandy.", "The Lombards rose in 1009.")
+    restated = dates_unstated("What expedition did George Maniaces lead in the 10th century?",
+                              "George Maniaces led the expedition in the 10th century.", three, ())
+    assert restated.value == 1.0 and restated.detail["evidence"] == [1]
+    assert "sharing the most" in restated.reason
     # A span of years holds the year; one of two dates unstated.
     assert dates_unstated("What happened between 1000 and 1300?", "Dyrrachium [1]", ps, (1,)).value == 0.0
     assert dates_unstated("What fell in 1185 and 1190?", "Dyrrachium [1]", ps, (1,)).value == 0.5
