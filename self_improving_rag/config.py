@@ -298,8 +298,9 @@ class CalibrationConfig(_Model):
     # folds: each label is scored by weights fitted on the others (one question in one fold).
     folds: int = Field(5, ge=2, le=20)
     # How hard a fit pulls the weights toward their defaults: "auto" picks, from 0.01 to 10, the
-    # strength whose cross-fitted Brier score is lowest on the labels at hand (few labels: a strong
-    # pull; many: a weak one); a number fixes it (1 was the only strength before session 23).
+    # strength whose cross-fitted Brier score is lowest on the labels at hand (labels that agree
+    # with the defaults keep the fit near them; many that disagree let it move); a number fixes
+    # it (1 was the only strength before session 23).
     l2: Literal["auto"] | float = "auto"
 
     @field_validator("l2")

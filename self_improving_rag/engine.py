@@ -130,7 +130,7 @@ class Engine:
         verdicts = None
         if self.config.policy.rejudge:
             verdicts = Verdicts(weights, self.config.loop.answer_threshold, self.config.loop.retry_margin,
-                                self.config.thresholds.confidence)
+                                self.config.thresholds.confidence, self.config.thresholds.dates_unstated)
         policy = StrategyPolicy(self.config.policy, default, self.memory, available, verdicts)
         r = self.config.retrieval
         self._scorer = SignalScorer(self.config.scoring, self.searcher.embed_cached, self.generator, weights,
@@ -336,12 +336,13 @@ def answer_bar(loop_config, number: int) -> float:
 
 #: Diagnoses that veto an answer whatever its confidence: the answer is not supported by its
 #: passages (HALLUCINATION_RISK), or its evidence was not found (WEAK_RETRIEVAL: coverage or
-#: grounding below threshold, or no claim supported and its words absent from the passages).
+#: grounding below threshold, no claim supported and its words absent from the passages, or
+#: the passages behind it leave the question's dates unstated).
 #: Over the six evaluation runs of sessions 7 and 8, 2 of the 14 graded answers returned with
 #: WEAK_RETRIEVAL were right, against 105 of 231 returned with NONE (docs/signals.md).
 VETO_FAILURES = frozenset({"HALLUCINATION_RISK", "WEAK_RETRIEVAL"})
 _VETO_WHY = {"HALLUCINATION_RISK": "claims the passages do not support",
-             "WEAK_RETRIEVAL": "too little of the question's evidence in the passages"}
+             "WEAK_RETRIEVAL": "the question's evidence not found in the passages"}
 
 
 def acceptable(answer: str | None, confidence: float | None, failure: str, threshold: float) -> bool:

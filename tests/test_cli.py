@@ -269,6 +269,8 @@ def test_feedback_calibrate_and_memory_analysis_commands(tmp_path):
     r = run(["calibrate", "--min-labels", "4"], tmp_path, ov)
     assert r.returncode == 0 and "AUROC" in r.stdout and "ECE" in r.stdout and "stored as fit 1" in r.stdout, r.stdout
     assert "pull toward the default weights: l2 " in r.stdout and "each held-out fold chose its own" in r.stdout
+    r = run(["calibrate", "--min-labels", "4", "--dry-run"], tmp_path, ov + ["calibration.l2=2.5"])
+    assert r.returncode == 0 and "pull toward the default weights: l2 2.5 (set by calibration.l2)" in r.stdout, r.stdout
     r = run(["memory", "strategies", "--json"], tmp_path, ov)
     rows = json.loads(r.stdout)
     assert rows[0]["attempts"] == 6 and 0 <= rows[0]["success_rate"] <= 1

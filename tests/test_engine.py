@@ -420,7 +420,7 @@ def test_an_answer_without_evidence_is_refused_however_confident(make_engine):
     assert ans.refused and ans.answer is None
     n = len(ans.attempts)
     assert ans.refusal_reason.startswith(f"{n} of {n} attempt(s) reached confidence ")
-    assert "but their own checks found WEAK_RETRIEVAL (too little of the question's evidence" in ans.refusal_reason
+    assert "but their own checks found WEAK_RETRIEVAL (the question's evidence not found" in ans.refusal_reason
     assert "no answer reached confidence" not in ans.refusal_reason
 
 

@@ -323,9 +323,10 @@ def choose_l2(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], groups: 
               folds: int = 5, seed: int = 0, grid: Sequence[float] = L2_GRID) -> float:
     """The penalty strength of :func:`fit_weights` for these labels: the value of ``grid`` whose
     cross-fit (:func:`cross_fit`, ``folds`` folds seeded by ``seed``, ``groups`` kept whole) has
-    the lowest Brier score, the stronger one on a tie (within 1e-9). Few labels then keep the
-    fit near the priors, many let it move: on SQuAD's 96 labelled answers of one half a strength
-    of 0.03–0.1 ranks answers better than 1 (docs/results.md, session 23).
+    the lowest Brier score, the stronger one on a tie (within 1e-9). Labels that agree with the
+    priors then keep the fit near them, and many that disagree let it move: on SQuAD's 96
+    labelled answers of one half a strength of 0.03–0.1 ranks answers better than 1
+    (docs/results.md, session 23).
 
     Raises ValueError for an empty grid or a value that is not a positive finite number, and, as
     :func:`cross_fit` does, for rows that cannot be split."""
@@ -380,8 +381,9 @@ def cross_fit(
     confidences on all ``n_test`` rows; ``n_train`` is the smallest number of rows a fold was
     fitted on; ``l2`` lists the penalty each fold was fitted with.
     """
-    if not (l2 == "auto" or (isinstance(l2, (int, float)) and not isinstance(l2, bool))):
-        raise ValueError(f"l2 must be a positive number or 'auto', got {l2!r}")
+    if not (l2 == "auto" or (isinstance(l2, (int, float)) and not isinstance(l2, bool) and math.isfinite(l2)
+                             and l2 > 0)):
+        raise ValueError(f"l2 must be a positive finite number or 'auto', got {l2!r}")
     X, y = _design(rows, labels)  # validates lengths and labels
     n = X.shape[0]
     if n < 2:
@@ -422,9 +424,14 @@ def cross_fit(
 DEFAULT_L2 = 1.0
 
 
+#: Folds of the choice made inside each training fold: with ``folds`` of its own, a cross-fit in
+#: 20 folds would make 20 × 20 × 7 fits.
+INNER_FOLDS = 5
+
+
 def _choose_or_default(rows, labels, groups, folds: int, seed: int) -> float:
-    """:func:`choose_l2` on a fold's training rows, or :data:`DEFAULT_L2` when they cannot be
-    split into folds with both labels."""
+    """:func:`choose_l2` on a fold's training rows (in at most :data:`INNER_FOLDS` folds), or
+    :data:`DEFAULT_L2` when they cannot be split into folds with both labels."""
     if len({int(v) for v in labels}) < 2 or len(set(groups)) < 2:
         return DEFAULT_L2
-    return choose_l2(rows, labels, groups, folds=folds, seed=seed)
+    return choose_l2(rows, labels, groups, folds=min(folds, INNER_FOLDS), seed=seed)

@@ -431,12 +431,14 @@ def dates_unstated(question: str, answer: str, passages: list[Passage], citation
             evidence = [p for p, n in zip(passages, shared) if n == best]
             source = "passages sharing the most of the answer's words"
     if not evidence:
-        evidence, source = passages, "all passages"
-    stated = [(lo, hi) for p in evidence for _, lo, hi in dates_in(p.text)]
+        evidence, source = passages, "passages given to the generator"
+    found = [d for p in evidence for d in dates_in(p.text)]
+    stated = [(lo, hi) for _, lo, hi in found]
     unstated = [t for t, lo, hi in asked if not any(a <= hi and lo <= b for a, b in stated)]
     return Signal("dates_unstated", len(unstated) / len(asked),
                   f"{len(unstated)} of {len(asked)} date(s) of the question not stated in the {source}",
-                  {"dates": [t for t, _, _ in asked], "unstated": unstated, "evidence": [p.number for p in evidence]})
+                  {"dates": [t for t, _, _ in asked], "unstated": unstated, "evidence": [p.number for p in evidence],
+                   "source": source, "evidence_dates": list(dict.fromkeys(t for t, _, _ in found))[:5]})
 
 
 # "How" asks for an explanation or a manner when a verb follows it ("how did", "how was", "how

@@ -75,7 +75,8 @@ def _evidence_absent(signals: Signals) -> bool:
 
 def _dates_unstated(signals: Signals) -> tuple[float, str] | None:
     """The share of the question's dates that the answer's evidence does not state, with a reason
-    naming them, from the confidence's stored features; None when it was not measured."""
+    naming them, the evidence and what it dates instead, from the confidence's stored features;
+    None when it was not measured."""
     detail = signals.confidence.detail or {}
     value = (detail.get("features") or {}).get("dates_unstated")
     if value is None:
@@ -85,8 +86,11 @@ def _dates_unstated(signals: Signals) -> tuple[float, str] | None:
     what = (f"the question's date{'s' if len(unstated) > 1 else ''} " + ", ".join(repr(d) for d in unstated[:3])
             if unstated else "the question's dates")
     cited = "".join(f"[{n}]" for n in info.get("evidence") or [])
-    where = f"the passages behind the answer ({cited})" if cited else "the passages behind the answer"
-    return value, f"{where} do not state {what}: they tell of another period, so its evidence was probably not retrieved"
+    where = f"the {info.get('source') or 'passages behind the answer'}" + (f" ({cited})" if cited else "")
+    other = info.get("evidence_dates")
+    instead = ("; they name " + ", ".join(repr(d) for d in other[:3]) if other
+               else "; they name no date" if other is not None else "")
+    return value, f"{where} do not state {what}{instead}: the answer's evidence was probably not retrieved"
 
 
 def _weak_reason(signals: Signals, thr: ThresholdsConfig) -> str:

@@ -166,13 +166,17 @@ class Verdicts:
     other checks passed by its confidence recomputed from its stored features under
     ``weights``, against ``max(confidence_floor, min(1, answer_threshold + retry_margin ·
     (number − 1)))``, the bar below which the engine diagnoses LOW_CONFIDENCE
-    (``thresholds.confidence``, ``loop.answer_threshold``, ``loop.retry_margin``).
+    (``thresholds.confidence``, ``loop.answer_threshold``, ``loop.retry_margin``). Such an attempt
+    also fails when its stored ``dates_unstated`` is above ``dates_threshold``
+    (``thresholds.dates_unstated``, attribution's rule 3b, which comes before the confidence):
+    attempts recorded before that rule, or under another threshold, are judged by today's.
     """
 
     weights: dict[str, float] | None = None  # None: DEFAULT_WEIGHTS
     answer_threshold: float = 0.5
     retry_margin: float = 0.0
     confidence_floor: float = 0.0
+    dates_threshold: float = 1.0  # 1: no attempt fails by its dates (the rule off)
 
 
 def _stored_feature_sql(name: str) -> str:
@@ -220,13 +224,13 @@ _BAR_SQL = "MAX(:floor, MIN(1.0, :threshold + :margin * (a.number - 1)))"
 def _verdict_params(verdicts: Verdicts | None) -> dict[str, float]:
     params: dict[str, float] = {"rejudge": 0 if verdicts is None else 1, "logprob_floor": LOGPROB_FLOOR,
                                 "question_fit_floor": QUESTION_FIT_FLOOR,
-                                "floor": 0.0, "threshold": 0.0, "margin": 0.0}
+                                "floor": 0.0, "threshold": 0.0, "margin": 0.0, "dates_threshold": 1.0}
     weights = complete_weights(verdicts.weights if verdicts is not None else None)
     params.update({f"w_{k}": v for k, v in weights.items()})
     params.update({f"n_{k}": v for k, v in NEUTRAL_VALUES.items()})
     if verdicts is not None:
         params.update(floor=float(verdicts.confidence_floor), threshold=float(verdicts.answer_threshold),
-                      margin=float(verdicts.retry_margin))
+                      margin=float(verdicts.retry_margin), dates_threshold=float(verdicts.dates_threshold))
     return params
 
 
@@ -812,14 +816,16 @@ class MemoryStore:
     # labelled (and labels are used), else whether its attribution was NONE.
     # With a Verdicts (:rejudge = 1), an attempt whose checks passed but for its confidence
     # (stored NONE or LOW_CONFIDENCE: LOW_CONFIDENCE is attribution's last test) succeeds when
-    # its confidence under today's weights reaches today's bar for its attempt number. (CASE,
-    # not AND: only those attempts pay for the confidence; a confidence that cannot be computed
-    # is a failure, never NULL.)
+    # its confidence under today's weights reaches today's bar for its attempt number and its
+    # dates_unstated does not exceed today's threshold (attribution's rule 3b). (CASE, not AND:
+    # only those attempts pay for the confidence; a confidence that cannot be computed is a
+    # failure, never NULL; an attempt without dates_unstated has no date to leave unstated.)
     _SUCCESS = f"""CASE WHEN :use_labels AND l.label IS NOT NULL AND a.number = o.chosen_attempt
                       THEN l.label
                       WHEN NOT :rejudge THEN a.failure = 'NONE'
                       WHEN a.failure IN ('NONE', 'LOW_CONFIDENCE')
                       THEN COALESCE({_CONFIDENCE_SQL} >= {_BAR_SQL}, 0)
+                           AND COALESCE({_COLUMN_SQL["dates_unstated"]}, 0) <= :dates_threshold
                       ELSE 0 END"""
 
     # Every repair attempt (an attempt made by a repair) with its success, its outcome's query

@@ -333,8 +333,9 @@ def test_cross_fit_with_auto_l2_chooses_inside_each_training_fold() -> None:
     assert out["l2"] == picks
     assert out["after"]["brier"] == pytest.approx(_scores(p, y)["brier"])
     assert cross_fit(rows, labels, seed=2, l2=0.3)["l2"] == [0.3] * 5
-    with pytest.raises(ValueError, match="'auto'"):
-        cross_fit(rows, labels, l2="strong")
+    for bad in ("strong", 0.0, -1.0, float("inf"), float("nan"), True):
+        with pytest.raises(ValueError, match="'auto'"):
+            cross_fit(rows, labels, l2=bad)
 
 
 def test_cross_fit_with_auto_l2_falls_back_when_a_training_fold_holds_one_label() -> None:

@@ -487,7 +487,8 @@ def test_dates_unstated_checks_the_questions_dates_against_the_cited_evidence() 
     restated = dates_unstated("What expedition did George Maniaces lead in the 10th century?",
                               "George Maniaces led the expedition in the 10th century.", three, ())
     assert restated.value == 1.0 and restated.detail["evidence"] == [1]
-    assert "sharing the most" in restated.reason
+    assert "sharing the most" in restated.reason and restated.detail["evidence_dates"] == ["1038"]
+    assert dates_unstated("Who came in 1185?", "the Lombards", ps, ()).detail["source"] == "passages given to the generator"
     # A span of years holds the year; one of two dates unstated.
     assert dates_unstated("What happened between 1000 and 1300?", "Dyrrachium [1]", ps, (1,)).value == 0.0
     assert dates_unstated("What fell in 1185 and 1190?", "Dyrrachium [1]", ps, (1,)).value == 0.5

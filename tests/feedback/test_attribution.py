@@ -199,3 +199,19 @@ def test_the_scorer_and_attribution_flag_an_answer_from_another_period(engine):
         sig = _score(engine, question, result, "Dyrrachium fell to the Normans [1].")
         got = attribute(sig, engine.config.thresholds.model_copy(update={"grounding": 0.0, "confidence": 0.0}))
         assert got.failure == expected, (question, got.reason)
+        if expected == "WEAK_RETRIEVAL":
+            assert got.reason.startswith("the cited passages ([1]) do not state the question's date '10th century'; "
+                                         "they name '1185'"), got.reason
+
+
+@pytest.mark.parametrize("info, words", [
+    ({"source": "passages holding the answer", "evidence": [2, 3], "evidence_dates": ["1185", "1190"]},
+     "the passages holding the answer ([2][3]) do not state the question's date '10th century'; they name '1185', '1190'"),
+    ({"source": "passages given to the generator", "evidence": [1], "evidence_dates": []},
+     "the passages given to the generator ([1]) do not state the question's date '10th century'; they name no date"),
+])
+def test_the_dates_reason_says_where_it_looked_and_what_it_found(info, words):
+    sig = _with_dates(1.0, ["10th century"], [])
+    detail = {**sig.confidence.detail, "dates_unstated": {"unstated": ["10th century"], **info}}
+    got = attribute(replace(sig, confidence=Signal("confidence", 0.9, "test", detail)), ThresholdsConfig())
+    assert got.failure == "WEAK_RETRIEVAL" and got.reason.startswith(words), got.reason

@@ -205,3 +205,17 @@ def test_the_fits_penalty_is_chosen_from_the_labels_unless_set(store: MemoryStor
     fixed = calibrate_from_memory(store, min_labels=20, seed=0, save=False, l2=3.0)
     assert fixed["l2"] == 3.0 and fixed["l2_chosen"] is False and fixed["held_out"]["l2"] == [3.0] * 5
     assert fixed["weights"] == pytest.approx(fit_weights(rows, labels, l2=3.0))
+
+
+def test_the_engines_automatic_fit_uses_the_configured_strength(store: MemoryStore) -> None:
+    """auto_calibrate_with hands calibration.l2 on: a number is the stored fit's strength."""
+    from self_improving_rag.config import Config
+    from self_improving_rag.evaluation.calibrate import auto_calibrate_with
+
+    _record(store, 30, SHORT, correct_every=1)
+    _record(store, 30, LONG, correct_every=6)
+    config = Config()
+    config = config.model_copy(update={"calibration": config.calibration.model_copy(update={"l2": 3.0})})
+    line = auto_calibrate_with(store, config)
+    assert line is not None and "is in use" in line
+    assert store.latest_calibration()["metrics"]["l2"] == 3.0

@@ -409,6 +409,27 @@ def test_dates_unstated_and_explanation_reach_the_sql_confidence_and_calibration
     assert {r["outcome_id"]: (r["dates_unstated"], r["explanation"]) for r in store.labelled_attempts()} == rows
 
 
+def test_rejudged_attempts_fail_by_todays_dates_threshold(store: MemoryStore) -> None:
+    """An attempt stored NONE before attribution's dates rule existed (or under another threshold)
+    fails today when its stored dates_unstated is above today's thresholds.dates_unstated; one
+    without the feature (no date in its question) is judged by its confidence alone."""
+    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS
+    from self_improving_rag.memory.store import Verdicts
+
+    for q, features in (("q1", {"dates_unstated": 1.0}), ("q2", {"dates_unstated": 0.5}),
+                        ("q3", {"dates_unstated": 0.0}), ("q4", {})):
+        _record_with_detail(store, q, {"features": features}, correct=True)
+    weights = {**{k: 0.0 for k in DEFAULT_WEIGHTS}, "bias": 5.0}  # every confidence clears the bar
+
+    def passing(**kw) -> int:
+        return store.strategy_counts(verdicts=Verdicts(weights, answer_threshold=0.5, **kw))[STRATEGY_A.key][0]
+
+    assert passing() == 4  # the default: the rule off, as before it existed
+    assert passing(dates_threshold=0.0) == 2  # q3 and q4
+    assert passing(dates_threshold=0.5) == 3
+    assert store.strategy_counts() == {STRATEGY_A.key: (4, 0)}  # without Verdicts: as stored
+
+
 def test_rejudged_bar_rises_with_the_attempt_number(store: MemoryStore) -> None:
     """A repair (attempt 2) must clear answer_threshold + retry_margin, as the engine asks."""
     from self_improving_rag.evaluation.calibration import confidence

@@ -313,6 +313,26 @@ def test_a_resumed_run_made_before_question_prior_is_not_scored_with_it(tmp_path
     assert _changed_settings(tmp_path, as_made) == ""
 
 
+def test_a_resumed_run_made_before_the_dates_rule_and_the_chosen_l2_is_not_judged_with_them(tmp_path):
+    """A run made before session 23 had no dates rule in attribution and fitted at l2 1: resuming
+    it with today's defaults would answer its later questions by other rules, so it is refused
+    unless both are set as the run had them."""
+    import re
+
+    from self_improving_rag.batch import _changed_settings
+    from self_improving_rag.config import Config, to_yaml
+
+    now = Config()
+    stored = re.sub(r"\n  (dates_unstated|l2): [^\n]*", "", to_yaml(now))
+    assert "dates_unstated" not in stored and "\n  l2:" not in stored
+    (tmp_path / "config.yaml").write_text(stored, encoding="utf-8")
+    changed = _changed_settings(tmp_path, now)
+    assert "thresholds.dates_unstated: 1.0 -> 0.0" in changed and "calibration.l2: 1.0 -> 'auto'" in changed
+    as_made = now.model_copy(update={"thresholds": now.thresholds.model_copy(update={"dates_unstated": 1.0}),
+                                     "calibration": now.calibration.model_copy(update={"l2": 1.0})})
+    assert _changed_settings(tmp_path, as_made) == ""
+
+
 def test_memory_options_of_other_actions_are_refused(tmp_path):
     from tests.memory.memory_testkit import make_answer
 
