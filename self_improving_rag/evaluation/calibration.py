@@ -318,6 +318,19 @@ def _scores(p: np.ndarray, y: np.ndarray) -> dict[str, Any]:
 #: leaves the priors.
 L2_GRID: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
 
+#: The penalty strength when the labels are too few to choose one (fewer than two groups, or
+#: one class, in a fold's training rows).
+DEFAULT_L2 = 1.0
+
+#: Folds of the choice made inside each training fold: with ``folds`` of its own, a cross-fit in
+#: 20 folds would make 20 × 20 × 7 fits.
+INNER_FOLDS = 5
+
+
+def _is_strength(v: Any) -> bool:
+    """Whether ``v`` is a penalty strength: a positive finite number, not a bool."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
 
 def choose_l2(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], groups: Sequence[Any] | None = None,
               folds: int = 5, seed: int = 0, grid: Sequence[float] = L2_GRID) -> float:
@@ -331,8 +344,7 @@ def choose_l2(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], groups: 
     Raises ValueError for an empty grid or a value that is not a positive finite number, and, as
     :func:`cross_fit` does, for rows that cannot be split."""
     grid = list(grid)
-    if not grid or any(not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0)
-                       for v in grid):
+    if not grid or not all(_is_strength(v) for v in grid):
         raise ValueError(f"grid must hold positive finite numbers, got {grid!r}")
     best_l2, best = None, math.inf
     for l2 in sorted(grid, reverse=True):  # strongest first, so a tie keeps the stronger pull
@@ -381,8 +393,7 @@ def cross_fit(
     confidences on all ``n_test`` rows; ``n_train`` is the smallest number of rows a fold was
     fitted on; ``l2`` lists the penalty each fold was fitted with.
     """
-    if not (l2 == "auto" or (isinstance(l2, (int, float)) and not isinstance(l2, bool) and math.isfinite(l2)
-                             and l2 > 0)):
+    if not (l2 == "auto" or _is_strength(l2)):
         raise ValueError(f"l2 must be a positive finite number or 'auto', got {l2!r}")
     X, y = _design(rows, labels)  # validates lengths and labels
     n = X.shape[0]
@@ -417,16 +428,6 @@ def cross_fit(
         "seed": seed,
         "l2": used,
     }
-
-
-#: The penalty strength when the labels are too few to choose one (fewer than two groups, or
-#: one class, in a fold's training rows).
-DEFAULT_L2 = 1.0
-
-
-#: Folds of the choice made inside each training fold: with ``folds`` of its own, a cross-fit in
-#: 20 folds would make 20 × 20 × 7 fits.
-INNER_FOLDS = 5
 
 
 def _choose_or_default(rows, labels, groups, folds: int, seed: int) -> float:

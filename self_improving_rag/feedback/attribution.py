@@ -49,9 +49,10 @@ def attribute(signals: Signals, thr: ThresholdsConfig) -> Attribution:
         return make("WEAK_RETRIEVAL", f"no claim of the answer is supported and most of its words are not in the "
                                       f"passages (e.g. {bad[0][:60]!r}): the evidence was probably not retrieved"
                     if bad else "no claim of the answer is supported: the evidence was probably not retrieved")
-    dates = _dates_unstated(signals)
-    if dates is not None and dates[0] > thr.dates_unstated:
-        return make("WEAK_RETRIEVAL", dates[1])
+    detail = signals.confidence.detail or {}
+    dates = (detail.get("features") or {}).get("dates_unstated")
+    if dates is not None and dates > thr.dates_unstated:
+        return make("WEAK_RETRIEVAL", _dates_reason(detail.get("dates_unstated") or {}))
     if fth is not None and fth < thr.faithfulness:
         bad = signals.faithfulness.detail.get("unsupported", [])
         named = f": unsupported claim {bad[0]!r}" if bad else ""
@@ -73,15 +74,9 @@ def _evidence_absent(signals: Signals) -> bool:
     return bool(claims) and all(c.get("lexical", 1.0) < 0.5 for c in claims)
 
 
-def _dates_unstated(signals: Signals) -> tuple[float, str] | None:
-    """The share of the question's dates that the answer's evidence does not state, with a reason
-    naming them, the evidence and what it dates instead, from the confidence's stored features;
-    None when it was not measured."""
-    detail = signals.confidence.detail or {}
-    value = (detail.get("features") or {}).get("dates_unstated")
-    if value is None:
-        return None
-    info = detail.get("dates_unstated") or {}
+def _dates_reason(info: dict) -> str:
+    """Why rule 3b fired, from the scorer's ``detail.dates_unstated``: the unstated dates, where it
+    looked, and the dates those passages name instead (or that they name none)."""
     unstated = info.get("unstated") or []
     what = (f"the question's date{'s' if len(unstated) > 1 else ''} " + ", ".join(repr(d) for d in unstated[:3])
             if unstated else "the question's dates")
@@ -90,7 +85,7 @@ def _dates_unstated(signals: Signals) -> tuple[float, str] | None:
     other = info.get("evidence_dates")
     instead = ("; they name " + ", ".join(repr(d) for d in other[:3]) if other
                else "; they name no date" if other is not None else "")
-    return value, f"{where} do not state {what}{instead}: the answer's evidence was probably not retrieved"
+    return f"{where} do not state {what}{instead}: the answer's evidence was probably not retrieved"
 
 
 def _weak_reason(signals: Signals, thr: ThresholdsConfig) -> str:
