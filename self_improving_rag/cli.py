@@ -497,7 +497,12 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
             print(f"(no outcome matches {args.arg!r})" if action == "search" else "(nothing yet)")
     else:
         for k, v in data.items():
-            print(f"{k}: {_short(v)}")
+            if isinstance(v, dict) and v and (k == "corpora" or _short(v).endswith("...")):  # one item a line
+                print(f"{k}:")
+                for name, x in v.items():
+                    print(f"  {name}: {_short(x)}")
+            else:
+                print(f"{k}: {_short(v)}")
     if action in ("stats", "strategies", "failures") and data and not args.json:
         uses = ("which the strategy policy prefers where they exist" if config.policy.use_labels
                 else "which the strategy policy ignores while policy.use_labels is false")
@@ -546,7 +551,7 @@ def _short(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.3f}"
     if isinstance(v, dict):
-        s = ", ".join(f"{k} {_short(x)}" for k, x in v.items())
+        s = ", ".join(f"{k} {_short(x)}" for k, x in v.items()) or "none"
     elif isinstance(v, list):
         s = "; ".join(_short(x) for x in v)
     else:
@@ -616,7 +621,7 @@ def cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
         result = calibrate_from_memory(store, min_labels=20 if args.min_labels is None else args.min_labels,
                                        seed=config.policy.seed,
                                        save=not args.dry_run, force=args.force, folds=config.calibration.folds,
-                                       l2=config.calibration.l2)
+                                       l2=config.calibration.l2, per_corpus=config.calibration.per_corpus)
     finally:
         store.close()
     if args.json:
@@ -642,13 +647,36 @@ def _print_calibration(result: dict) -> None:
           f"at least {held['n_train']} labels each; one question's answers share a fold)")
     print("(ECE if calibrated: what perfectly calibrated confidences would measure on this few labels; "
           "an ECE near it is sampling noise)")
-    print("weights: " + ", ".join(f"{k} {v:+.2f}" for k, v in result["weights"].items()))
+    by_corpus = held.get("by_corpus") or {}
+    if len(by_corpus) > 1:
+        own = result.get("corpus_fits") or {}
+        print("by corpus, each label held out (a corpus's own fit is pulled toward the fit on all labels, "
+              "by its own l2):")
+        for corpus, figures in by_corpus.items():
+            name = corpus if corpus is not None else "corpus not recorded (answers from before session 24)"
+            print(f"  {name} ({figures['n']} labels)")
+            lines = [("default weights", figures["before"]), ("one fit for every corpus", figures["pooled"])]
+            if corpus in own:
+                lines.append((f"its own fit (l2 {own[corpus]['l2']:g}), in use", figures["after"]))
+            for what, m in lines:
+                print(f"    {what:42s} {fmt(m['auroc'])}  {fmt(m['ece'])}  {fmt(m['brier'])}  {fmt(m.get('ece_floor'))}")
+            if corpus not in own:
+                why = ("its corpus is unknown" if corpus is None
+                       else "too few labelled answers of both kinds for a fit of its own")
+                print(f"    (scored by the fit on all labels: {why})")
+            else:
+                print("    its weights: " + ", ".join(f"{k} {v:+.2f}" for k, v in own[corpus]["weights"].items()))
+    print(("weights of the fit on all labels: " if len(by_corpus) > 1 else "weights: ")
+          + ", ".join(f"{k} {v:+.2f}" for k, v in result["weights"].items()))
     if "l2" in result:
         how = ("chosen from the labels: the lowest cross-fitted Brier score; each held-out fold chose its own"
                if result.get("l2_chosen") else "set by calibration.l2")
         print(f"pull toward the default weights: l2 {result['l2']:g} ({how})")
     if "fit_id" in result:
-        print(f"stored as fit {result['fit_id']}: used by every later answer (the latest fit wins; "
+        own = result.get("corpus_fits") or {}
+        with_own = (f", with a fit of their own for the {len(own)} corpora above that have one (their questions use it)"
+                    if own else "")
+        print(f"stored as fit {result['fit_id']}{with_own}: used by every later answer (the latest fit wins; "
               "`sirag calibrate --reset` goes back to the default weights)")
     elif result.get("not_stored"):
         print(f"not stored: {result['not_stored']}")

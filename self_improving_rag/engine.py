@@ -11,6 +11,7 @@ from typing import Callable
 
 from .config import Config
 from .errors import GenerationError, GeneratorUnavailableError, InputError
+from .evaluation.calibrate import weights_for
 from .evaluation.signals import SignalScorer, question_prior_needs
 from .feedback.attribution import attribute
 from .feedback.policy import StrategyPolicy, query_features
@@ -92,6 +93,8 @@ class Engine:
         self.memory = memory
         self.record = record
         self.searcher = Searcher(config, self.embedder, index_dir)
+        # The corpus this engine answers from, recorded with every outcome: its index folder, absolute.
+        self.corpus = str(self.searcher.index.root.resolve())
         if config.retrieval.llm_judge_top > 0:
             self.searcher.judge = lambda messages: self.generator.yes_probability(messages)
         self._policy: StrategyPolicy | None = None
@@ -121,16 +124,20 @@ class Engine:
                         "re-ingest with ingestion.chunkers including %s)", default.chunker, available[0],
                         default.chunker)
             default = replace(default, chunker=available[0])
-        weights = None
+        weights = fit = None
         if self.memory is not None:
             if self.config.calibration.auto_fit and self.record:
                 self._auto_calibrate()
             fit = self.memory.latest_calibration()
-            weights = fit.get("weights") if fit else None
+            # This corpus's own fit when the stored fit made one (calibration.per_corpus).
+            weights = weights_for(fit, self.corpus if self.config.calibration.per_corpus else None)
         verdicts = None
         if self.config.policy.rejudge:
-            verdicts = Verdicts(weights, self.config.loop.answer_threshold, self.config.loop.retry_margin,
-                                self.config.thresholds.confidence, self.config.thresholds.dates_unstated)
+            own = ({c: f["weights"] for c, f in fit.get("corpus_fits", {}).items()}
+                   if fit and self.config.calibration.per_corpus else {})
+            verdicts = Verdicts(fit.get("weights") if fit else None, self.config.loop.answer_threshold,
+                                self.config.loop.retry_margin, self.config.thresholds.confidence,
+                                self.config.thresholds.dates_unstated, own or None)
         policy = StrategyPolicy(self.config.policy, default, self.memory, available, verdicts)
         r = self.config.retrieval
         self._scorer = SignalScorer(self.config.scoring, self.searcher.embed_cached, self.generator, weights,
@@ -218,7 +225,7 @@ class Engine:
         if self.record and self.memory is not None:
             t = time.perf_counter()
             outcome_id = self.memory.record(answer, features=features.__dict__, run_id=run_id, item_id=item_id,
-                                            success_threshold=self.config.loop.answer_threshold)
+                                            success_threshold=self.config.loop.answer_threshold, corpus=self.corpus)
             timings = {**answer.timings_ms, "memory": (time.perf_counter() - t) * 1000}
             timings["total"] = (time.perf_counter() - t_start) * 1000
             answer = replace(answer, outcome_id=outcome_id, timings_ms=timings)

@@ -57,7 +57,9 @@ def test_ingest_ask_json_and_memory(tmp_path):
     r = run(["memory", "stats", "--json"], tmp_path, ov)
     stats = json.loads(r.stdout)
     assert stats["outcomes"] == 2
-    assert stats["calibration"] == {"weights": "default", "fitted_on": 0, "labelled_answers": 0, "new_since_weights": 0,
+    assert stats["corpora"] == {str((tmp_path / "index").resolve()): 2}
+    assert stats["calibration"] == {"weights": "default", "fitted_on": 0, "corpus_fits": {}, "labelled_answers": 0,
+                                    "new_since_weights": 0,
                                     "automatic_fit": "after 50 more labelled answers"}
     r = run(["memory", "search", "lighthouse"], tmp_path, ov)
     assert r.returncode == 0 and "lighthouse" in r.stdout.lower()
@@ -86,7 +88,9 @@ def test_ingest_ask_json_and_memory(tmp_path):
     assert json.loads(r.stdout)["outcomes"] == 2
     assert json.loads(r.stdout)["calibration"]["weights"] == "fit 1"
     r = run(["memory", "stats"], tmp_path, ov + ["calibration.auto_fit=false"])
-    assert "calibration: weights fit 1, fitted_on 20, labelled_answers 0, new_since_weights 0, automatic_fit off\n" in r.stdout
+    assert ("calibration: weights fit 1, fitted_on 20, corpus_fits none, labelled_answers 0, new_since_weights 0, "
+            "automatic_fit off\n") in r.stdout
+    assert f"corpora:\n  {(tmp_path / 'index').resolve()}: 2\n" in r.stdout
     oid = data["outcome_id"]
     r = run(["feedback", oid[:10], "--correct"], tmp_path, ov)
     assert r.returncode == 0, r.stderr

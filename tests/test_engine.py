@@ -578,3 +578,33 @@ def test_the_engine_reads_the_question_while_the_answer_prompt_is_evaluated(make
     gen.reader = reader
     detail = engine.ask(question, loop=False).attempts[0].signals.confidence.detail
     assert gen.prompt_reads == [] and detail["features"]["question_prior"] is None
+
+
+@pytest.mark.parametrize("per_corpus", [True, False])
+def test_the_engine_records_its_corpus_and_answers_with_that_corpus_fit(tmp_path, make_engine, per_corpus):
+    """Every outcome is recorded with the engine's index folder; a stored fit with a fit of its
+    own for that corpus gives the engine (and the policy's verdicts) those weights, unless
+    calibration.per_corpus is off."""
+    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS
+    from self_improving_rag.memory import MemoryStore
+
+    cfg = load_config(None, fake_overrides(tmp_path) + ["calibration.auto_fit=false",
+                                                        f"calibration.per_corpus={str(per_corpus).lower()}"])
+    corpus = str((tmp_path / "index").resolve())
+    pooled, own, other = ({**DEFAULT_WEIGHTS, "bias": b} for b in (0.5, 3.0, -3.0))
+    path = tmp_path / "memory" / "memory.db"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with MemoryStore(path) as store:
+        store.save_calibration(pooled, 40, {}, corpus_fits={corpus: {"weights": own, "n": 30, "l2": 1.0},
+                                                            "/elsewhere": {"weights": other, "n": 30, "l2": 1.0}})
+    engine, gen, store = make_engine([GOOD], config=cfg)
+    ans = engine.ask("Who saved the sailors of the Greyling in the storm?")
+    assert engine.corpus == corpus
+    assert store.show(ans.outcome_id)["corpus"] == corpus
+    verdicts = engine.policy.verdicts
+    assert verdicts.weights == pooled
+    if per_corpus:
+        assert engine._scorer.weights == own
+        assert verdicts.corpus_weights == {corpus: own, "/elsewhere": other}
+    else:
+        assert engine._scorer.weights == pooled and verdicts.corpus_weights is None

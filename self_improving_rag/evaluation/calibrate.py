@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 from ..errors import InputError
-from .calibration import DEFAULT_WEIGHTS, answer_words, choose_l2, cross_fit, evaluate_fit, fit_weights
+from .calibration import DEFAULT_WEIGHTS, answer_words, choose_l2, cross_fit, evaluate_fit, fit_corpora, fit_weights
+
+
+def weights_for(fit: dict | None, corpus: str | None) -> dict | None:
+    """The weights a stored fit (:meth:`MemoryStore.latest_calibration`) gives questions on
+    ``corpus``: that corpus's own fit when it has one, else the fit on all labels; None without
+    a fit (the default weights)."""
+    if not fit:
+        return None
+    own = (fit.get("corpus_fits") or {}).get(corpus) if corpus is not None else None
+    return own["weights"] if own else fit.get("weights")
 
 
 def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool = True, force: bool = False,
-                          folds: int = 5, l2: float | str = "auto") -> dict:
+                          folds: int = 5, l2: float | str = "auto", per_corpus: bool = True) -> dict:
     """Cross-fit for honest before/after figures, then fit on all labels and store the weights.
 
     ``l2`` is the fit's penalty strength, or ``"auto"``: chosen by :func:`choose_l2` on all labels
@@ -19,6 +29,12 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
     proper score: it rewards both ranking and calibration) is worse than the default weights' on
     the same labels is not stored unless ``force``: ``result["stored"]`` is False and
     ``result["not_stored"]`` says why.
+
+    With ``per_corpus``, when the labels come from more than one corpus, every corpus with at
+    least ``min_labels`` labelled answers of both kinds also gets a fit of its own, pulled toward
+    the fit on all labels (:func:`fit_corpora`); the cross-fit then scores each label as the
+    engine would (by its corpus's fit where there is one), ``result["held_out"]["by_corpus"]``
+    gives each corpus's figures, and ``result["corpus_fits"]`` the fits, stored with the other.
     """
     rows = [{**r, "answer_words": answer_words(r.get("answer"), bool(r.get("refusal")))}
             for r in store.labelled_attempts()]
@@ -33,13 +49,21 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
     if len(set(labels)) < 2:
         raise InputError("all labels are the same; calibration needs both correct and wrong answers")
     groups = [r.get("question_id") or r["outcome_id"] for r in rows]
-    held_out = cross_fit(rows, labels, seed=seed, folds=folds, groups=groups, l2=l2)
+    corpora = [r.get("corpus") for r in rows] if per_corpus else None
+    held_out = cross_fit(rows, labels, seed=seed, folds=folds, groups=groups, l2=l2, corpora=corpora,
+                         corpus_min=min_labels)
     strength = choose_l2(rows, labels, groups, folds=folds, seed=seed) if l2 == "auto" else float(l2)
     weights = fit_weights(rows, labels, l2=strength)
+    own = {} if corpora is None else fit_corpora(rows, labels, groups, corpora, weights, l2=l2, folds=folds, seed=seed,
+                                                 min_labels=min_labels)
+    for key, fit in own.items():
+        figures = held_out["by_corpus"][key]
+        fit["held_out"] = {m: {k: figures[m].get(k) for k in ("auroc", "ece", "brier")}
+                           for m in ("before", "pooled", "after")}
     before = held_out["before"]  # the default weights on all labels: the cross-fit scored them already
-    after = evaluate_fit(rows, labels, weights)
+    after = evaluate_fit(rows, labels, weights, corpora, own)
     result = {"n": len(rows), "held_out": held_out, "in_sample_before": before, "in_sample_after": after,
-              "weights": weights, "l2": strength, "l2_chosen": l2 == "auto"}
+              "weights": weights, "l2": strength, "l2_chosen": l2 == "auto", "corpus_fits": own}
     b_before, b_after = held_out["before"].get("brier"), held_out["after"].get("brier")
     worse = not force and b_before is not None and b_after is not None and b_after > b_before
     # A dry run says what a real run would do: store the fit, or refuse it as below.
@@ -60,7 +84,7 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
         metrics = {"auroc_before": held_out.get("before", {}).get("auroc"), "auroc_after": held_out.get("after", {}).get("auroc"),
                    "ece_before": held_out.get("before", {}).get("ece"), "ece_after": held_out.get("after", {}).get("ece"),
                    "l2": strength}
-        result["fit_id"] = store.save_calibration(weights, len(rows), metrics)
+        result["fit_id"] = store.save_calibration(weights, len(rows), metrics, corpus_fits=own or None)
     return result
 
 
@@ -79,7 +103,7 @@ def _new_labels(store, fit: dict | None) -> int:
 
 
 def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, folds: int = 5,
-                   l2: float | str = "auto") -> dict | None:
+                   l2: float | str = "auto", per_corpus: bool = True) -> dict | None:
     """Fit the confidence weights from memory's labels when enough new ones have arrived.
 
     Due when the store holds at least ``min_labels`` labelled answers and, if weights were stored
@@ -95,7 +119,8 @@ def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, fold
     if fit is not None and _new_labels(store, fit) < refit_after:
         return None
     try:
-        return calibrate_from_memory(store, min_labels=min_labels, seed=seed, save=True, folds=folds, l2=l2)
+        return calibrate_from_memory(store, min_labels=min_labels, seed=seed, save=True, folds=folds, l2=l2,
+                                     per_corpus=per_corpus)
     except InputError:  # every label the same: nothing to fit
         return None
 
@@ -105,7 +130,7 @@ def auto_calibrate_with(store, config) -> str | None:
     line :func:`describe_auto_fit` gives for what it did, or None when nothing was due."""
     c = config.calibration
     result = auto_calibrate(store, c.auto_min_labels, c.auto_refit_after, seed=config.policy.seed, folds=c.folds,
-                            l2=c.l2)
+                            l2=c.l2, per_corpus=c.per_corpus)
     return None if result is None else describe_auto_fit(result)
 
 
@@ -120,14 +145,23 @@ def describe_auto_fit(result: dict) -> str:
         return f"automatic calibration on {result['n']} labelled answers not stored: {result.get('not_stored', '')}"
     return (f"confidence calibrated on the {result['n']} labelled answers in memory (held-out AUROC "
             f"{fmt(held['before']['auroc'])} -> {fmt(held['after']['auroc'])}, ECE {fmt(held['before']['ece'])} -> "
-            f"{fmt(held['after']['ece'])}); fit {result['fit_id']} is in use (calibration.auto_fit)")
+            f"{fmt(held['after']['ece'])}); fit {result['fit_id']} is in use (calibration.auto_fit)"
+            + _corpus_note(result))
+
+
+def _corpus_note(result: dict) -> str:
+    own = result.get("corpus_fits") or {}
+    if not own:
+        return ""
+    return f", with a fit of their own for {len(own)} corpus{'' if len(own) == 1 else 'es'} ({', '.join(sorted(own))})"
 
 
 def calibration_status(store, auto_fit: bool, min_labels: int, refit_after: int) -> dict:
     """The confidence weights in use and when an automatic fit comes (``sirag memory stats``).
 
     ``weights``: ``default`` or ``fit ID``; ``fitted_on``: its labelled answers (0 for the
-    defaults); ``labelled_answers``: in the store now, ``new_since_weights`` of them labelled
+    defaults); ``corpus_fits``: each corpus with a fit of its own made with it, and that fit's
+    labelled answers; ``labelled_answers``: in the store now, ``new_since_weights`` of them labelled
     after the weights in use were stored; ``automatic_fit``: ``off``, ``due`` (the next start
     fits) or how many more labelled answers it waits for.
     """
@@ -137,6 +171,7 @@ def calibration_status(store, auto_fit: bool, min_labels: int, refit_after: int)
     new = _new_labels(store, fit)
     wait = max(min_labels - n, 0 if fit is None else refit_after - new, 0)
     return {"weights": "default" if default else f"fit {fit['id']}", "fitted_on": 0 if default else int(fit["n"]),
+            "corpus_fits": {c: int(f["n"]) for c, f in (fit or {}).get("corpus_fits", {}).items()},
             "labelled_answers": n, "new_since_weights": new,
             "automatic_fit": ("off" if not auto_fit else "due" if wait == 0
                               else f"after {wait} more labelled answer{'' if wait == 1 else 's'}")}

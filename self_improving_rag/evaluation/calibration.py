@@ -51,6 +51,8 @@ __all__ = [
     "evaluate_fit",
     "cross_fit",
     "choose_l2",
+    "fit_corpora",
+    "own_fit_corpora",
     "L2_GRID",
     "answer_words",
     "complete_weights",
@@ -280,9 +282,12 @@ def fit_weights(
 
 
 def evaluate_fit(
-    rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], weights: Mapping[str, float] | None = None
+    rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], weights: Mapping[str, float] | None = None,
+    corpora: Sequence[str | None] | None = None, corpus_fits: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Score ``weights`` on labelled rows: AUROC and ECE of the confidences, and Brier score.
+    With ``corpora`` (each row's corpus) and ``corpus_fits`` (:func:`fit_corpora`), a row whose
+    corpus has a fit of its own is scored by that fit's weights instead, as the engine would.
 
     brier = mean_j (p_j − y_j)². ``ece_floor`` is the ECE these confidences would show if they
     were perfectly calibrated, on this many labels (:func:`ece_noise_floor`): an ECE near it is
@@ -294,7 +299,13 @@ def evaluate_fit(
     if X.shape[0] == 0:
         return {"auroc": None, "ece": None, "ece_floor": None, "brier": None, "n": 0,
                 "notes": {"all": "undefined: no rows"}}
-    return _scores(_sigmoid(X @ w), y)
+    p = _sigmoid(X @ w)
+    for key, fit in (corpus_fits or {}).items():
+        if corpora is None:
+            raise ValueError("corpus_fits needs corpora: the corpus of each row")
+        mask = np.asarray([c == key for c in corpora])
+        p[mask] = _sigmoid(X[mask] @ _weight_vector(fit["weights"]))
+    return _scores(p, y)
 
 
 def _scores(p: np.ndarray, y: np.ndarray) -> dict[str, Any]:
@@ -333,13 +344,16 @@ def _is_strength(v: Any) -> bool:
 
 
 def choose_l2(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], groups: Sequence[Any] | None = None,
-              folds: int = 5, seed: int = 0, grid: Sequence[float] = L2_GRID) -> float:
+              folds: int = 5, seed: int = 0, grid: Sequence[float] = L2_GRID,
+              prior: Mapping[str, float] | None = None) -> float:
     """The penalty strength of :func:`fit_weights` for these labels: the value of ``grid`` whose
     cross-fit (:func:`cross_fit`, ``folds`` folds seeded by ``seed``, ``groups`` kept whole) has
     the lowest Brier score, the stronger one on a tie (within 1e-9). Labels that agree with the
     priors then keep the fit near them, and many that disagree let it move: on SQuAD's 96
     labelled answers of one half a strength of 0.03–0.1 ranks answers better than 1
     (docs/results.md, session 23).
+
+    ``prior`` is the weights the fits are pulled toward (default :data:`DEFAULT_WEIGHTS`).
 
     Raises ValueError for an empty grid or a value that is not a positive finite number, and, as
     :func:`cross_fit` does, for rows that cannot be split."""
@@ -348,7 +362,7 @@ def choose_l2(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], groups: 
         raise ValueError(f"grid must hold positive finite numbers, got {grid!r}")
     best_l2, best = None, math.inf
     for l2 in sorted(grid, reverse=True):  # strongest first, so a tie keeps the stronger pull
-        brier = cross_fit(rows, labels, seed=seed, l2=l2, folds=folds, groups=groups)["after"]["brier"]
+        brier = cross_fit(rows, labels, seed=seed, l2=l2, folds=folds, groups=groups, prior=prior)["after"]["brier"]
         if brier < best - 1e-9:
             best_l2, best = float(l2), brier
     return best_l2
@@ -377,21 +391,33 @@ def _folds(y: np.ndarray, groups: Sequence[Any], folds: int, seed: int) -> np.nd
 
 def cross_fit(
     rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], seed: int = 0, l2: float | str = 1.0, folds: int = 5,
-    groups: Sequence[Any] | None = None,
+    groups: Sequence[Any] | None = None, prior: Mapping[str, float] | None = None,
+    corpora: Sequence[str | None] | None = None, corpus_min: int = 20,
 ) -> dict[str, Any]:
     """K-fold cross-fitting: every label is held out once and scored by weights fitted on the others.
 
     The rows are dealt into ``folds`` folds (fewer when there are fewer groups), balanced by
     label, with all rows of one group in one fold (``groups``: e.g. the question asked; default:
     every row its own group); the split is seeded by ``seed``. For each fold the weights are
-    fitted on the other folds and give the fold's confidences; the pooled confidences of all
-    rows are then scored, so AUROC, ECE and Brier rest on every label instead of one held-out
-    half. With ``l2="auto"`` each fold's penalty is chosen by :func:`choose_l2` on that fold's
-    training rows alone (a cross-fit inside the cross-fit), so the held-out figures include the
-    choice. Returns ``{"before", "after", "folds", "n_train", "n_test", "seed", "l2"}``:
-    ``before`` and ``after`` are :func:`evaluate_fit` results of the default and the cross-fitted
-    confidences on all ``n_test`` rows; ``n_train`` is the smallest number of rows a fold was
-    fitted on; ``l2`` lists the penalty each fold was fitted with.
+    fitted on the other folds (pulled toward ``prior``, default :data:`DEFAULT_WEIGHTS`) and give
+    the fold's confidences; the pooled confidences of all rows are then scored, so AUROC, ECE and
+    Brier rest on every label instead of one held-out half. With ``l2="auto"`` each fold's
+    penalty is chosen by :func:`choose_l2` on that fold's training rows alone (a cross-fit inside
+    the cross-fit), so the held-out figures include the choice.
+
+    ``corpora`` (the corpus each row was answered from, None where unknown) fits per corpus as
+    the engine's calibration does (:func:`fit_corpora`): in each fold, every corpus whose
+    training rows qualify (:func:`own_fit_corpora`, ``corpus_min`` labels) gets a fit of its own
+    pulled toward the fold's fit on all rows, and scores its held-out rows with it; the other
+    rows are scored by the fit on all rows.
+
+    Returns ``{"before", "after", "folds", "n_train", "n_test", "seed", "l2"}``: ``before`` and
+    ``after`` are :func:`evaluate_fit` results of the default and the cross-fitted confidences on
+    all ``n_test`` rows; ``n_train`` is the smallest number of rows a fold was fitted on; ``l2``
+    lists the penalty each fold was fitted with. With ``corpora`` also ``by_corpus``: for each
+    corpus key, its ``n`` rows, ``own_folds`` (in how many folds it had a fit of its own) and
+    the scores on its rows of the default weights (``before``), of the fits on all rows alone
+    (``pooled``) and of the per-corpus scheme (``after``).
     """
     if not (l2 == "auto" or _is_strength(l2)):
         raise ValueError(f"l2 must be a positive finite number or 'auto', got {l2!r}")
@@ -404,22 +430,35 @@ def cross_fit(
     groups = list(range(n)) if groups is None else list(groups)
     if len(groups) != n:
         raise ValueError(f"groups has {len(groups)} items but rows has {n}")
+    if corpora is not None and len(corpora) != n:
+        raise ValueError(f"corpora has {len(corpora)} items but rows has {n}")
     k = min(folds, len(set(groups)))
     if k < 2:
         raise ValueError("cross_fit needs at least 2 groups to split; every row here belongs to one")
     fold = _folds(y, groups, k, seed)
     p = np.zeros(n)
+    pooled = np.zeros(n)
     used: list[float] = []
+    own_folds: dict[Any, int] = {}
     for f in range(k):
         train = np.flatnonzero(fold != f)
         train_rows, train_labels = [rows[i] for i in train], [labels[i] for i in train]
+        train_groups = [groups[i] for i in train]
         fold_l2 = float(l2) if l2 != "auto" else _choose_or_default(
-            train_rows, train_labels, [groups[i] for i in train], folds, seed)
+            train_rows, train_labels, train_groups, folds, seed, prior)
         used.append(fold_l2)
-        w = fit_weights(train_rows, train_labels, l2=fold_l2)
+        w = fit_weights(train_rows, train_labels, l2=fold_l2, prior=prior)
         held = fold == f
-        p[held] = _sigmoid(X[held] @ _weight_vector(w))
-    return {
+        p[held] = pooled[held] = _sigmoid(X[held] @ _weight_vector(w))
+        if corpora is None:
+            continue
+        own = fit_corpora(train_rows, train_labels, train_groups, [corpora[i] for i in train], w, l2=l2,
+                          folds=min(folds, INNER_FOLDS), seed=seed, min_labels=corpus_min)
+        for key, fit in own.items():
+            mask = held & np.asarray([c == key for c in corpora])
+            p[mask] = _sigmoid(X[mask] @ _weight_vector(fit["weights"]))
+            own_folds[key] = own_folds.get(key, 0) + 1
+    out = {
         "before": evaluate_fit(rows, labels, DEFAULT_WEIGHTS),
         "after": _scores(p, y),
         "folds": k,
@@ -428,11 +467,58 @@ def cross_fit(
         "seed": seed,
         "l2": used,
     }
+    if corpora is not None:
+        default = _sigmoid(X @ _weight_vector(DEFAULT_WEIGHTS))
+        out["by_corpus"] = {}
+        for key in dict.fromkeys(corpora):
+            mask = np.asarray([c == key for c in corpora])
+            out["by_corpus"][key] = {"n": int(mask.sum()), "own_folds": own_folds.get(key, 0),
+                                     "before": _scores(default[mask], y[mask]),
+                                     "pooled": _scores(pooled[mask], y[mask]), "after": _scores(p[mask], y[mask])}
+    return out
 
 
-def _choose_or_default(rows, labels, groups, folds: int, seed: int) -> float:
-    """:func:`choose_l2` on a fold's training rows (in at most :data:`INNER_FOLDS` folds), or
-    :data:`DEFAULT_L2` when they cannot be split into folds with both labels."""
+def own_fit_corpora(corpora: Sequence[str | None], labels: Sequence[Any], min_labels: int) -> list[str]:
+    """The corpora that get a fit of their own: those with at least ``min_labels`` labelled rows
+    of both classes, when the rows come from more than one corpus (rows of an unknown corpus,
+    None, count as one more, but never get a fit of their own). With one corpus the fit on all
+    rows is already that corpus's."""
+    if len(set(corpora)) < 2:
+        return []
+    seen: dict[str, set[int]] = {}
+    count: dict[str, int] = {}
+    for c, v in zip(corpora, labels):
+        if c is not None:
+            seen.setdefault(c, set()).add(int(v))
+            count[c] = count.get(c, 0) + 1
+    return [c for c in seen if count[c] >= min_labels and len(seen[c]) == 2]
+
+
+def fit_corpora(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], groups: Sequence[Any],
+                corpora: Sequence[str | None], pooled: Mapping[str, float], l2: float | str = "auto",
+                folds: int = 5, seed: int = 0, min_labels: int = 20) -> dict[str, dict[str, Any]]:
+    """A fit of its own for every corpus :func:`own_fit_corpora` names, on that corpus's rows,
+    pulled toward ``pooled`` (the fit on all rows) instead of the default weights: a corpus with
+    few labels stays near what all corpora share, one with many moves to its own. ``l2`` is the
+    penalty, or ``"auto"``: chosen per corpus by :func:`choose_l2` (``folds``, ``seed``), toward
+    ``pooled``. Confidence does not carry across corpora: on SQuAD and sherlock_dev one fit on
+    both ranks sherlock_dev's answers at 0.68 AUROC, their own fits at 0.83 (docs/results.md,
+    session 24). Returns ``{corpus: {"weights", "n", "l2"}}``."""
+    out: dict[str, dict[str, Any]] = {}
+    for key in own_fit_corpora(corpora, labels, min_labels):
+        idx = [i for i, c in enumerate(corpora) if c == key]
+        c_rows, c_labels, c_groups = [rows[i] for i in idx], [labels[i] for i in idx], [groups[i] for i in idx]
+        strength = float(l2) if l2 != "auto" else _choose_or_default(c_rows, c_labels, c_groups, folds, seed, pooled,
+                                                                     inner=False)
+        out[key] = {"weights": fit_weights(c_rows, c_labels, l2=strength, prior=pooled), "n": len(idx),
+                    "l2": strength}
+    return out
+
+
+def _choose_or_default(rows, labels, groups, folds: int, seed: int, prior: Mapping[str, float] | None = None,
+                       inner: bool = True) -> float:
+    """:func:`choose_l2` on a fold's training rows (in at most :data:`INNER_FOLDS` folds, unless
+    not ``inner``), or :data:`DEFAULT_L2` when they cannot be split into folds with both labels."""
     if len({int(v) for v in labels}) < 2 or len(set(groups)) < 2:
         return DEFAULT_L2
-    return choose_l2(rows, labels, groups, folds=min(folds, INNER_FOLDS), seed=seed)
+    return choose_l2(rows, labels, groups, folds=min(folds, INNER_FOLDS) if inner else folds, seed=seed, prior=prior)

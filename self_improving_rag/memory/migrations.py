@@ -144,3 +144,12 @@ def migration_names() -> list[str]:
     # through the public API instead of the set's private list.
     with Database(memory=True, execute_plugins=False) as empty:
         return [m.name for m in MIGRATIONS.pending(empty)]
+
+
+@MIGRATIONS()
+def m004_add_corpus_columns(db: Database) -> None:
+    """Tie each outcome to the corpus (index folder) it was answered from, and keep the
+    per-corpus confidence fits made with a calibration fit. Outcomes recorded before stay NULL:
+    their corpus is unknown."""
+    db.execute("ALTER TABLE outcomes ADD COLUMN corpus TEXT")
+    db.execute("ALTER TABLE calibration_fits ADD COLUMN corpus_fits_json TEXT")

@@ -170,6 +170,9 @@ class Verdicts:
     also fails when its stored ``dates_unstated`` is above ``dates_threshold``
     (``thresholds.dates_unstated``, attribution's rule 3b, which comes before the confidence):
     attempts recorded before that rule, or under another threshold, are judged by today's.
+    ``corpus_weights`` maps a corpus to the weights its own fit gives (the stored fit's
+    ``corpus_fits``): an outcome recorded on that corpus is judged by them, as the engine would
+    judge it today; the others by ``weights``.
     """
 
     weights: dict[str, float] | None = None  # None: DEFAULT_WEIGHTS
@@ -177,6 +180,7 @@ class Verdicts:
     retry_margin: float = 0.0
     confidence_floor: float = 0.0
     dates_threshold: float = 1.0  # 1: no attempt fails by its dates (the rule off)
+    corpus_weights: dict[str, dict[str, float]] | None = None
 
 
 def _stored_feature_sql(name: str) -> str:
@@ -206,18 +210,26 @@ _COLUMN_SQL = {
 assert set(_COLUMN_SQL) == set(FEATURES), "every confidence feature needs its column here"
 
 
+def _weight_sql(name: str) -> str:
+    # The outcome's corpus's own weight (cw: a row of :corpus_weights joined on o.corpus), else
+    # the weight of the fit on all labels.
+    return f"COALESCE(json_extract(cw.value, '$.{name}'), :w_{name})"
+
+
 def _feature_sql(name: str) -> str:
     x = f"COALESCE({_COLUMN_SQL[name]}, :n_{name})"
     if name == "mean_logprob":
         x = f"MIN(MAX({x}, :logprob_floor), 0.0)"
     elif name in QUESTION_FEATURES:
         x = f"MIN(MAX({x}, :question_fit_floor), 0.0)"
-    return f":w_{name} * {x}"
+    return f"{_weight_sql(name)} * {x}"
 
 
 # The confidence, σ(bias + Σ w_i · x_i), from an attempt's stored features as
-# calibration.confidence computes it, and the attempt's bar as the engine sets it.
-_CONFIDENCE_SQL = "sirag_sigmoid(:w_bias + " + " + ".join(_feature_sql(f) for f in FEATURES) + ")"
+# calibration.confidence computes it, and the attempt's bar as the engine sets it. A query that
+# uses it joins the weights of the outcome's corpus: _CORPUS_WEIGHTS_JOIN.
+_CONFIDENCE_SQL = f"sirag_sigmoid({_weight_sql('bias')} + " + " + ".join(_feature_sql(f) for f in FEATURES) + ")"
+_CORPUS_WEIGHTS_JOIN = "LEFT JOIN json_each(:corpus_weights) cw ON cw.key = o.corpus"
 _BAR_SQL = "MAX(:floor, MIN(1.0, :threshold + :margin * (a.number - 1)))"
 
 
@@ -228,6 +240,8 @@ def _verdict_params(verdicts: Verdicts | None) -> dict[str, float]:
     weights = complete_weights(verdicts.weights if verdicts is not None else None)
     params.update({f"w_{k}": v for k, v in weights.items()})
     params.update({f"n_{k}": v for k, v in NEUTRAL_VALUES.items()})
+    own = (verdicts.corpus_weights if verdicts is not None else None) or {}
+    params["corpus_weights"] = json.dumps({c: complete_weights(w) for c, w in own.items()})
     if verdicts is not None:
         params.update(floor=float(verdicts.confidence_floor), threshold=float(verdicts.answer_threshold),
                       margin=float(verdicts.retry_margin), dates_threshold=float(verdicts.dates_threshold))
@@ -546,8 +560,12 @@ class MemoryStore:
         run_id: str | None = None,
         item_id: str | None = None,
         success_threshold: float = 0.5,
+        corpus: str | None = None,
     ) -> str:
         """Write the question, the outcome and every attempt in one transaction.
+
+        ``corpus`` names the corpus the question was answered from (the engine gives its index
+        folder), so that calibration can fit each corpus's confidence on its own labels.
 
         Returns the outcome id. When ``run_id`` and ``item_id`` are both given and that
         pair is already recorded, returns the existing id and writes nothing, so a
@@ -559,7 +577,7 @@ class MemoryStore:
             raise ValueError(f"answer must be an Answer, got {type(answer).__name__}")
         if not 0.0 <= success_threshold <= 1.0:
             raise ValueError(f"success_threshold must be in [0, 1], got {success_threshold!r}")
-        for name, value in (("run_id", run_id), ("item_id", item_id)):
+        for name, value in (("run_id", run_id), ("item_id", item_id), ("corpus", corpus)):
             if value is not None and not isinstance(value, str):
                 raise ValueError(f"{name} must be a str or None, got {value!r}")
         if features is not None and not isinstance(features, dict):
@@ -597,6 +615,7 @@ class MemoryStore:
             "run_id": run_id,
             "item_id": item_id,
             "features_json": None if features is None else _dumps(features),
+            "corpus": corpus,
         }
         attempt_rows = [self._attempt_row(outcome_id, a, now) for a in attempts]
 
@@ -681,11 +700,13 @@ class MemoryStore:
 
         return self._write(write)
 
-    def save_calibration(self, weights: dict, n: int, metrics: dict) -> int:
+    def save_calibration(self, weights: dict, n: int, metrics: dict, corpus_fits: dict | None = None) -> int:
         """Store a fitted confidence calibration; returns its id.
 
         ``metrics`` keys ``auroc_before``, ``auroc_after``, ``ece_before``, ``ece_after``
-        fill their columns; every metric is also kept in ``metrics_json``.
+        fill their columns; every metric is also kept in ``metrics_json``. ``corpus_fits`` maps a
+        corpus to its own fit made with this one (``{"weights", "n", "l2", ...}``): the weights
+        for questions on that corpus, ``weights`` for the others.
         """
         if not isinstance(weights, dict) or not weights:
             raise ValueError(f"weights must be a non-empty dict, got {weights!r}")
@@ -693,6 +714,10 @@ class MemoryStore:
             raise ValueError(f"n must be a non-negative int, got {n!r}")
         if not isinstance(metrics, dict):
             raise ValueError(f"metrics must be a dict, got {metrics!r}")
+        for key, fit in (corpus_fits or {}).items():
+            if not (isinstance(key, str) and isinstance(fit, dict) and isinstance(fit.get("weights"), dict)
+                    and fit["weights"]):
+                raise ValueError(f"corpus_fits must map a corpus name to a dict with weights, got {key!r}: {fit!r}")
 
         def metric(key: str) -> float | None:
             value = metrics.get(key)
@@ -707,6 +732,7 @@ class MemoryStore:
             "ece_before": metric("ece_before"),
             "ece_after": metric("ece_after"),
             "metrics_json": _dumps(metrics),
+            "corpus_fits_json": _dumps(corpus_fits) if corpus_fits else None,
         }
 
         def write() -> int:
@@ -838,6 +864,7 @@ class MemoryStore:
                            LAG(a.failure) OVER (PARTITION BY a.outcome_id ORDER BY a.number) AS prev_failure
                     FROM attempts a JOIN outcomes o ON o.id = a.outcome_id
                     LEFT JOIN latest l ON l.outcome_id = o.id AND l.rn = 1
+                    {_CORPUS_WEIGHTS_JOIN}
                 ) WHERE repair IS NOT NULL
             )"""
 
@@ -860,6 +887,7 @@ class MemoryStore:
                    SUM({self._SUCCESS}) AS ok, SUM(NOT ({self._SUCCESS})) AS bad
             FROM attempts a JOIN outcomes o ON o.id = a.outcome_id
             LEFT JOIN latest l ON l.outcome_id = o.id AND l.rn = 1
+            {_CORPUS_WEIGHTS_JOIN}
             WHERE (NOT :first_only
                    OR a.number = (SELECT MIN(f.number) FROM attempts f WHERE f.outcome_id = a.outcome_id))
               AND (:qc IS NULL OR o.query_class = :qc)
@@ -914,8 +942,8 @@ class MemoryStore:
         wins), source, question_fit (from the stored signals; None where it was not read, or was
         read by session 19's version, which kept no question tokens), question_prior (None
         where it was not read, as before session 21), dates_unstated (None for a question without
-        a date, and before session 22) and explanation (None before session 22). Signal values
-        may be None.
+        a date, and before session 22), explanation (None before session 22) and corpus (the
+        corpus it was answered from; None before session 24). Signal values may be None.
         Refused outcomes are left out: confidence is the probability that a given answer is
         correct, and a label on a refusal ("rightly refused") says nothing about that.
         """
@@ -926,7 +954,8 @@ class MemoryStore:
                    a.coverage, a.redundancy, a.grounding, a.faithfulness, a.confidence,
                    a.refusal, a.mean_logprob, a.answer, a.failure, l.label, l.source,
                    {_QUESTION_FIT_SQL} AS question_fit, {_QUESTION_PRIOR_SQL} AS question_prior,
-                   {_COLUMN_SQL["dates_unstated"]} AS dates_unstated, {_COLUMN_SQL["explanation"]} AS explanation
+                   {_COLUMN_SQL["dates_unstated"]} AS dates_unstated, {_COLUMN_SQL["explanation"]} AS explanation,
+                   o.corpus
             FROM latest l
             JOIN outcomes o ON o.id = l.outcome_id
             JOIN attempts a ON a.outcome_id = o.id AND a.number = o.chosen_attempt
@@ -953,7 +982,8 @@ class MemoryStore:
         return int(row["n"]) if row else 0
 
     def latest_calibration(self) -> dict[str, Any] | None:
-        """The most recent calibration fit (weights and metrics parsed), or None."""
+        """The most recent calibration fit (weights and metrics parsed), or None. ``corpus_fits``
+        maps a corpus to the fit made for it with this one (empty when there is none)."""
         row = self._one("SELECT * FROM calibration_fits ORDER BY created_at DESC, id DESC LIMIT 1")
         if row is None:
             return None
@@ -966,6 +996,7 @@ class MemoryStore:
             "weights": _loads(row["weights_json"]),
             "n": row["n"],
             "metrics": metrics,
+            "corpus_fits": _loads(row.get("corpus_fits_json")) or {},
         }
 
     # ----------------------------------------------------------------- analysis
@@ -975,7 +1006,8 @@ class MemoryStore:
         return self._rows(sql)[0]
 
     def stats(self) -> dict[str, Any]:
-        """Totals: questions, outcomes, answered, refused, attempts, rates and feedback counts."""
+        """Totals: questions, outcomes, answered, refused, attempts, rates and feedback counts, and
+        the outcomes of each corpus (``corpora``; "(not recorded)" for those from before session 24)."""
         o = self._count(
             """
             SELECT COUNT(*) AS outcomes,
@@ -1022,6 +1054,8 @@ class MemoryStore:
             "mean_attempt_ms": a["ms"],
             "first_attempt_success_rate": _rate(int(first["ok"]), int(first["n"])),
             "feedback": {k: int(v) for k, v in f.items()},
+            "corpora": {r["corpus"] if r["corpus"] is not None else "(not recorded)": int(r["n"]) for r in self._rows(
+                "SELECT corpus, COUNT(*) AS n FROM outcomes GROUP BY corpus ORDER BY COUNT(*) DESC, corpus")},
         }
 
     def strategies(self) -> list[dict[str, Any]]:

@@ -21,7 +21,9 @@ from self_improving_rag.evaluation.calibration import (
     cross_fit,
     evaluate_fit,
     answer_words,
+    fit_corpora,
     fit_weights,
+    own_fit_corpora,
 )
 
 
@@ -344,6 +346,93 @@ def test_cross_fit_with_auto_l2_falls_back_when_a_training_fold_holds_one_label(
     rows = _synthetic_rows(4, seed=61)
     out = cross_fit(rows, [1, 1, 0, 0], groups=["a", "a", "b", "b"], l2="auto")
     assert out["l2"] == [1.0, 1.0]
+
+
+# ------------------------------------------------------------------ fits per corpus
+
+
+def _two_corpora(n: int, seed: int) -> tuple[list[dict[str, float]], list[int], list[str]]:
+    """Rows of two corpora whose answers are right for opposite reasons: on "a" faithful answers
+    are right, on "b" (a corpus whose passages the checks misread) unfaithful ones."""
+    rows_a, rows_b = _synthetic_rows(n, seed=seed), _synthetic_rows(n, seed=seed + 1)
+    truth_a = {**DEFAULT_WEIGHTS, "faithfulness": 6.0, "bias": DEFAULT_WEIGHTS["bias"] - 1.0}
+    truth_b = {**DEFAULT_WEIGHTS, "faithfulness": -6.0, "bias": DEFAULT_WEIGHTS["bias"] + 5.0}
+    labels = _labels_from(rows_a, truth_a, seed=seed + 2) + _labels_from(rows_b, truth_b, seed=seed + 3)
+    return rows_a + rows_b, labels, ["a"] * n + ["b"] * n
+
+
+def test_own_fit_corpora_needs_enough_labels_of_both_kinds_and_another_corpus() -> None:
+    assert own_fit_corpora(["a"] * 30, [0, 1] * 15, min_labels=20) == []  # one corpus: the fit on all is its own
+    assert own_fit_corpora(["a"] * 30 + ["b"] * 30, [0, 1] * 30, min_labels=20) == ["a", "b"]
+    assert own_fit_corpora(["a"] * 30 + ["b"] * 19, [0, 1] * 24 + [0], min_labels=20) == ["a"]
+    assert own_fit_corpora(["a"] * 30 + ["b"] * 30, [0, 1] * 15 + [1] * 30, min_labels=20) == ["a"]  # b: one class
+    # Rows of an unknown corpus count as another corpus but never get a fit.
+    assert own_fit_corpora(["a"] * 30 + [None] * 30, [0, 1] * 30, min_labels=20) == ["a"]
+    assert own_fit_corpora([None] * 30, [0, 1] * 15, min_labels=2) == []
+
+
+def test_fit_corpora_pulls_each_corpus_toward_the_fit_on_all_labels() -> None:
+    rows, labels, corpora = _two_corpora(80, seed=71)
+    groups = list(range(len(rows)))
+    pooled = fit_weights(rows, labels, l2=1.0)
+    own = fit_corpora(rows, labels, groups, corpora, pooled, l2=1.0, min_labels=20)
+    assert set(own) == {"a", "b"} and own["a"]["n"] == own["b"]["n"] == 80 and own["a"]["l2"] == 1.0
+    assert own["a"]["weights"]["faithfulness"] > pooled["faithfulness"] + 1.0
+    assert own["b"]["weights"]["faithfulness"] < pooled["faithfulness"] - 1.0
+    # The pull is toward the pooled weights, not the defaults: at a huge strength the fit stays there.
+    stiff = fit_corpora(rows, labels, groups, corpora, pooled, l2=1e6, min_labels=20)
+    for f in ("bias", *FEATURES):
+        assert stiff["a"]["weights"][f] == pytest.approx(pooled[f], abs=1e-3)
+    assert fit_corpora(rows, labels, groups, corpora, pooled, min_labels=81) == {}
+    chosen = fit_corpora(rows, labels, groups, corpora, pooled, l2="auto", min_labels=20, seed=3)
+    a = [i for i, c in enumerate(corpora) if c == "a"]
+    assert chosen["a"]["l2"] == choose_l2([rows[i] for i in a], [labels[i] for i in a], a, seed=3, prior=pooled)
+
+
+def test_choose_l2_with_a_prior_pulls_hard_when_the_labels_agree_with_it() -> None:
+    far = {**DEFAULT_WEIGHTS, "faithfulness": -4.0, "mean_logprob": -1.5, "coverage": 4.0}
+    rows = _synthetic_rows(60, seed=41)
+    labels = _labels_from(rows, far, seed=42)
+    assert choose_l2(rows, labels) <= 0.3  # far from the defaults
+    assert choose_l2(rows, labels, prior=far) == max(L2_GRID)  # but right where this prior is
+
+
+def test_cross_fit_by_corpus_beats_one_fit_for_both_and_reports_each_corpus() -> None:
+    rows, labels, corpora = _two_corpora(80, seed=81)
+    plain = cross_fit(rows, labels, seed=1, l2=1.0)
+    assert "by_corpus" not in plain
+    out = cross_fit(rows, labels, seed=1, l2=1.0, corpora=corpora, corpus_min=20)
+    assert out["l2"] == plain["l2"] and out["before"] == plain["before"]
+    assert set(out["by_corpus"]) == {"a", "b"}
+    for key in ("a", "b"):
+        figures = out["by_corpus"][key]
+        assert figures["n"] == 80 and figures["own_folds"] == 5
+        assert figures["after"]["brier"] < figures["pooled"]["brier"] - 0.02
+        assert figures["after"]["auroc"] > figures["pooled"]["auroc"] + 0.04
+    assert out["after"]["brier"] < plain["after"]["brier"] - 0.02
+    # The pooled figures of a corpus are those of the plain cross-fit on its rows.
+    X = [i for i, c in enumerate(corpora) if c == "a"]
+    ref = cross_fit(rows, labels, seed=1, l2=1.0, corpora=["a"] * len(rows))  # one corpus: no fit of its own
+    assert ref["by_corpus"]["a"]["own_folds"] == 0 and ref["after"] == plain["after"]
+    assert out["by_corpus"]["a"]["pooled"]["n"] == len(X)
+    # Too few labels per corpus: every row is scored by the fit on all rows, as without corpora.
+    few = cross_fit(rows, labels, seed=1, l2=1.0, corpora=corpora, corpus_min=81)
+    assert few["after"] == plain["after"] and few["by_corpus"]["a"]["own_folds"] == 0
+    with pytest.raises(ValueError, match="corpora has 3 items"):
+        cross_fit(rows, labels, corpora=["a", "b", "a"])
+
+
+def test_evaluate_fit_scores_a_corpus_by_its_own_fit() -> None:
+    rows, labels, corpora = _two_corpora(40, seed=91)
+    own = {"b": {"weights": {**DEFAULT_WEIGHTS, "faithfulness": -6.0}}}
+    mixed = evaluate_fit(rows, labels, DEFAULT_WEIGHTS, corpora, own)
+    b = [i for i, c in enumerate(corpora) if c == "b"]
+    a = [i for i, c in enumerate(corpora) if c == "a"]
+    p = [confidence(rows[i], DEFAULT_WEIGHTS) for i in a] + [confidence(rows[i], own["b"]["weights"]) for i in b]
+    y = [labels[i] for i in a + b]
+    assert mixed["brier"] == pytest.approx(float(np.mean((np.array(p) - np.array(y)) ** 2)))
+    with pytest.raises(ValueError, match="needs corpora"):
+        evaluate_fit(rows, labels, DEFAULT_WEIGHTS, None, own)
 
 
 # ------------------------------------------------------------------ answer length

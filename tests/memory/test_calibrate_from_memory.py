@@ -116,7 +116,7 @@ def test_automatic_calibration_fits_once_enough_labels_arrive_and_again_only_aft
     _record(store, 20, SHORT, correct_every=1)
     _record(store, 20, LONG, correct_every=6)
     assert store.labelled_answers() == len(store.labelled_attempts()) == 40
-    assert calibration_status(store, True, 50, 20) == {"weights": "default", "fitted_on": 0, "labelled_answers": 40,
+    assert calibration_status(store, True, 50, 20) == {"weights": "default", "fitted_on": 0, "corpus_fits": {}, "labelled_answers": 40,
                                                        "new_since_weights": 40,
                                                        "automatic_fit": "after 10 more labelled answers"}
     assert auto_calibrate(store, min_labels=50, refit_after=20) is None  # 40 labels: too few
@@ -129,7 +129,7 @@ def test_automatic_calibration_fits_once_enough_labels_arrive_and_again_only_aft
     assert first["weights"]["answer_words"] < DEFAULT_WEIGHTS["answer_words"]
     # Labels given after the fit count as new: 19 are not enough for a new fit, 20 are.
     _record(store, 19, SHORT, correct_every=1)
-    assert calibration_status(store, True, 50, 20) == {"weights": f"fit {first['fit_id']}", "fitted_on": 50,
+    assert calibration_status(store, True, 50, 20) == {"weights": f"fit {first['fit_id']}", "fitted_on": 50, "corpus_fits": {},
                                                        "labelled_answers": 69, "new_since_weights": 19,
                                                        "automatic_fit": "after 1 more labelled answer"}
     assert auto_calibrate(store, min_labels=50, refit_after=20) is None
@@ -146,7 +146,7 @@ def test_automatic_calibration_respects_a_reset_until_new_labels_arrive(store: M
     _record(store, 30, LONG, correct_every=6)
     # A reset stored the way every version stores it (n 0): the labels before it are not new.
     reset_id = reset_calibration(store)
-    assert calibration_status(store, True, 50, 20) == {"weights": "default", "fitted_on": 0, "labelled_answers": 60,
+    assert calibration_status(store, True, 50, 20) == {"weights": "default", "fitted_on": 0, "corpus_fits": {}, "labelled_answers": 60,
                                                        "new_since_weights": 0,
                                                        "automatic_fit": "after 20 more labelled answers"}
     assert auto_calibrate(store, min_labels=50, refit_after=20) is None
@@ -219,3 +219,56 @@ def test_the_engines_automatic_fit_uses_the_configured_strength(store: MemorySto
     line = auto_calibrate_with(store, config)
     assert line is not None and "is in use" in line
     assert store.latest_calibration()["metrics"]["l2"] == 3.0
+
+
+def _record_on(store: MemoryStore, corpus: str | None, n: int, answer: str, correct_every: int) -> None:
+    for i in range(n):
+        ans = make_answer(f"{corpus} {answer[:10]} question {i}?", (make_attempt(1, answer=answer),), answer=answer)
+        store.add_feedback(store.record(ans, corpus=corpus), correct=(i % correct_every == 0), source="gold")
+
+
+def test_each_corpus_gets_a_fit_of_its_own_when_its_answers_go_another_way(store: MemoryStore, capsys) -> None:
+    """On corpus a short answers are right and long ones wrong; on corpus b the other way round.
+    One fit for both cannot tell; a fit per corpus can, and the engine on each uses its own."""
+    from self_improving_rag.evaluation.calibrate import weights_for
+    from self_improving_rag.evaluation.calibration import confidence
+
+    _record_on(store, "/i/a", 30, SHORT, correct_every=1)
+    _record_on(store, "/i/a", 30, LONG, correct_every=10)
+    _record_on(store, "/i/b", 30, SHORT, correct_every=10)
+    _record_on(store, "/i/b", 30, LONG, correct_every=1)
+    _record_on(store, None, 4, SHORT, correct_every=2)  # recorded before corpora were: the fit on all labels
+    one = calibrate_from_memory(store, min_labels=20, seed=0, save=False, per_corpus=False)
+    assert one["corpus_fits"] == {} and "by_corpus" not in one["held_out"]
+    result = calibrate_from_memory(store, min_labels=20, seed=0, save=True)
+    assert set(result["corpus_fits"]) == {"/i/a", "/i/b"}
+    held = result["held_out"]
+    assert held["after"]["auroc"] > 0.9 > 0.6 > one["held_out"]["after"]["auroc"]
+    assert set(held["by_corpus"]) == {"/i/a", "/i/b", None}
+    for corpus in ("/i/a", "/i/b"):
+        figures = held["by_corpus"][corpus]
+        assert figures["n"] == 60 and figures["own_folds"] == 5
+        assert figures["after"]["brier"] < figures["pooled"]["brier"] - 0.1
+        stored = result["corpus_fits"][corpus]
+        assert stored["n"] == 60 and stored["held_out"]["after"]["brier"] == figures["after"]["brier"]
+    assert held["by_corpus"][None]["own_folds"] == 0
+    fit = store.latest_calibration()
+    assert fit["id"] == result["fit_id"] and set(fit["corpus_fits"]) == {"/i/a", "/i/b"}
+    short = next({**r, "answer_words": math.log1p(2)} for r in store.labelled_attempts() if r["answer"] == SHORT)
+    assert confidence(short, weights_for(fit, "/i/a")) > 0.7 > 0.3 > confidence(short, weights_for(fit, "/i/b"))
+    # `sirag calibrate` shows each corpus: the default weights, one fit for all, and its own.
+    from self_improving_rag.cli import _print_calibration
+
+    _print_calibration(result)
+    out = capsys.readouterr().out
+    assert "by corpus, each label held out (a corpus's own fit is pulled toward" in out and "  /i/a (60 labels)" in out and "  /i/b (60 labels)" in out
+    assert out.count("one fit for every corpus") == 3 and out.count("), in use") == 2
+    assert "corpus not recorded (answers from before session 24) (4 labels)" in out
+    assert "(scored by the fit on all labels: its corpus is unknown)" in out
+    assert "weights of the fit on all labels: " in out and out.count("    its weights: ") == 2
+    assert f"stored as fit {result['fit_id']}, with a fit of their own for the 2 corpora above" in out
+    _print_calibration(one)
+    assert "by corpus" not in capsys.readouterr().out
+    # The same labels under another minimum: too few for a fit of their own.
+    few = calibrate_from_memory(store, min_labels=61, seed=0, save=False)
+    assert few["corpus_fits"] == {} and held["by_corpus"] and few["held_out"]["by_corpus"]["/i/a"]["own_folds"] == 0

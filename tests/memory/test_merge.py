@@ -26,7 +26,7 @@ def _shard(path: Path, run: str, questions: list[str]) -> tuple[MemoryStore, lis
     ids = []
     for i, q in enumerate(questions):
         ans = repaired_answer(q) if i % 2 else make_answer(q)
-        ids.append(store.record(ans, run_id=run, item_id=str(i)))
+        ids.append(store.record(ans, run_id=run, item_id=str(i), corpus=f"/index/{run}"))
     return store, ids
 
 
@@ -40,7 +40,8 @@ def test_a_shard_is_merged_once_whatever_the_number_of_merges(tmp_path):
     shard, shard_ids = _shard(tmp_path / "shard.db", "run-b",
                               ["Who found the hound?", "What did Watson write?", "When did Holmes arrive?"])
     shard.add_feedback(shard_ids[1], correct=False, source="gold")
-    shard.save_calibration({"bias": 0.1}, 20, {"auroc_after": 0.8})
+    shard.save_calibration({"bias": 0.1}, 20, {"auroc_after": 0.8},
+                           corpus_fits={"/index/run-b": {"weights": {"bias": 0.3}, "n": 3, "l2": 1.0}})
     shard.close()
     before = main.stats()
 
@@ -52,6 +53,9 @@ def test_a_shard_is_merged_once_whatever_the_number_of_merges(tmp_path):
     assert after["questions"] == before["questions"] + 2  # "Who found the hound?" was known
     assert main.show(shard_ids[1])["feedback"][0]["label"] == 0
     assert main.latest_calibration()["weights"] == {"bias": 0.1}
+    # Each outcome keeps its corpus, and the fit its corpus fits.
+    assert main.stats()["corpora"] == {"/index/run-b": 3, "/index/run-a": 2}
+    assert main.latest_calibration()["corpus_fits"] == {"/index/run-b": {"weights": {"bias": 0.3}, "n": 3, "l2": 1.0}}
     # Full-text search sees the merged answers' questions.
     assert any("Watson" in r["question"] for r in main.search("Watson"))
 

@@ -55,7 +55,8 @@ def test_blank_database_gets_every_migration_and_table(tmp_path: Path) -> None:
         assert {"run_id", "item_id", "features_json", "question", "answer", "success"} <= columns(s.db, "outcomes")
         assert {"strategy_key", "strategy_json", "repair", "failure", "signals_json", "mean_logprob",
                 "timings_json", "total_ms", "created_at"} <= columns(s.db, "attempts")
-        assert "metrics_json" in columns(s.db, "calibration_fits")
+        assert {"metrics_json", "corpus_fits_json"} <= columns(s.db, "calibration_fits")
+        assert "corpus" in columns(s.db, "outcomes")
         triggers = {t.name for t in s.db["outcomes"].triggers}
         assert {"outcomes_ai", "outcomes_ad", "outcomes_au"} <= triggers
         indexes = {i.name: i for i in s.db["outcomes"].indexes}
@@ -112,6 +113,9 @@ def test_upgrade_from_the_oldest_schema_keeps_rows(tmp_path: Path) -> None:
         assert s.stats()["outcomes"] == 2 and s.stats()["questions"] == 1
         s.save_calibration({"coverage": 1.0}, 1, {"brier": 0.1})
         assert s.latest_calibration()["metrics"]["brier"] == 0.1
+        # An outcome from before the corpus was recorded has none; the fit has no corpus fits.
+        assert old_row["corpus"] is None and s.latest_calibration()["corpus_fits"] == {}
+        assert s.stats()["corpora"] == {"(not recorded)": 2}
 
 
 def test_older_schema_opened_read_only_is_a_clear_error(tmp_path: Path) -> None:

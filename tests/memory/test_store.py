@@ -807,3 +807,65 @@ def test_labels_on_refusals_do_not_enter_calibration(store: MemoryStore) -> None
     store.add_feedback(refused, True)  # "rightly refused"
     store.add_feedback(answered, False)
     assert [r["outcome_id"] for r in store.labelled_attempts()] == [answered]
+
+
+# ------------------------------------------------------------------ corpora
+
+
+def test_outcomes_keep_their_corpus_and_calibration_rows_carry_it(store: MemoryStore) -> None:
+    a = store.record(make_answer("q1", (make_attempt(1),)), corpus="/data/index/a")
+    b = store.record(make_answer("q2", (make_attempt(1),)))
+    for oid in (a, b):
+        store.add_feedback(oid, correct=True, source="gold")
+    assert {r["outcome_id"]: r["corpus"] for r in store.labelled_attempts()} == {a: "/data/index/a", b: None}
+    assert store.stats()["corpora"] == {"(not recorded)": 1, "/data/index/a": 1}
+    with pytest.raises(ValueError, match="corpus must be a str"):
+        store.record(make_answer("q3", (make_attempt(1),)), corpus=3)  # type: ignore[arg-type]
+
+
+def test_a_fit_keeps_its_corpus_fits(store: MemoryStore) -> None:
+    from self_improving_rag.evaluation.calibrate import weights_for
+    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS
+
+    own = {**DEFAULT_WEIGHTS, "bias": 2.0}
+    fit_id = store.save_calibration(dict(DEFAULT_WEIGHTS), 40, {}, corpus_fits={"/i/a": {"weights": own, "n": 25,
+                                                                                          "l2": 0.3}})
+    fit = store.latest_calibration()
+    assert fit["id"] == fit_id and fit["corpus_fits"] == {"/i/a": {"weights": own, "n": 25, "l2": 0.3}}
+    assert weights_for(fit, "/i/a") == own
+    assert weights_for(fit, "/i/b") == weights_for(fit, None) == DEFAULT_WEIGHTS
+    assert weights_for(None, "/i/a") is None
+    store.save_calibration(dict(DEFAULT_WEIGHTS), 0, {"reset_to_defaults": True})  # a reset drops them all
+    assert store.latest_calibration()["corpus_fits"] == {}
+    for bad in ({"/i/a": {"n": 3}}, {"/i/a": {"weights": {}}}, {3: {"weights": own}}):
+        with pytest.raises(ValueError, match="corpus_fits"):
+            store.save_calibration(dict(DEFAULT_WEIGHTS), 1, {}, corpus_fits=bad)
+
+
+def test_counts_rejudge_each_corpus_by_its_own_weights(store: MemoryStore) -> None:
+    """An outcome of a corpus with a fit of its own is judged by that fit, as the engine on that
+    corpus would judge it; the others by the fit on all labels."""
+    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS
+    from self_improving_rag.memory.store import Verdicts
+
+    store.record(make_answer("q1", (make_attempt(1),)), corpus="/i/a")
+    store.record(make_answer("q2", (make_attempt(1),)), corpus="/i/b")
+    store.record(make_answer("q3", (make_attempt(1),)))
+    key = STRATEGY_A.key
+    trusting, doubting = {**DEFAULT_WEIGHTS, "bias": 10.0}, {**DEFAULT_WEIGHTS, "bias": -10.0}
+    assert store.strategy_counts(verdicts=Verdicts(trusting, answer_threshold=0.5)) == {key: (3, 0)}
+    assert store.strategy_counts(verdicts=Verdicts(trusting, answer_threshold=0.5,
+                                                   corpus_weights={"/i/a": doubting})) == {key: (2, 1)}
+    assert store.strategy_counts(verdicts=Verdicts(doubting, answer_threshold=0.5,
+                                                   corpus_weights={"/i/a": trusting, "/i/b": trusting})) == {key: (2, 1)}
+    # A corpus fit stored before a feature existed lacks its weight: it counts as that fit's 0.
+    old = {k: v for k, v in trusting.items() if k != "explanation"}
+    assert store.strategy_counts(verdicts=Verdicts(doubting, answer_threshold=0.5,
+                                                   corpus_weights={"/i/a": old})) == {key: (1, 2)}
+    repaired = store.record(repaired_answer("r1"), corpus="/i/a")
+    assert repaired
+    assert store.repair_counts("WEAK_RETRIEVAL", verdicts=Verdicts(trusting, answer_threshold=0.5,
+                                                                   corpus_weights={"/i/a": doubting})) == {
+        "switch_retriever": (0, 1)}
+    assert store.repairs_by_failure(verdicts=Verdicts(doubting, answer_threshold=0.5,
+                                                      corpus_weights={"/i/a": trusting})) == {"WEAK_RETRIEVAL": (1, 0)}
