@@ -153,7 +153,7 @@ def _corpus_note(result: dict) -> str:
     own = result.get("corpus_fits") or {}
     if not own:
         return ""
-    return f", with a fit of their own for {len(own)} corpus{'' if len(own) == 1 else 'es'} ({', '.join(sorted(own))})"
+    return f", with own fits for {len(own)} {'corpus' if len(own) == 1 else 'corpora'} ({', '.join(sorted(own))})"
 
 
 def calibration_status(store, auto_fit: bool, min_labels: int, refit_after: int) -> dict:

@@ -269,6 +269,9 @@ def test_each_corpus_gets_a_fit_of_its_own_when_its_answers_go_another_way(store
     assert f"stored as fit {result['fit_id']}, with a fit of their own for the 2 corpora above" in out
     _print_calibration(one)
     assert "by corpus" not in capsys.readouterr().out
+    from self_improving_rag.evaluation.calibrate import describe_auto_fit
+
+    assert describe_auto_fit(result).endswith("(calibration.auto_fit), with own fits for 2 corpora (/i/a, /i/b)")
     # The same labels under another minimum: too few for a fit of their own.
     few = calibrate_from_memory(store, min_labels=61, seed=0, save=False)
     assert few["corpus_fits"] == {} and held["by_corpus"] and few["held_out"]["by_corpus"]["/i/a"]["own_folds"] == 0
