@@ -596,7 +596,9 @@ def cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
 
     Example: sirag calibrate   (labels come from `sirag feedback` and from `sirag eval` gold)
     The engine also fits by itself at start once enough new labels arrive (calibration.auto_fit;
-    `sirag memory stats` shows the weights in use and when the next fit is due).
+    `sirag memory stats` shows the weights in use and when the next fit is due). With labels from
+    several corpora (index folders), each corpus with enough of them also gets a fit of its own,
+    which questions on it use (calibration.per_corpus).
     """
     from .evaluation.calibrate import calibrate_from_memory, calibration_status, reset_calibration
 
@@ -640,7 +642,7 @@ def _print_calibration(result: dict) -> None:
     print(f"{'':46s} AUROC   ECE    Brier  ECE if calibrated")
     rows = [("default weights", held["before"]),
             (f"fitted, each label held out ({held['folds']} folds)", held["after"]),
-            ("fitted on all labels (in-sample)", result["in_sample_after"])]
+            ("fitted on all labels, scored in-sample", result["in_sample_after"])]
     for name, m in rows:
         print(f"{name:46s} {fmt(m['auroc'])}  {fmt(m['ece'])}  {fmt(m['brier'])}  {fmt(m.get('ece_floor'))}")
     print(f"(held out: each label scored by weights fitted on the other {held['folds'] - 1} of {held['folds']} folds, "
@@ -649,23 +651,29 @@ def _print_calibration(result: dict) -> None:
           "an ECE near it is sampling noise)")
     by_corpus = held.get("by_corpus") or {}
     if len(by_corpus) > 1:
+        from .evaluation.calibrate import NOT_RECORDED
+
         own = result.get("corpus_fits") or {}
+        stored = "fit_id" in result
         print("by corpus, each label held out (a corpus's own fit is pulled toward the fit on all labels, "
-              "by its own l2):")
+              "by an l2 of its own; the figures above score each label by the fit its corpus keeps):")
         for corpus, figures in by_corpus.items():
-            name = corpus if corpus is not None else "corpus not recorded (answers from before session 24)"
+            name = "corpus not recorded (answers from before session 24)" if corpus == NOT_RECORDED else corpus
             print(f"  {name} ({figures['n']} labels)")
             lines = [("default weights", figures["before"]), ("one fit for every corpus", figures["pooled"])]
-            if corpus in own:
-                lines.append((f"its own fit (l2 {own[corpus]['l2']:g}), in use", figures["after"]))
+            if "own" in figures:
+                l2 = f"l2 {own[corpus]['l2']:g}, " if corpus in own else ""
+                what = f"its own fit ({l2}{figures['own_folds']} of {held['folds']} folds)"
+                lines.append((what + (", in use" if corpus in own and stored else ""), figures["own"]))
             for what, m in lines:
                 print(f"    {what:42s} {fmt(m['auroc'])}  {fmt(m['ece'])}  {fmt(m['brier'])}  {fmt(m.get('ece_floor'))}")
-            if corpus not in own:
-                why = ("its corpus is unknown" if corpus is None
-                       else "too few labelled answers of both kinds for a fit of its own")
-                print(f"    (scored by the fit on all labels: {why})")
-            else:
+            if corpus in own:
                 print("    its weights: " + ", ".join(f"{k} {v:+.2f}" for k, v in own[corpus]["weights"].items()))
+            else:
+                why = ("its corpus is unknown" if corpus == NOT_RECORDED
+                       else "its own fit scored worse on its held-out labels" if "own" in figures
+                       else "too few labelled answers, or not both right and wrong ones, for a fit of its own")
+                print(f"    (scored by the fit on all labels: {why})")
     print(("weights of the fit on all labels: " if len(by_corpus) > 1 else "weights: ")
           + ", ".join(f"{k} {v:+.2f}" for k, v in result["weights"].items()))
     if "l2" in result:
@@ -674,8 +682,9 @@ def _print_calibration(result: dict) -> None:
         print(f"pull toward the default weights: l2 {result['l2']:g} ({how})")
     if "fit_id" in result:
         own = result.get("corpus_fits") or {}
-        with_own = (f", with a fit of their own for the {len(own)} corpora above that have one (their questions use it)"
-                    if own else "")
+        with_own = (f", with the own fit{'' if len(own) == 1 else 's'} shown above for {len(own)} "
+                    f"corp{'us' if len(own) == 1 else 'ora'} (questions on {'it' if len(own) == 1 else 'them'} use "
+                    f"{'it' if len(own) == 1 else 'theirs'})" if own else "")
         print(f"stored as fit {result['fit_id']}{with_own}: used by every later answer (the latest fit wins; "
               "`sirag calibrate --reset` goes back to the default weights)")
     elif result.get("not_stored"):
@@ -771,7 +780,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = add("calibrate", cmd_calibrate)
     sp.add_argument("--min-labels", type=int_at_least(2), default=None,
-                    help="labelled outcomes needed to fit (default 20)")
+                    help="labelled outcomes needed to fit (default 20); also what a corpus needs for a fit of its own "
+                         "(calibration.per_corpus)")
     sp.add_argument("--dry-run", action="store_true",
                     help="report the fit, and whether a real run would store it, without storing it")
     sp.add_argument("--force", action="store_true",

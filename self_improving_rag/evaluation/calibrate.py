@@ -6,6 +6,10 @@ from ..errors import InputError
 from .calibration import DEFAULT_WEIGHTS, answer_words, choose_l2, cross_fit, evaluate_fit, fit_corpora, fit_weights
 
 
+#: How ``held_out["by_corpus"]`` names the outcomes recorded without a corpus (before session 24).
+NOT_RECORDED = "(not recorded)"
+
+
 def weights_for(fit: dict | None, corpus: str | None) -> dict | None:
     """The weights a stored fit (:meth:`MemoryStore.latest_calibration`) gives questions on
     ``corpus``: that corpus's own fit when it has one, else the fit on all labels; None without
@@ -31,10 +35,12 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
     ``result["not_stored"]`` says why.
 
     With ``per_corpus``, when the labels come from more than one corpus, every corpus with at
-    least ``min_labels`` labelled answers of both kinds also gets a fit of its own, pulled toward
-    the fit on all labels (:func:`fit_corpora`); the cross-fit then scores each label as the
-    engine would (by its corpus's fit where there is one), ``result["held_out"]["by_corpus"]``
-    gives each corpus's figures, and ``result["corpus_fits"]`` the fits, stored with the other.
+    least ``min_labels`` labelled answers, right and wrong ones among them, also gets a fit of its
+    own, pulled toward the fit on all labels (:func:`fit_corpora`), unless its own fits scored
+    worse than the fit on all labels on its held-out labels; the cross-fit scores each label as
+    the engine would (by its corpus's fit where one is kept), ``result["held_out"]["by_corpus"]``
+    gives each corpus's figures (outcomes without a corpus under :data:`NOT_RECORDED`), and
+    ``result["corpus_fits"]`` the fits, stored with the other.
     """
     rows = [{**r, "answer_words": answer_words(r.get("answer"), bool(r.get("refusal")))}
             for r in store.labelled_attempts()]
@@ -54,12 +60,17 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
                          corpus_min=min_labels)
     strength = choose_l2(rows, labels, groups, folds=folds, seed=seed) if l2 == "auto" else float(l2)
     weights = fit_weights(rows, labels, l2=strength)
-    own = {} if corpora is None else fit_corpora(rows, labels, groups, corpora, weights, l2=l2, folds=folds, seed=seed,
-                                                 min_labels=min_labels)
+    by_corpus = held_out.get("by_corpus") or {}
+    # Only the corpora whose own fits beat the fit on all labels on their held-out labels keep one.
+    kept = [c for c, figures in by_corpus.items() if figures["kept"]]
+    own = fit_corpora(rows, labels, groups, corpora, weights, l2=l2, folds=folds, seed=seed, only=kept,
+                      pooled_l2=strength) if kept else {}
     for key, fit in own.items():
-        figures = held_out["by_corpus"][key]
+        figures = by_corpus[key]
         fit["held_out"] = {m: {k: figures[m].get(k) for k in ("auroc", "ece", "brier")}
                            for m in ("before", "pooled", "after")}
+    if None in by_corpus:  # a JSON key: outcomes recorded before the corpus was
+        held_out["by_corpus"] = {NOT_RECORDED if c is None else c: f for c, f in by_corpus.items()}
     before = held_out["before"]  # the default weights on all labels: the cross-fit scored them already
     after = evaluate_fit(rows, labels, weights, corpora, own)
     result = {"n": len(rows), "held_out": held_out, "in_sample_before": before, "in_sample_after": after,

@@ -31,7 +31,7 @@ the question asks why, or how followed by a verb ("how did", not "how many"), el
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -295,6 +295,8 @@ def evaluate_fit(
     for no rows; ``notes`` says why.
     """
     X, y = _design(rows, labels)
+    if corpora is not None and len(corpora) != X.shape[0]:
+        raise ValueError(f"corpora has {len(corpora)} items but rows has {X.shape[0]}")
     w = _weight_vector(DEFAULT_WEIGHTS if weights is None else weights)
     if X.shape[0] == 0:
         return {"auroc": None, "ece": None, "ece_floor": None, "brier": None, "n": 0,
@@ -345,7 +347,7 @@ def _is_strength(v: Any) -> bool:
 
 def choose_l2(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], groups: Sequence[Any] | None = None,
               folds: int = 5, seed: int = 0, grid: Sequence[float] = L2_GRID,
-              prior: Mapping[str, float] | None = None) -> float:
+              prior: "Prior" = None) -> float:
     """The penalty strength of :func:`fit_weights` for these labels: the value of ``grid`` whose
     cross-fit (:func:`cross_fit`, ``folds`` folds seeded by ``seed``, ``groups`` kept whole) has
     the lowest Brier score, the stronger one on a tie (within 1e-9). Labels that agree with the
@@ -353,7 +355,8 @@ def choose_l2(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], groups: 
     labelled answers of one half a strength of 0.03–0.1 ranks answers better than 1
     (docs/results.md, session 23).
 
-    ``prior`` is the weights the fits are pulled toward (default :data:`DEFAULT_WEIGHTS`).
+    ``prior`` is the weights the fits are pulled toward (default :data:`DEFAULT_WEIGHTS`), or,
+    as :func:`cross_fit` takes it, a callable giving each fold's from its training row indices.
 
     Raises ValueError for an empty grid or a value that is not a positive finite number, and, as
     :func:`cross_fit` does, for rows that cannot be split."""
@@ -389,9 +392,12 @@ def _folds(y: np.ndarray, groups: Sequence[Any], folds: int, seed: int) -> np.nd
     return fold
 
 
+Prior = Mapping[str, float] | Callable[[np.ndarray], Mapping[str, float]] | None
+
+
 def cross_fit(
     rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], seed: int = 0, l2: float | str = 1.0, folds: int = 5,
-    groups: Sequence[Any] | None = None, prior: Mapping[str, float] | None = None,
+    groups: Sequence[Any] | None = None, prior: Prior = None,
     corpora: Sequence[str | None] | None = None, corpus_min: int = 20,
 ) -> dict[str, Any]:
     """K-fold cross-fitting: every label is held out once and scored by weights fitted on the others.
@@ -399,25 +405,32 @@ def cross_fit(
     The rows are dealt into ``folds`` folds (fewer when there are fewer groups), balanced by
     label, with all rows of one group in one fold (``groups``: e.g. the question asked; default:
     every row its own group); the split is seeded by ``seed``. For each fold the weights are
-    fitted on the other folds (pulled toward ``prior``, default :data:`DEFAULT_WEIGHTS`) and give
-    the fold's confidences; the pooled confidences of all rows are then scored, so AUROC, ECE and
-    Brier rest on every label instead of one held-out half. With ``l2="auto"`` each fold's
-    penalty is chosen by :func:`choose_l2` on that fold's training rows alone (a cross-fit inside
-    the cross-fit), so the held-out figures include the choice.
+    fitted on the other folds (pulled toward ``prior``, default :data:`DEFAULT_WEIGHTS`; a
+    callable is given the fold's training row indices and returns the prior for that fold) and
+    give the fold's confidences; the pooled confidences of all rows are then scored, so AUROC,
+    ECE and Brier rest on every label instead of one held-out half. With ``l2="auto"`` each
+    fold's penalty is chosen by :func:`choose_l2` on that fold's training rows alone (a cross-fit
+    inside the cross-fit), so the held-out figures include the choice.
 
     ``corpora`` (the corpus each row was answered from, None where unknown) fits per corpus as
-    the engine's calibration does (:func:`fit_corpora`): in each fold, every corpus whose
-    training rows qualify (:func:`own_fit_corpora`, ``corpus_min`` labels) gets a fit of its own
-    pulled toward the fold's fit on all rows, and scores its held-out rows with it; the other
-    rows are scored by the fit on all rows.
+    the engine's calibration does: the corpora that get a fit of their own are those
+    :func:`own_fit_corpora` names on all rows (``corpus_min`` labels), and in each fold each of
+    them is fitted on its training rows, pulled toward the fold's fit on all training rows
+    (:func:`fit_corpora`), and scores its held-out rows (a fold whose training rows of that
+    corpus hold one label only scores them by the fit on all rows). A corpus whose own fits
+    score worse than the fit on all rows on its held-out labels (Brier) is not kept
+    (``by_corpus[c]["kept"]`` False): its rows are then scored by the fit on all rows in
+    ``after``, as the engine will score them. That choice is made on the same held-out labels,
+    which flatters ``after`` a little.
 
     Returns ``{"before", "after", "folds", "n_train", "n_test", "seed", "l2"}``: ``before`` and
     ``after`` are :func:`evaluate_fit` results of the default and the cross-fitted confidences on
     all ``n_test`` rows; ``n_train`` is the smallest number of rows a fold was fitted on; ``l2``
     lists the penalty each fold was fitted with. With ``corpora`` also ``by_corpus``: for each
-    corpus key, its ``n`` rows, ``own_folds`` (in how many folds it had a fit of its own) and
-    the scores on its rows of the default weights (``before``), of the fits on all rows alone
-    (``pooled``) and of the per-corpus scheme (``after``).
+    corpus key, its ``n`` rows, ``own_folds`` (in how many folds it had a fit of its own),
+    ``kept``, and the scores on its rows of the default weights (``before``), of the fits on all
+    rows alone (``pooled``), of its own fits (``own``, where it had any) and of what is kept
+    (``after``).
     """
     if not (l2 == "auto" or _is_strength(l2)):
         raise ValueError(f"l2 must be a positive finite number or 'auto', got {l2!r}")
@@ -436,6 +449,7 @@ def cross_fit(
     if k < 2:
         raise ValueError("cross_fit needs at least 2 groups to split; every row here belongs to one")
     fold = _folds(y, groups, k, seed)
+    eligible = own_fit_corpora(corpora, labels, corpus_min) if corpora is not None else []
     p = np.zeros(n)
     pooled = np.zeros(n)
     used: list[float] = []
@@ -444,20 +458,35 @@ def cross_fit(
         train = np.flatnonzero(fold != f)
         train_rows, train_labels = [rows[i] for i in train], [labels[i] for i in train]
         train_groups = [groups[i] for i in train]
+        fold_prior = prior(train) if callable(prior) else prior
         fold_l2 = float(l2) if l2 != "auto" else _choose_or_default(
-            train_rows, train_labels, train_groups, folds, seed, prior)
+            train_rows, train_labels, train_groups, folds, seed, _restricted(prior, train))
         used.append(fold_l2)
-        w = fit_weights(train_rows, train_labels, l2=fold_l2, prior=prior)
+        w = fit_weights(train_rows, train_labels, l2=fold_l2, prior=fold_prior)
         held = fold == f
         p[held] = pooled[held] = _sigmoid(X[held] @ _weight_vector(w))
-        if corpora is None:
+        if not eligible:
             continue
         own = fit_corpora(train_rows, train_labels, train_groups, [corpora[i] for i in train], w, l2=l2,
-                          folds=min(folds, INNER_FOLDS), seed=seed, min_labels=corpus_min)
+                          folds=min(folds, INNER_FOLDS), seed=seed, only=eligible, pooled_l2=fold_l2)
         for key, fit in own.items():
             mask = held & np.asarray([c == key for c in corpora])
             p[mask] = _sigmoid(X[mask] @ _weight_vector(fit["weights"]))
             own_folds[key] = own_folds.get(key, 0) + 1
+    by_corpus: dict[Any, dict[str, Any]] = {}
+    if corpora is not None:
+        default = _sigmoid(X @ _weight_vector(DEFAULT_WEIGHTS))
+        for key in dict.fromkeys(corpora):
+            mask = np.asarray([c == key for c in corpora])
+            figures = {"n": int(mask.sum()), "own_folds": own_folds.get(key, 0),
+                       "before": _scores(default[mask], y[mask]), "pooled": _scores(pooled[mask], y[mask])}
+            if key in eligible:
+                figures["own"] = _scores(p[mask], y[mask])
+            figures["kept"] = key in eligible and figures["own"]["brier"] <= figures["pooled"]["brier"]
+            if key in eligible and not figures["kept"]:
+                p[mask] = pooled[mask]
+            figures["after"] = _scores(p[mask], y[mask])
+            by_corpus[key] = figures
     out = {
         "before": evaluate_fit(rows, labels, DEFAULT_WEIGHTS),
         "after": _scores(p, y),
@@ -468,21 +497,23 @@ def cross_fit(
         "l2": used,
     }
     if corpora is not None:
-        default = _sigmoid(X @ _weight_vector(DEFAULT_WEIGHTS))
-        out["by_corpus"] = {}
-        for key in dict.fromkeys(corpora):
-            mask = np.asarray([c == key for c in corpora])
-            out["by_corpus"][key] = {"n": int(mask.sum()), "own_folds": own_folds.get(key, 0),
-                                     "before": _scores(default[mask], y[mask]),
-                                     "pooled": _scores(pooled[mask], y[mask]), "after": _scores(p[mask], y[mask])}
+        out["by_corpus"] = by_corpus
     return out
 
 
+def _restricted(prior: Prior, train: np.ndarray) -> Prior:
+    """``prior`` for the rows ``train`` of a cross-fit, as a prior of its own: a callable is
+    given indices into those rows and passes them on as indices into the full rows."""
+    if not callable(prior):
+        return prior
+    return lambda inner: prior(train[np.asarray(inner, dtype=int)])
+
+
 def own_fit_corpora(corpora: Sequence[str | None], labels: Sequence[Any], min_labels: int) -> list[str]:
-    """The corpora that get a fit of their own: those with at least ``min_labels`` labelled rows
-    of both classes, when the rows come from more than one corpus (rows of an unknown corpus,
-    None, count as one more, but never get a fit of their own). With one corpus the fit on all
-    rows is already that corpus's."""
+    """The corpora that get a fit of their own: those with at least ``min_labels`` labelled rows,
+    right and wrong ones among them, when the rows come from more than one corpus (rows of an
+    unknown corpus, None, count as one more, but never get a fit of their own). With one corpus
+    the fit on all rows is already that corpus's."""
     if len(set(corpora)) < 2:
         return []
     seen: dict[str, set[int]] = {}
@@ -496,26 +527,46 @@ def own_fit_corpora(corpora: Sequence[str | None], labels: Sequence[Any], min_la
 
 def fit_corpora(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], groups: Sequence[Any],
                 corpora: Sequence[str | None], pooled: Mapping[str, float], l2: float | str = "auto",
-                folds: int = 5, seed: int = 0, min_labels: int = 20) -> dict[str, dict[str, Any]]:
-    """A fit of its own for every corpus :func:`own_fit_corpora` names, on that corpus's rows,
-    pulled toward ``pooled`` (the fit on all rows) instead of the default weights: a corpus with
-    few labels stays near what all corpora share, one with many moves to its own. ``l2`` is the
-    penalty, or ``"auto"``: chosen per corpus by :func:`choose_l2` (``folds``, ``seed``), toward
-    ``pooled``. Confidence does not carry across corpora: on SQuAD and sherlock_dev one fit on
-    both ranks sherlock_dev's answers at 0.68 AUROC, their own fits at 0.83 (docs/results.md,
-    session 24). Returns ``{corpus: {"weights", "n", "l2"}}``."""
+                folds: int = 5, seed: int = 0, min_labels: int = 20, only: Sequence[str] | None = None,
+                pooled_l2: float = DEFAULT_L2) -> dict[str, dict[str, Any]]:
+    """A fit of its own for every corpus :func:`own_fit_corpora` names (``min_labels``; or each
+    corpus in ``only`` whose rows here hold both labels), on that corpus's rows, pulled toward
+    ``pooled`` (the fit on all rows, made with strength ``pooled_l2``) instead of the default
+    weights: a corpus with few labels stays near what all corpora share, one with many moves to
+    its own. ``l2`` is the penalty, or ``"auto"``: chosen per corpus by :func:`choose_l2`
+    (``folds``, ``seed``), where each inner fold's prior is the fit on all rows but that fold's
+    rows of the corpus (strength ``pooled_l2``), so that the choice never scores rows its prior
+    has seen. Confidence does not carry across corpora: with SQuAD's, sherlock_dev's and
+    literaryqa_dev's labels in one store, one fit for all ranks sherlock_dev's answers at 0.68
+    AUROC, its own fit at 0.78 (docs/results.md, session 24). Returns
+    ``{corpus: {"weights", "n", "l2"}}``."""
     out: dict[str, dict[str, Any]] = {}
-    for key in own_fit_corpora(corpora, labels, min_labels):
-        idx = [i for i, c in enumerate(corpora) if c == key]
+    keys = own_fit_corpora(corpora, labels, min_labels) if only is None else [
+        c for c in only if len({int(v) for v, k in zip(labels, corpora) if k == c}) == 2]
+    for key in keys:
+        idx = np.asarray([i for i, c in enumerate(corpora) if c == key])
         c_rows, c_labels, c_groups = [rows[i] for i in idx], [labels[i] for i in idx], [groups[i] for i in idx]
-        strength = float(l2) if l2 != "auto" else _choose_or_default(c_rows, c_labels, c_groups, folds, seed, pooled,
-                                                                     inner=False)
+        if l2 == "auto":
+            others = [i for i, c in enumerate(corpora) if c != key]
+            cache: dict[tuple[int, ...], Mapping[str, float]] = {}
+
+            def prior_without(inner: np.ndarray, idx=idx, others=others, cache=cache) -> Mapping[str, float]:
+                # The fit on all rows but the corpus's rows outside ``inner`` (its inner held-out fold).
+                kept = tuple(int(j) for j in inner)
+                if kept not in cache:
+                    use = others + [int(idx[j]) for j in kept]
+                    cache[kept] = fit_weights([rows[i] for i in use], [labels[i] for i in use], l2=pooled_l2)
+                return cache[kept]
+
+            strength = _choose_or_default(c_rows, c_labels, c_groups, folds, seed, prior_without, inner=False)
+        else:
+            strength = float(l2)
         out[key] = {"weights": fit_weights(c_rows, c_labels, l2=strength, prior=pooled), "n": len(idx),
                     "l2": strength}
     return out
 
 
-def _choose_or_default(rows, labels, groups, folds: int, seed: int, prior: Mapping[str, float] | None = None,
+def _choose_or_default(rows, labels, groups, folds: int, seed: int, prior: Prior = None,
                        inner: bool = True) -> float:
     """:func:`choose_l2` on a fold's training rows (in at most :data:`INNER_FOLDS` folds, unless
     not ``inner``), or :data:`DEFAULT_L2` when they cannot be split into folds with both labels."""

@@ -237,6 +237,9 @@ def _calibration_table(store: MemoryStore) -> str:
     rows: list[list[Any]] = [["fitted at", cal["created_at"]], ["labelled outcomes (n)", cal["n"]]]
     rows.extend([f"metric {k}", v] for k, v in sorted(cal["metrics"].items()))
     rows.extend([f"weight {k}", v] for k, v in sorted(cal["weights"].items()))
+    for corpus, fit in sorted((cal.get("corpus_fits") or {}).items()):  # the weights questions on that corpus use
+        rows.append([f"{corpus}: its own fit, labelled outcomes (n)", fit.get("n")])
+        rows.extend([f"{corpus}: weight {k}", v] for k, v in sorted(fit["weights"].items()))
     return _table(["calibration", "value"], rows)
 
 

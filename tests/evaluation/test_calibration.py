@@ -384,9 +384,23 @@ def test_fit_corpora_pulls_each_corpus_toward_the_fit_on_all_labels() -> None:
     for f in ("bias", *FEATURES):
         assert stiff["a"]["weights"][f] == pytest.approx(pooled[f], abs=1e-3)
     assert fit_corpora(rows, labels, groups, corpora, pooled, min_labels=81) == {}
-    chosen = fit_corpora(rows, labels, groups, corpora, pooled, l2="auto", min_labels=20, seed=3)
+    # Chosen, the strength of a corpus's fit is scored in folds whose prior never saw the held-out
+    # rows: the fit on all rows but that fold's rows of the corpus.
+    chosen = fit_corpora(rows, labels, groups, corpora, pooled, l2="auto", min_labels=20, seed=3, pooled_l2=1.0)
     a = [i for i, c in enumerate(corpora) if c == "a"]
-    assert chosen["a"]["l2"] == choose_l2([rows[i] for i in a], [labels[i] for i in a], a, seed=3, prior=pooled)
+    b = [i for i, c in enumerate(corpora) if c != "a"]
+
+    def honest(inner):
+        use = b + [a[j] for j in inner]
+        return fit_weights([rows[i] for i in use], [labels[i] for i in use], l2=1.0)
+
+    a_rows, a_labels = [rows[i] for i in a], [labels[i] for i in a]
+    assert chosen["a"]["l2"] == choose_l2(a_rows, a_labels, a, seed=3, prior=honest)
+    assert chosen["a"]["weights"] == fit_weights(a_rows, a_labels, l2=chosen["a"]["l2"], prior=pooled)
+    # `only` names the corpora to fit, whatever their count here; one with a single label is skipped.
+    assert set(fit_corpora(rows, labels, groups, corpora, pooled, l2=1.0, min_labels=500, only=["b"])) == {"b"}
+    one_label = [1 if c == "b" else v for v, c in zip(labels, corpora)]
+    assert set(fit_corpora(rows, one_label, groups, corpora, pooled, l2=1.0, only=["a", "b"])) == {"a"}
 
 
 def test_choose_l2_with_a_prior_pulls_hard_when_the_labels_agree_with_it() -> None:
@@ -409,17 +423,49 @@ def test_cross_fit_by_corpus_beats_one_fit_for_both_and_reports_each_corpus() ->
         assert figures["n"] == 80 and figures["own_folds"] == 5
         assert figures["after"]["brier"] < figures["pooled"]["brier"] - 0.02
         assert figures["after"]["auroc"] > figures["pooled"]["auroc"] + 0.04
+        assert figures["kept"] is True and figures["after"] == figures["own"]
     assert out["after"]["brier"] < plain["after"]["brier"] - 0.02
-    # The pooled figures of a corpus are those of the plain cross-fit on its rows.
-    X = [i for i, c in enumerate(corpora) if c == "a"]
     ref = cross_fit(rows, labels, seed=1, l2=1.0, corpora=["a"] * len(rows))  # one corpus: no fit of its own
     assert ref["by_corpus"]["a"]["own_folds"] == 0 and ref["after"] == plain["after"]
-    assert out["by_corpus"]["a"]["pooled"]["n"] == len(X)
-    # Too few labels per corpus: every row is scored by the fit on all rows, as without corpora.
+    assert "own" not in ref["by_corpus"]["a"] and ref["by_corpus"]["a"]["kept"] is False
+    # Too few labels per corpus: every row is scored by the fit on all rows, as without corpora,
+    # and the figures of the fits on all rows do not depend on the corpora's own.
     few = cross_fit(rows, labels, seed=1, l2=1.0, corpora=corpora, corpus_min=81)
     assert few["after"] == plain["after"] and few["by_corpus"]["a"]["own_folds"] == 0
+    assert few["by_corpus"]["a"]["pooled"] == out["by_corpus"]["a"]["pooled"]
+    assert few["by_corpus"]["a"]["pooled"] == few["by_corpus"]["a"]["after"]
     with pytest.raises(ValueError, match="corpora has 3 items"):
         cross_fit(rows, labels, corpora=["a", "b", "a"])
+
+
+def test_a_corpus_with_enough_labels_in_all_is_fitted_in_every_fold() -> None:
+    """Which corpora get a fit of their own is decided on all rows, as the stored fit decides
+    it: a corpus with 24 labels (minimum 20) holds fewer than 20 in every training fold, and is
+    fitted in each all the same, so its held-out figures are those of the fit it will keep."""
+    rows, labels, corpora = _two_corpora(80, seed=81)
+    keep = [i for i, c in enumerate(corpora) if c == "a" or i < 80 + 24]
+    rows, labels, corpora = [rows[i] for i in keep], [labels[i] for i in keep], [corpora[i] for i in keep]
+    assert corpora.count("b") == 24 and len(set(labels[80:])) == 2
+    out = cross_fit(rows, labels, seed=1, l2=1.0, corpora=corpora, corpus_min=20)
+    assert out["by_corpus"]["b"]["own_folds"] == 5
+
+
+def test_a_corpus_whose_own_fits_score_worse_is_scored_by_the_fit_on_all_rows() -> None:
+    """Labels of corpus b drawn from the same weights as a's: its own fits (on fewer labels) do
+    no better than the fit on all rows, which then scores its rows in ``after``."""
+    rows = _synthetic_rows(200, seed=5)
+    truth = {**DEFAULT_WEIGHTS, "faithfulness": 6.0, "bias": DEFAULT_WEIGHTS["bias"] - 1.0}
+    labels = _labels_from(rows, truth, seed=6)
+    corpora = ["a"] * 170 + ["b"] * 30
+    dropped = []
+    for seed in range(6):
+        out = cross_fit(rows, labels, seed=seed, l2=1.0, corpora=corpora, corpus_min=20)
+        for key, figures in out["by_corpus"].items():
+            assert figures["kept"] == (figures["own"]["brier"] <= figures["pooled"]["brier"])
+            assert figures["after"] == (figures["own"] if figures["kept"] else figures["pooled"])
+            if not figures["kept"]:
+                dropped.append(key)
+    assert dropped  # the situation arises here, so the test means something
 
 
 def test_evaluate_fit_scores_a_corpus_by_its_own_fit() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from pathlib import Path
@@ -244,14 +245,15 @@ def test_each_corpus_gets_a_fit_of_its_own_when_its_answers_go_another_way(store
     assert set(result["corpus_fits"]) == {"/i/a", "/i/b"}
     held = result["held_out"]
     assert held["after"]["auroc"] > 0.9 > 0.6 > one["held_out"]["after"]["auroc"]
-    assert set(held["by_corpus"]) == {"/i/a", "/i/b", None}
+    assert set(held["by_corpus"]) == {"/i/a", "/i/b", "(not recorded)"}
     for corpus in ("/i/a", "/i/b"):
         figures = held["by_corpus"][corpus]
-        assert figures["n"] == 60 and figures["own_folds"] == 5
+        assert figures["n"] == 60 and figures["own_folds"] == 5 and figures["kept"] is True
         assert figures["after"]["brier"] < figures["pooled"]["brier"] - 0.1
         stored = result["corpus_fits"][corpus]
         assert stored["n"] == 60 and stored["held_out"]["after"]["brier"] == figures["after"]["brier"]
-    assert held["by_corpus"][None]["own_folds"] == 0
+    assert held["by_corpus"]["(not recorded)"]["own_folds"] == 0
+    json.dumps(result, sort_keys=True)  # `sirag calibrate --json` prints it: no None key
     fit = store.latest_calibration()
     assert fit["id"] == result["fit_id"] and set(fit["corpus_fits"]) == {"/i/a", "/i/b"}
     short = next({**r, "answer_words": math.log1p(2)} for r in store.labelled_attempts() if r["answer"] == SHORT)
@@ -262,11 +264,14 @@ def test_each_corpus_gets_a_fit_of_its_own_when_its_answers_go_another_way(store
     _print_calibration(result)
     out = capsys.readouterr().out
     assert "by corpus, each label held out (a corpus's own fit is pulled toward" in out and "  /i/a (60 labels)" in out and "  /i/b (60 labels)" in out
-    assert out.count("one fit for every corpus") == 3 and out.count("), in use") == 2
+    assert out.count("one fit for every corpus") == 3 and out.count(" of 5 folds), in use") == 2
     assert "corpus not recorded (answers from before session 24) (4 labels)" in out
     assert "(scored by the fit on all labels: its corpus is unknown)" in out
     assert "weights of the fit on all labels: " in out and out.count("    its weights: ") == 2
-    assert f"stored as fit {result['fit_id']}, with a fit of their own for the 2 corpora above" in out
+    assert f"stored as fit {result['fit_id']}, with the own fits shown above for 2 corpora" in out
+    _print_calibration({k: v for k, v in result.items() if k != "fit_id"})  # a dry run: nothing in use
+    dry_out = capsys.readouterr().out
+    assert "its own fit (l2 " in dry_out and ", in use" not in dry_out
     _print_calibration(one)
     assert "by corpus" not in capsys.readouterr().out
     from self_improving_rag.evaluation.calibrate import describe_auto_fit
@@ -274,4 +279,4 @@ def test_each_corpus_gets_a_fit_of_its_own_when_its_answers_go_another_way(store
     assert describe_auto_fit(result).endswith("(calibration.auto_fit), with own fits for 2 corpora (/i/a, /i/b)")
     # The same labels under another minimum: too few for a fit of their own.
     few = calibrate_from_memory(store, min_labels=61, seed=0, save=False)
-    assert few["corpus_fits"] == {} and held["by_corpus"] and few["held_out"]["by_corpus"]["/i/a"]["own_folds"] == 0
+    assert few["corpus_fits"] == {} and few["held_out"]["by_corpus"]["/i/a"]["own_folds"] == 0

@@ -62,7 +62,8 @@ def test_report_with_data_embeds_every_chart(tmp_path: Path) -> None:
             store.record(repaired_answer(f"who {i}", query_class="who"))
             store.record(make_answer(f"where <b>{i}</b>", query_class="where", confidence=0.1 + i / 15))
         store.record(make_answer("why?", refused=True, confidence=0.05, query_class="why"))
-        store.save_calibration({"coverage": 0.7, "bias": -0.1}, 24, {"auroc_after": 0.8})
+        store.save_calibration({"coverage": 0.7, "bias": -0.1}, 24, {"auroc_after": 0.8},
+                               corpus_fits={"/idx/harbour": {"weights": {"coverage": 0.9, "bias": 0.2}, "n": 21}})
         out = write_html_report(store, tmp_path / "memory.html")
     page = out.read_text(encoding="utf-8")
     images = [attrs for tag, attrs in parse(page) if tag == "img"]
@@ -75,6 +76,7 @@ def test_report_with_data_embeds_every_chart(tmp_path: Path) -> None:
     for title in ("Strategies", "Failures and the repairs that followed", "Calibration", "Summary"):
         assert f"<h2>{title}</h2>" in page
     assert "WEAK_RETRIEVAL" in page and "switch_retriever" in page
+    assert "/idx/harbour: its own fit, labelled outcomes (n)" in page and "/idx/harbour: weight coverage" in page
     assert "self-assessed" in page  # no feedback labels yet
     assert "<b>" not in page  # user text is escaped
     assert "No data yet" not in page
