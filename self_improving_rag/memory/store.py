@@ -211,9 +211,9 @@ assert set(_COLUMN_SQL) == set(FEATURES), "every confidence feature needs its co
 
 
 def _weight_sql(name: str) -> str:
-    # The outcome's corpus's own weight (cw: a row of :corpus_weights joined on o.corpus), else
+    # The outcome's corpus's own weight (cw: its row of :corpus_weights, joined on o.corpus), else
     # the weight of the fit on all labels.
-    return f"COALESCE(json_extract(cw.value, '$.{name}'), :w_{name})"
+    return f"COALESCE(cw.w_{name}, :w_{name})"
 
 
 def _feature_sql(name: str) -> str:
@@ -227,9 +227,13 @@ def _feature_sql(name: str) -> str:
 
 # The confidence, σ(bias + Σ w_i · x_i), from an attempt's stored features as
 # calibration.confidence computes it, and the attempt's bar as the engine sets it. A query that
-# uses it joins the weights of the outcome's corpus: _CORPUS_WEIGHTS_JOIN.
+# uses it defines _CORPUS_WEIGHTS_CTE and joins the weights of the outcome's corpus:
+# _CORPUS_WEIGHTS_JOIN. The weights are read out of the JSON once, not once a row.
 _CONFIDENCE_SQL = f"sirag_sigmoid({_weight_sql('bias')} + " + " + ".join(_feature_sql(f) for f in FEATURES) + ")"
-_CORPUS_WEIGHTS_JOIN = "LEFT JOIN json_each(:corpus_weights) cw ON cw.key = o.corpus"
+_CORPUS_WEIGHTS_CTE = ("corpus_weights AS (SELECT key AS corpus, "
+                       + ", ".join(f"json_extract(value, '$.{k}') AS w_{k}" for k in ("bias", *FEATURES))
+                       + " FROM json_each(:corpus_weights))")
+_CORPUS_WEIGHTS_JOIN = "LEFT JOIN corpus_weights cw ON cw.corpus = o.corpus"
 _BAR_SQL = "MAX(:floor, MIN(1.0, :threshold + :margin * (a.number - 1)))"
 
 
@@ -857,7 +861,7 @@ class MemoryStore:
     # Every repair attempt (an attempt made by a repair) with its success, its outcome's query
     # class, and the failure of the attempt before it in the same outcome (the failure the
     # repair answered).
-    _REPAIRS = f"""{_LATEST_LABEL},
+    _REPAIRS = f"""{_LATEST_LABEL}, {_CORPUS_WEIGHTS_CTE},
             seq AS (
                 SELECT repair, ok, query_class, prev_failure FROM (
                     SELECT a.repair, {_SUCCESS} AS ok, o.query_class,
@@ -882,7 +886,7 @@ class MemoryStore:
         """
         rows = self._rows(
             f"""
-            WITH {self._LATEST_LABEL}
+            WITH {self._LATEST_LABEL}, {_CORPUS_WEIGHTS_CTE}
             SELECT a.strategy_key AS key,
                    SUM({self._SUCCESS}) AS ok, SUM(NOT ({self._SUCCESS})) AS bad
             FROM attempts a JOIN outcomes o ON o.id = a.outcome_id
