@@ -124,13 +124,15 @@ class Engine:
                         "re-ingest with ingestion.chunkers including %s)", default.chunker, available[0],
                         default.chunker)
             default = replace(default, chunker=available[0])
-        weights = fit = None
+        weights = fit = note = None
         if self.memory is not None:
             if self.config.calibration.auto_fit and self.record:
                 self._auto_calibrate()
             fit = self.memory.latest_calibration()
             # This corpus's own fit when the stored fit made one (calibration.per_corpus).
             weights = weights_for(fit, self.corpus if self.config.calibration.per_corpus else None)
+            if fit and weights is not fit.get("weights"):
+                note = "fitted weights of this corpus"
         verdicts = None
         if self.config.policy.rejudge:
             own = ({c: f["weights"] for c, f in fit.get("corpus_fits", {}).items()}
@@ -141,7 +143,8 @@ class Engine:
         policy = StrategyPolicy(self.config.policy, default, self.memory, available, verdicts)
         r = self.config.retrieval
         self._scorer = SignalScorer(self.config.scoring, self.searcher.embed_cached, self.generator, weights,
-                                    relevance_slope=r.relevance_slope, relevance_midpoint=r.relevance_midpoint)
+                                    relevance_slope=r.relevance_slope, relevance_midpoint=r.relevance_midpoint,
+                                    weights_note=note)
         # Set last: it marks the engine as ready, so a failure above (a locked store, say) is
         # retried by the next call instead of leaving an engine without a scorer.
         self._policy = policy

@@ -603,8 +603,10 @@ def test_the_engine_records_its_corpus_and_answers_with_that_corpus_fit(tmp_path
     assert store.show(ans.outcome_id)["corpus"] == corpus
     verdicts = engine.policy.verdicts
     assert verdicts.weights == pooled
+    reason = ans.attempts[0].signals.confidence.reason
     if per_corpus:
-        assert engine._scorer.weights == own
+        assert engine._scorer.weights == own and reason.endswith("(fitted weights of this corpus)")
         assert verdicts.corpus_weights == {corpus: own, "/elsewhere": other}
     else:
         assert engine._scorer.weights == pooled and verdicts.corpus_weights is None
+        assert reason.endswith("(fitted weights)")

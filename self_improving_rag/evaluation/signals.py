@@ -477,8 +477,11 @@ class SignalScorer:
 
     def __init__(self, config: ScoringConfig, embed: Callable[[list[str]], np.ndarray], generator=None,
                  weights: dict[str, float] | None = None, relevance_slope: float = 10.0,
-                 relevance_midpoint: float = 0.35) -> None:
+                 relevance_midpoint: float = 0.35, weights_note: str | None = None) -> None:
         self.config = config
+        # Which weights the confidence uses, for its reason: "fitted weights" or "default weights"
+        # unless the caller says more (the engine names a corpus's own fit).
+        self.weights_note = weights_note or ("fitted weights" if weights else "default weights")
         self.relevance_slope = relevance_slope
         self.relevance_midpoint = relevance_midpoint
         self.embed = embed
@@ -542,7 +545,7 @@ class SignalScorer:
             detail["question_tokens"] = [[piece, None if lp is None else round(lp, 3)] for piece, lp in read]
         confidence = Signal("confidence", conf, "logistic model over the signals, the mean token log-prob, the answer's "
                             "length, how well the question fits the answer, its dates and its kind"
-                            + (" (fitted weights)" if self.weights else " (default weights)"), detail)
+                            + f" ({self.weights_note})", detail)
         return Signals(coverage, redundancy, grounding, faithfulness, confidence, refused)
 
     def _read_question(self, question: str, passages: list[Passage], generation: Generation | None, answer: str,
