@@ -497,12 +497,7 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
             print(f"(no outcome matches {args.arg!r})" if action == "search" else "(nothing yet)")
     else:
         for k, v in data.items():
-            if isinstance(v, dict) and v and (k == "corpora" or _short(v).endswith("...")):  # one item a line
-                print(f"{k}:")
-                for name, x in v.items():
-                    print(f"  {name}: {_short(x)}")
-            else:
-                print(f"{k}: {_short(v)}")
+            _print_item(k, v)
     if action in ("stats", "strategies", "failures") and data and not args.json:
         uses = ("which the strategy policy prefers where they exist" if config.policy.use_labels
                 else "which the strategy policy ignores while policy.use_labels is false")
@@ -543,6 +538,16 @@ def _memory_merge(files: list[str], args: argparse.Namespace, config: Config) ->
             print(f"calibration in use now: {what} (the newest); run `sirag calibrate` to fit on all labels here, "
                   "or `sirag calibrate --reset` for the default weights")
     return 0
+
+
+def _print_item(key: str, value: Any, indent: str = "") -> None:
+    """``key: value`` on one line, or, for a dict too long for one (or the corpora), one line an item."""
+    if isinstance(value, dict) and value and (key == "corpora" or _short(value).endswith("...")):
+        print(f"{indent}{key}:")
+        for k, v in value.items():
+            _print_item(str(k), v, indent + "  ")
+    else:
+        print(f"{indent}{key}: {_short(value)}")
 
 
 def _short(v: Any) -> str:
@@ -597,8 +602,9 @@ def cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
     Example: sirag calibrate   (labels come from `sirag feedback` and from `sirag eval` gold)
     The engine also fits by itself at start once enough new labels arrive (calibration.auto_fit;
     `sirag memory stats` shows the weights in use and when the next fit is due). With labels from
-    several corpora (index folders), each corpus with enough of them also gets a fit of its own,
-    which questions on it use (calibration.per_corpus).
+    several corpora (index folders), each corpus with enough of them, right and wrong, also gets a
+    fit of its own, which questions on it use, unless that fit scores a worse held-out Brier than
+    the shared one (calibration.per_corpus).
     """
     from .evaluation.calibrate import calibrate_from_memory, calibration_status, reset_calibration
 
@@ -662,16 +668,17 @@ def _print_calibration(result: dict) -> None:
             print(f"  {name} ({figures['n']} labels)")
             lines = [("default weights", figures["before"]), ("one fit for every corpus", figures["pooled"])]
             if "own" in figures:
-                l2 = f"l2 {own[corpus]['l2']:g}, " if corpus in own else ""
-                what = f"its own fit ({l2}{figures['own_folds']} of {held['folds']} folds)"
+                what = f"its own fit ({figures['own_folds']} of {held['folds']} folds)"
                 lines.append((what + (", in use" if corpus in own and stored else ""), figures["own"]))
             for what, m in lines:
                 print(f"    {what:42s} {fmt(m['auroc'])}  {fmt(m['ece'])}  {fmt(m['brier'])}  {fmt(m.get('ece_floor'))}")
             if corpus in own:
-                print("    its weights: " + ", ".join(f"{k} {v:+.2f}" for k, v in own[corpus]["weights"].items()))
+                print(f"    its weights (l2 {own[corpus]['l2']:g}; each held-out fold chose its own): "
+                      + ", ".join(f"{k} {v:+.2f}" for k, v in own[corpus]["weights"].items()))
             else:
                 why = ("its corpus is unknown" if corpus == NOT_RECORDED
-                       else "its own fit scored worse on its held-out labels" if "own" in figures
+                       else f"its own fit scored a worse held-out Brier, {figures['own']['brier']:.4f} against "
+                            f"{figures['pooled']['brier']:.4f}" if "own" in figures
                        else "too few labelled answers, or not both right and wrong ones, for a fit of its own")
                 print(f"    (scored by the fit on all labels: {why})")
     print(("weights of the fit on all labels: " if len(by_corpus) > 1 else "weights: ")

@@ -303,9 +303,11 @@ class CalibrationConfig(_Model):
     # it (1 was the only strength before session 23).
     l2: Literal["auto"] | float = "auto"
     # Answers from different corpora (index folders) sharing one memory store need not share one
-    # confidence model: with this on, a corpus holding enough labelled answers of both kinds (as
-    # many as a fit needs) gets a fit of its own, pulled toward the fit on all labels; questions
-    # on it use that fit. Off: one fit serves every corpus (as before session 24).
+    # confidence model: with this on, a corpus holding as many labelled answers as a fit needs
+    # (auto_min_labels for the automatic fit, --min-labels for `sirag calibrate`), right and wrong
+    # ones among them, gets a fit of its own, pulled toward the fit on all labels, unless that fit
+    # scores a worse held-out Brier than the shared one; questions on it use that fit. Off: one fit
+    # serves every corpus (as before session 24).
     per_corpus: bool = True
 
     @field_validator("l2")

@@ -133,6 +133,8 @@ class Engine:
             weights = weights_for(fit, self.corpus if self.config.calibration.per_corpus else None)
             if fit and weights is not fit.get("weights"):
                 note = "fitted weights of this corpus"
+            elif fit and (fit.get("metrics") or {}).get("reset_to_defaults"):
+                note = "default weights"  # stored by `sirag calibrate --reset`
         verdicts = None
         if self.config.policy.rejudge:
             own = ({c: f["weights"] for c, f in fit.get("corpus_fits", {}).items()}

@@ -610,3 +610,19 @@ def test_the_engine_records_its_corpus_and_answers_with_that_corpus_fit(tmp_path
     else:
         assert engine._scorer.weights == pooled and verdicts.corpus_weights is None
         assert reason.endswith("(fitted weights)")
+
+
+def test_after_a_reset_the_confidence_says_it_uses_the_default_weights(tmp_path, make_engine):
+    """`sirag calibrate --reset` stores the default weights as the newest fit: the reason names
+    them as the defaults, not as fitted ones."""
+    from self_improving_rag.evaluation.calibrate import reset_calibration
+    from self_improving_rag.memory import MemoryStore
+
+    cfg = load_config(None, fake_overrides(tmp_path) + ["calibration.auto_fit=false"])
+    path = tmp_path / "memory" / "memory.db"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with MemoryStore(path) as store:
+        reset_calibration(store)
+    engine, gen, store = make_engine([GOOD], config=cfg)
+    ans = engine.ask("Who saved the sailors of the Greyling in the storm?")
+    assert ans.attempts[0].signals.confidence.reason.endswith("(default weights)")

@@ -406,7 +406,8 @@ def cross_fit(
     label, with all rows of one group in one fold (``groups``: e.g. the question asked; default:
     every row its own group); the split is seeded by ``seed``. For each fold the weights are
     fitted on the other folds (pulled toward ``prior``, default :data:`DEFAULT_WEIGHTS`; a
-    callable is given the fold's training row indices and returns the prior for that fold) and
+    callable, with a fixed ``l2``, is given the fold's training row indices and returns the prior
+    for that fold) and
     give the fold's confidences; the pooled confidences of all rows are then scored, so AUROC,
     ECE and Brier rest on every label instead of one held-out half. With ``l2="auto"`` each
     fold's penalty is chosen by :func:`choose_l2` on that fold's training rows alone (a cross-fit
@@ -445,6 +446,11 @@ def cross_fit(
         raise ValueError(f"groups has {len(groups)} items but rows has {n}")
     if corpora is not None and len(corpora) != n:
         raise ValueError(f"corpora has {len(corpora)} items but rows has {n}")
+    if callable(prior) and l2 == "auto":
+        raise ValueError("a prior given per fold needs a fixed l2: choosing it would fit priors within priors")
+    if corpora is not None and prior is not None:
+        raise ValueError("corpora are fitted toward the fit on all rows, itself pulled toward the default weights; "
+                         "give no prior with corpora")
     k = min(folds, len(set(groups)))
     if k < 2:
         raise ValueError("cross_fit needs at least 2 groups to split; every row here belongs to one")
@@ -460,7 +466,7 @@ def cross_fit(
         train_groups = [groups[i] for i in train]
         fold_prior = prior(train) if callable(prior) else prior
         fold_l2 = float(l2) if l2 != "auto" else _choose_or_default(
-            train_rows, train_labels, train_groups, folds, seed, _restricted(prior, train))
+            train_rows, train_labels, train_groups, folds, seed, prior)
         used.append(fold_l2)
         w = fit_weights(train_rows, train_labels, l2=fold_l2, prior=fold_prior)
         held = fold == f
@@ -499,14 +505,6 @@ def cross_fit(
     if corpora is not None:
         out["by_corpus"] = by_corpus
     return out
-
-
-def _restricted(prior: Prior, train: np.ndarray) -> Prior:
-    """``prior`` for the rows ``train`` of a cross-fit, as a prior of its own: a callable is
-    given indices into those rows and passes them on as indices into the full rows."""
-    if not callable(prior):
-        return prior
-    return lambda inner: prior(train[np.asarray(inner, dtype=int)])
 
 
 def own_fit_corpora(corpora: Sequence[str | None], labels: Sequence[Any], min_labels: int) -> list[str]:

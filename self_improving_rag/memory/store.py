@@ -30,6 +30,7 @@ from typing import Any, NoReturn, TypeVar
 from sqlite_utils import Database
 
 from ..errors import MemoryStoreError
+from ..evaluation.calibrate import NOT_RECORDED
 from ..evaluation.calibration import (FEATURES, LOGPROB_FLOOR, NEUTRAL_VALUES, QUESTION_FEATURES, QUESTION_FIT_FLOOR,
                                       answer_words, complete_weights, sigmoid)
 from ..evaluation.metrics import bin_index
@@ -1058,7 +1059,7 @@ class MemoryStore:
             "mean_attempt_ms": a["ms"],
             "first_attempt_success_rate": _rate(int(first["ok"]), int(first["n"])),
             "feedback": {k: int(v) for k, v in f.items()},
-            "corpora": {r["corpus"] if r["corpus"] is not None else "(not recorded)": int(r["n"]) for r in self._rows(
+            "corpora": {r["corpus"] if r["corpus"] is not None else NOT_RECORDED: int(r["n"]) for r in self._rows(
                 "SELECT corpus, COUNT(*) AS n FROM outcomes GROUP BY corpus ORDER BY COUNT(*) DESC, corpus")},
         }
 

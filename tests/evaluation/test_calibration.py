@@ -386,13 +386,13 @@ def test_fit_corpora_pulls_each_corpus_toward_the_fit_on_all_labels() -> None:
     assert fit_corpora(rows, labels, groups, corpora, pooled, min_labels=81) == {}
     # Chosen, the strength of a corpus's fit is scored in folds whose prior never saw the held-out
     # rows: the fit on all rows but that fold's rows of the corpus.
-    chosen = fit_corpora(rows, labels, groups, corpora, pooled, l2="auto", min_labels=20, seed=3, pooled_l2=1.0)
+    chosen = fit_corpora(rows, labels, groups, corpora, pooled, l2="auto", min_labels=20, seed=3, pooled_l2=0.03)
     a = [i for i, c in enumerate(corpora) if c == "a"]
     b = [i for i, c in enumerate(corpora) if c != "a"]
 
     def honest(inner):
         use = b + [a[j] for j in inner]
-        return fit_weights([rows[i] for i in use], [labels[i] for i in use], l2=1.0)
+        return fit_weights([rows[i] for i in use], [labels[i] for i in use], l2=0.03)
 
     a_rows, a_labels = [rows[i] for i in a], [labels[i] for i in a]
     assert chosen["a"]["l2"] == choose_l2(a_rows, a_labels, a, seed=3, prior=honest)
@@ -436,18 +436,42 @@ def test_cross_fit_by_corpus_beats_one_fit_for_both_and_reports_each_corpus() ->
     assert few["by_corpus"]["a"]["pooled"] == few["by_corpus"]["a"]["after"]
     with pytest.raises(ValueError, match="corpora has 3 items"):
         cross_fit(rows, labels, corpora=["a", "b", "a"])
+    with pytest.raises(ValueError, match="give no prior with corpora"):
+        cross_fit(rows, labels, corpora=corpora, prior=DEFAULT_WEIGHTS)
+    with pytest.raises(ValueError, match="needs a fixed l2"):
+        cross_fit(rows, labels, l2="auto", prior=lambda train: DEFAULT_WEIGHTS)
 
 
 def test_a_corpus_with_enough_labels_in_all_is_fitted_in_every_fold() -> None:
     """Which corpora get a fit of their own is decided on all rows, as the stored fit decides
-    it: a corpus with 24 labels (minimum 20) holds fewer than 20 in every training fold, and is
+    it: a corpus with 24 labels (minimum 20) holds fewer than 20 in some training folds, and is
     fitted in each all the same, so its held-out figures are those of the fit it will keep."""
     rows, labels, corpora = _two_corpora(80, seed=81)
     keep = [i for i, c in enumerate(corpora) if c == "a" or i < 80 + 24]
     rows, labels, corpora = [rows[i] for i in keep], [labels[i] for i in keep], [corpora[i] for i in keep]
     assert corpora.count("b") == 24 and len(set(labels[80:])) == 2
+    from self_improving_rag.evaluation.calibration import _folds
+
+    fold = _folds(np.array(labels, dtype=float), list(range(len(rows))), 5, seed=1)
+    in_training = [sum(1 for i, c in enumerate(corpora) if c == "b" and fold[i] != f) for f in range(5)]
+    assert min(in_training) < 20  # too few for a fit of its own if counted fold by fold
     out = cross_fit(rows, labels, seed=1, l2=1.0, corpora=corpora, corpus_min=20)
     assert out["by_corpus"]["b"]["own_folds"] == 5
+
+
+def test_cross_fit_asks_a_callable_prior_for_each_folds_training_rows() -> None:
+    rows = _synthetic_rows(40, seed=7)
+    labels = _labels_from(rows, DEFAULT_WEIGHTS, seed=8)
+    seen = []
+
+    def prior(train):
+        seen.append(sorted(int(i) for i in train))
+        return DEFAULT_WEIGHTS
+
+    out = cross_fit(rows, labels, seed=2, l2=1.0, folds=4, prior=prior)
+    assert out["after"] == cross_fit(rows, labels, seed=2, l2=1.0, folds=4)["after"]
+    assert len(seen) == 4 and all(len(t) == 30 for t in seen)
+    assert sorted(i for t in seen for i in set(range(40)) - set(t)) == list(range(40))  # each row held out once
 
 
 def test_a_corpus_whose_own_fits_score_worse_is_scored_by_the_fit_on_all_rows() -> None:
