@@ -302,12 +302,19 @@ def evaluate_fit(
         return {"auroc": None, "ece": None, "ece_floor": None, "brier": None, "n": 0,
                 "notes": {"all": "undefined: no rows"}}
     p = _sigmoid(X @ w)
+    if corpus_fits and corpora is None:
+        raise ValueError("corpus_fits needs corpora: the corpus of each row")
+    masks = _corpus_masks(corpora) if corpus_fits else {}
     for key, fit in (corpus_fits or {}).items():
-        if corpora is None:
-            raise ValueError("corpus_fits needs corpora: the corpus of each row")
-        mask = np.asarray([c == key for c in corpora])
-        p[mask] = _sigmoid(X[mask] @ _weight_vector(fit["weights"]))
+        if key in masks:
+            p[masks[key]] = _sigmoid(X[masks[key]] @ _weight_vector(fit["weights"]))
     return _scores(p, y)
+
+
+def _corpus_masks(corpora: Sequence[str | None]) -> dict[str | None, np.ndarray]:
+    """For each corpus (in order of first appearance), which rows belong to it."""
+    keys = np.asarray(list(corpora), dtype=object)
+    return {key: keys == key for key in dict.fromkeys(corpora)}
 
 
 def _scores(p: np.ndarray, y: np.ndarray) -> dict[str, Any]:
@@ -456,6 +463,7 @@ def cross_fit(
         raise ValueError("cross_fit needs at least 2 groups to split; every row here belongs to one")
     fold = _folds(y, groups, k, seed)
     eligible = own_fit_corpora(corpora, labels, corpus_min) if corpora is not None else []
+    masks = _corpus_masks(corpora) if corpora is not None else {}
     p = np.zeros(n)
     pooled = np.zeros(n)
     used: list[float] = []
@@ -466,7 +474,7 @@ def cross_fit(
         train_groups = [groups[i] for i in train]
         fold_prior = prior(train) if callable(prior) else prior
         fold_l2 = float(l2) if l2 != "auto" else _choose_or_default(
-            train_rows, train_labels, train_groups, folds, seed, prior)
+            train_rows, train_labels, train_groups, min(folds, INNER_FOLDS), seed, prior)
         used.append(fold_l2)
         w = fit_weights(train_rows, train_labels, l2=fold_l2, prior=fold_prior)
         held = fold == f
@@ -476,14 +484,13 @@ def cross_fit(
         own = fit_corpora(train_rows, train_labels, train_groups, [corpora[i] for i in train], w, l2=l2,
                           folds=min(folds, INNER_FOLDS), seed=seed, only=eligible, pooled_l2=fold_l2)
         for key, fit in own.items():
-            mask = held & np.asarray([c == key for c in corpora])
+            mask = held & masks[key]
             p[mask] = _sigmoid(X[mask] @ _weight_vector(fit["weights"]))
             own_folds[key] = own_folds.get(key, 0) + 1
     by_corpus: dict[Any, dict[str, Any]] = {}
     if corpora is not None:
         default = _sigmoid(X @ _weight_vector(DEFAULT_WEIGHTS))
-        for key in dict.fromkeys(corpora):
-            mask = np.asarray([c == key for c in corpora])
+        for key, mask in masks.items():
             figures = {"n": int(mask.sum()), "own_folds": own_folds.get(key, 0),
                        "before": _scores(default[mask], y[mask]), "pooled": _scores(pooled[mask], y[mask])}
             if key in eligible:
@@ -556,7 +563,7 @@ def fit_corpora(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], groups
                     cache[kept] = fit_weights([rows[i] for i in use], [labels[i] for i in use], l2=pooled_l2)
                 return cache[kept]
 
-            strength = _choose_or_default(c_rows, c_labels, c_groups, folds, seed, prior_without, inner=False)
+            strength = _choose_or_default(c_rows, c_labels, c_groups, folds, seed, prior_without)
         else:
             strength = float(l2)
         out[key] = {"weights": fit_weights(c_rows, c_labels, l2=strength, prior=pooled), "n": len(idx),
@@ -564,10 +571,9 @@ def fit_corpora(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], groups
     return out
 
 
-def _choose_or_default(rows, labels, groups, folds: int, seed: int, prior: Prior = None,
-                       inner: bool = True) -> float:
-    """:func:`choose_l2` on a fold's training rows (in at most :data:`INNER_FOLDS` folds, unless
-    not ``inner``), or :data:`DEFAULT_L2` when they cannot be split into folds with both labels."""
+def _choose_or_default(rows, labels, groups, folds: int, seed: int, prior: Prior = None) -> float:
+    """:func:`choose_l2` on training rows in ``folds`` folds, or :data:`DEFAULT_L2` when they
+    cannot be split into folds with both labels."""
     if len({int(v) for v in labels}) < 2 or len(set(groups)) < 2:
         return DEFAULT_L2
-    return choose_l2(rows, labels, groups, folds=min(folds, INNER_FOLDS) if inner else folds, seed=seed, prior=prior)
+    return choose_l2(rows, labels, groups, folds=folds, seed=seed, prior=prior)
