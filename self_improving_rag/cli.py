@@ -62,6 +62,28 @@ def _existing_memory(config: Config, command: str, read_only: bool = False):
     return _memory(config, read_only=read_only)
 
 
+def _readable_memory(config: Config, command: str):
+    """The existing memory store opened read-only for a command that only reads it; a store of an
+    older schema is upgraded first (opened writable once), as any recording command would. A
+    store that cannot be written then says to upgrade a copy."""
+    from .errors import MemoryStoreError, OlderSchemaError
+
+    try:
+        return _existing_memory(config, command, read_only=True)
+    except OlderSchemaError:
+        pass
+    try:
+        store = _memory(config)
+    except MemoryStoreError as exc:
+        path = config.paths.memory_db
+        raise MemoryStoreError(
+            f"memory database {path} has an older schema and cannot be upgraded where it is, since it cannot be "
+            f"written there; copy it (with its -wal file, if any) to a writable folder and pass the copy as --memory: "
+            "the first command upgrades it") from exc
+    store.close()
+    return _memory(config, read_only=True)
+
+
 def _png_file(path: str, option: str, config: Config) -> Path:
     if Path(path).suffix.lower() != ".png":
         raise InputError(f"{option} {path}: the histogram is a PNG image; give a file name ending in .png")
@@ -414,9 +436,10 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
     Examples: sirag memory stats; sirag memory show 3f2a9c; sirag memory search Baskerville;
     sirag memory export --csv out.csv; sirag memory report --html report.html;
     sirag memory merge shard1.db shard2.db --memory memory/memory.db
+    Merge creates the --memory store if it does not exist; every file is checked before any is
+    merged, and a file of an older schema must be upgraded first (`sirag memory stats --memory
+    FILE`). Merging the same file again adds only what is still missing.
     """
-    from .errors import MemoryStoreError
-
     action = args.action
     words = list(args.arg or [])
     # Options of one action given to another are mistakes, not something to ignore.
@@ -434,13 +457,8 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
                          f"({'; '.join(f'{flag} to memory {owner}' for flag, owner in owned)})")
     if action == "merge":
         return _memory_merge(words, args, config)
-    # Analysis only reads: the store is opened read-only unless its schema needs an upgrade first.
-    try:
-        store = _existing_memory(config, "memory", read_only=True)
-    except MemoryStoreError as exc:
-        if "older" not in str(exc) and "upgrade" not in str(exc).lower():
-            raise
-        store = _memory(config)
+    # Analysis only reads: the store is opened read-only, once its schema is upgraded if it needs that.
+    store = _readable_memory(config, "memory")
     try:
         if action == "stats":
             from .evaluation.calibrate import calibration_status
@@ -508,6 +526,7 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
 
 def _memory_merge(files: list[str], args: argparse.Namespace, config: Config) -> int:
     """``sirag memory merge FILE...``: every store is checked before any is merged."""
+    from .evaluation.calibrate import calibration_status
     from .memory.store import open_merge_source, same_file
 
     if not files:
@@ -521,6 +540,8 @@ def _memory_merge(files: list[str], args: argparse.Namespace, config: Config) ->
     try:
         results = [{"file": f, **store.merge_from(f)} for f in files]
         fit = store.latest_calibration() if any(r["fits_added"] for r in results) else None
+        c = config.calibration
+        due = calibration_status(store, c.auto_fit, c.auto_min_labels, c.auto_refit_after)["automatic_fit"]
     finally:
         store.close()
     if args.json:
@@ -537,6 +558,9 @@ def _memory_merge(files: list[str], args: argparse.Namespace, config: Config) ->
                     else f"fit {fit['id']} made {fit['created_at']} on {fit['n']} label(s)")
             print(f"calibration in use now: {what} (the newest); run `sirag calibrate` to fit on all labels here, "
                   "or `sirag calibrate --reset` for the default weights")
+        elif any(r["feedback_added"] for r in results):
+            when = {"off": "off (calibration.auto_fit)", "due": "due at the engine's next start"}.get(due, due)
+            print(f"labels added: `sirag calibrate` fits the confidence on all labels here; the automatic fit is {when}")
     return 0
 
 
@@ -611,7 +635,8 @@ def cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
     if args.reset and (args.dry_run or args.force or args.min_labels is not None):
         raise InputError("--reset puts the default weights back and fits nothing; it takes no --dry-run, --force "
                          "or --min-labels")
-    store = _existing_memory(config, "calibrate", read_only=args.dry_run)  # a dry run changes nothing
+    # A dry run changes nothing (an older store's schema is upgraded, as `sirag memory` does).
+    store = _readable_memory(config, "calibrate") if args.dry_run else _existing_memory(config, "calibrate")
     try:
         if args.reset:
             fit_id = reset_calibration(store)
@@ -664,7 +689,7 @@ def _print_calibration(result: dict) -> None:
         print("by corpus, each label held out (a corpus's own fit is pulled toward the fit on all labels, "
               "by an l2 of its own; the figures above score each label by the fit its corpus keeps):")
         for corpus, figures in by_corpus.items():
-            name = "corpus not recorded (answers from before session 24)" if corpus == NOT_RECORDED else corpus
+            name = "corpus not recorded (answers recorded by an older sirag)" if corpus == NOT_RECORDED else corpus
             print(f"  {name} ({figures['n']} labels)")
             lines = [("default weights", figures["before"]), ("one fit for every corpus", figures["pooled"])]
             if "own" in figures:
@@ -673,7 +698,8 @@ def _print_calibration(result: dict) -> None:
             for what, m in lines:
                 print(f"    {what:42s} {fmt(m['auroc'])}  {fmt(m['ece'])}  {fmt(m['brier'])}  {fmt(m.get('ece_floor'))}")
             if corpus in own:
-                print(f"    its weights (l2 {own[corpus]['l2']:g}; each held-out fold chose its own): "
+                chose = "; each held-out fold chose its own" if result.get("l2_chosen") else ", set by calibration.l2"
+                print(f"    its weights (l2 {own[corpus]['l2']:g}{chose}): "
                       + ", ".join(f"{k} {v:+.2f}" for k, v in own[corpus]["weights"].items()))
             else:
                 why = ("its corpus is unknown" if corpus == NOT_RECORDED

@@ -288,7 +288,7 @@ class PolicyConfig(_Model):
 class CalibrationConfig(_Model):
     # Fit the confidence weights from memory's labels without being asked: when the engine starts
     # with a store holding at least `auto_min_labels` labelled answers, `auto_refit_after` of them
-    # labelled after the weights in use were stored (a fit or a reset), it fits as `sirag
+    # new to the weights in use (a fit or a reset: labelled or merged in since), it fits as `sirag
     # calibrate` does and stores the fit only if it beats the default weights on held-out labels.
     # A batch or eval fits once before its runs; the runs themselves do not.
     auto_fit: bool = True

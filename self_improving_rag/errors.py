@@ -46,6 +46,11 @@ class MemoryStoreError(SiragError):
     """The memory database cannot be opened or written."""
 
 
+class OlderSchemaError(MemoryStoreError):
+    """A memory database opened read-only has an older schema: it must be opened writable once
+    (which upgrades it) before it can be read."""
+
+
 class InputError(SiragError):
     """A question or another user input is unusable."""
 

@@ -37,7 +37,7 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
     With ``per_corpus``, when the labels come from more than one corpus, every corpus with at
     least ``min_labels`` labelled answers, right and wrong ones among them, also gets a fit of its
     own, pulled toward the fit on all labels (:func:`fit_corpora`), unless its own fits scored
-    worse than the fit on all labels on its held-out labels; the cross-fit scores each label as
+    worse than the fit on all labels on its held-out labels, or scored none of them; the cross-fit scores each label as
     the engine would (by its corpus's fit where one is kept), ``result["held_out"]["by_corpus"]``
     gives each corpus's figures (outcomes without a corpus under :data:`NOT_RECORDED`), and
     ``result["corpus_fits"]`` the fits, stored with the other.
@@ -55,6 +55,9 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
     if len(set(labels)) < 2:
         raise InputError("all labels are the same; calibration needs both correct and wrong answers")
     groups = [r.get("question_id") or r["outcome_id"] for r in rows]
+    if len(set(groups)) < 2:
+        raise InputError("every labelled answer is to one question; calibration scores each question's answers by "
+                         "a fit on the others, so label answers to at least two questions")
     corpora = [r.get("corpus") for r in rows] if per_corpus else None
     held_out = cross_fit(rows, labels, seed=seed, folds=folds, groups=groups, l2=l2, corpora=corpora,
                          corpus_min=min_labels)
@@ -104,13 +107,24 @@ def reset_calibration(store) -> int:
     history of fits is kept and a later ``sirag calibrate`` replaces them as before. An automatic
     fit (:func:`auto_calibrate`) counts only labels given after it, so a reset stays until new
     labels arrive."""
-    return store.save_calibration(dict(DEFAULT_WEIGHTS), 0, {"reset_to_defaults": True})
+    return store.save_calibration(dict(DEFAULT_WEIGHTS), 0, {"reset_to_defaults": True,
+                                                              "labelled_answers": store.labelled_answers()})
 
 
 def _new_labels(store, fit: dict | None) -> int:
-    """Labelled answers whose label in use was given after the weights in use were stored (all
-    of them without a fit)."""
-    return store.labelled_answers(since=fit["created_at"] if fit else None)
+    """Labelled answers the weights in use have not seen (all of them without a fit): those whose
+    label in use was given after the weights were stored or, when that is more, those beyond the
+    labelled answers the store held for them (the fit's ``n``; for a reset, the count it stored).
+    Labels merged in from another store keep the time they were given, which can be before the
+    fit in use, so the count catches what time alone would miss."""
+    if fit is None:
+        return store.labelled_answers()
+    since = store.labelled_answers(since=fit["created_at"])
+    metrics = fit.get("metrics") or {}
+    seen = metrics.get("labelled_answers") if metrics.get("reset_to_defaults") else fit.get("n")
+    if not isinstance(seen, int) or isinstance(seen, bool):  # a reset stored before its count was kept
+        return since
+    return max(since, store.labelled_answers() - seen)
 
 
 def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, folds: int = 5,
@@ -118,7 +132,8 @@ def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, fold
     """Fit the confidence weights from memory's labels when enough new ones have arrived.
 
     Due when the store holds at least ``min_labels`` labelled answers and, if weights were stored
-    before (a fit or a reset), at least ``refit_after`` of them were labelled after that. The fit
+    before (a fit or a reset), at least ``refit_after`` of them are new to those weights (labelled
+    after them, or merged in since: :func:`_new_labels`). The fit
     is made and kept as ``sirag calibrate`` does: stored only if it beats the default weights'
     held-out Brier score; a fit kept out is tried again at the next call, until new labels make it
     pass. Returns the :func:`calibrate_from_memory` result, or None when nothing was due, the store
@@ -172,8 +187,8 @@ def calibration_status(store, auto_fit: bool, min_labels: int, refit_after: int)
 
     ``weights``: ``default`` or ``fit ID``; ``fitted_on``: its labelled answers (0 for the
     defaults); ``corpus_fits``: each corpus with a fit of its own made with it, and that fit's
-    labelled answers; ``labelled_answers``: in the store now, ``new_since_weights`` of them labelled
-    after the weights in use were stored; ``automatic_fit``: ``off``, ``due`` (the next start
+    labelled answers; ``labelled_answers``: in the store now, ``new_since_weights`` of them new to
+    the weights in use (see :func:`_new_labels`); ``automatic_fit``: ``off``, ``due`` (the next start
     fits) or how many more labelled answers it waits for.
     """
     fit = store.latest_calibration()

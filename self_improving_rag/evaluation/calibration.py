@@ -435,8 +435,8 @@ def cross_fit(
     ``after`` are :func:`evaluate_fit` results of the default and the cross-fitted confidences on
     all ``n_test`` rows; ``n_train`` is the smallest number of rows a fold was fitted on; ``l2``
     lists the penalty each fold was fitted with. With ``corpora`` also ``by_corpus``: for each
-    corpus key, its ``n`` rows, ``own_folds`` (in how many folds it had a fit of its own),
-    ``kept``, and the scores on its rows of the default weights (``before``), of the fits on all
+    corpus key, its ``n`` rows, ``own_folds`` (in how many folds a fit of its own scored held-out
+    rows of it), ``kept`` (never without such a fold), and the scores on its rows of the default weights (``before``), of the fits on all
     rows alone (``pooled``), of its own fits (``own``, where it had any) and of what is kept
     (``after``).
     """
@@ -485,6 +485,8 @@ def cross_fit(
                           folds=min(folds, INNER_FOLDS), seed=seed, only=eligible, pooled_l2=fold_l2)
         for key, fit in own.items():
             mask = held & masks[key]
+            if not mask.any():  # no held-out row of the corpus here: this fit scores nothing
+                continue
             p[mask] = _sigmoid(X[mask] @ _weight_vector(fit["weights"]))
             own_folds[key] = own_folds.get(key, 0) + 1
     by_corpus: dict[Any, dict[str, Any]] = {}
@@ -495,7 +497,9 @@ def cross_fit(
                        "before": _scores(default[mask], y[mask]), "pooled": _scores(pooled[mask], y[mask])}
             if key in eligible:
                 figures["own"] = _scores(p[mask], y[mask])
-            figures["kept"] = key in eligible and figures["own"]["brier"] <= figures["pooled"]["brier"]
+            # Kept on evidence only: some held-out row scored by an own fit, and no worse a Brier.
+            figures["kept"] = (key in eligible and own_folds.get(key, 0) > 0
+                               and figures["own"]["brier"] <= figures["pooled"]["brier"])
             if key in eligible and not figures["kept"]:
                 p[mask] = pooled[mask]
             figures["after"] = _scores(p[mask], y[mask])

@@ -239,6 +239,11 @@ def _calibration_table(store: MemoryStore) -> str:
     rows.extend([f"weight {k}", v] for k, v in sorted(cal["weights"].items()))
     for corpus, fit in sorted((cal.get("corpus_fits") or {}).items()):  # the weights questions on that corpus use
         rows.append([f"{corpus}: its own fit, labelled outcomes (n)", fit.get("n")])
+        if fit.get("l2") is not None:
+            rows.append([f"{corpus}: its own fit, pull toward the fit on all labels (l2)", fit["l2"]])
+        held = fit.get("held_out") or {}
+        for key, what in (("before", "default weights"), ("pooled", "fit on all labels"), ("after", "its own fit")):
+            rows.extend([f"{corpus}: held out, {what}, {m}", v] for m, v in sorted((held.get(key) or {}).items()))
         rows.extend([f"{corpus}: weight {k}", v] for k, v in sorted(fit["weights"].items()))
     return _table(["calibration", "value"], rows)
 

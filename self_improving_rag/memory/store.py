@@ -29,7 +29,7 @@ from typing import Any, NoReturn, TypeVar
 
 from sqlite_utils import Database
 
-from ..errors import MemoryStoreError
+from ..errors import MemoryStoreError, OlderSchemaError
 from ..evaluation.calibrate import NOT_RECORDED
 from ..evaluation.calibration import (FEATURES, LOGPROB_FLOOR, NEUTRAL_VALUES, QUESTION_FEATURES, QUESTION_FIT_FLOOR,
                                       answer_words, complete_weights, sigmoid)
@@ -140,8 +140,9 @@ def open_merge_source(path: str | Path) -> MemoryStore:
         return MemoryStore(path, read_only=True)
     except MemoryStoreError as exc:
         msg = str(exc)
-        if "older schema" in msg:
-            fix = f"upgrade it first with `sirag memory stats --memory {path}`, then merge"
+        if isinstance(exc, OlderSchemaError):
+            fix = (f"upgrade it first with `sirag memory stats --memory {path}` (copy it somewhere writable first if "
+                   "it is read-only), then merge")
             why = "it has an older schema"
         elif "newer version" in msg:
             why, fix = "it was written by a newer version of sirag", "upgrade sirag, then merge"
@@ -418,9 +419,9 @@ class MemoryStore:
                     f"memory database {self.path} is empty: nothing has been recorded in it yet; "
                     "run `sirag ask` or `sirag batch` with this --memory path first"
                 )
-            raise MemoryStoreError(
-                f"memory database {self.path} has an older schema; open it once without read-only "
-                "(any command that records) to upgrade it"
+            raise OlderSchemaError(
+                f"memory database {self.path} has an older schema; upgrade it once with `sirag memory stats "
+                f"--memory {self.path}` (that needs write access: copy a read-only file somewhere writable first)"
             )
 
         def apply() -> None:

@@ -265,9 +265,10 @@ def test_each_corpus_gets_a_fit_of_its_own_when_its_answers_go_another_way(store
     out = capsys.readouterr().out
     assert "by corpus, each label held out (a corpus's own fit is pulled toward" in out and "  /i/a (60 labels)" in out and "  /i/b (60 labels)" in out
     assert out.count("one fit for every corpus") == 3 and out.count(" of 5 folds), in use") == 2
-    assert "corpus not recorded (answers from before session 24) (4 labels)" in out
+    assert "corpus not recorded (answers recorded by an older sirag) (4 labels)" in out
     assert "(scored by the fit on all labels: its corpus is unknown)" in out
     assert "weights of the fit on all labels: " in out and out.count("    its weights (l2 ") == 2
+    assert out.count("; each held-out fold chose its own): ") == 2  # calibration.l2 auto
     assert f"stored as fit {result['fit_id']}, with the own fits shown above for 2 corpora" in out
     _print_calibration({k: v for k, v in result.items() if k != "fit_id"})  # a dry run: nothing in use
     dry_out = capsys.readouterr().out
@@ -312,3 +313,70 @@ def test_a_corpus_whose_own_fit_scores_worse_held_out_keeps_none(store: MemorySt
     _record_on(store, "/i/c", 5, SHORT, correct_every=2)
     _print_calibration(calibrate_from_memory(store, min_labels=20, seed=0, save=False))
     assert "too few labelled answers, or not both right and wrong ones, for a fit of its own" in capsys.readouterr().out
+
+
+def test_a_corpus_fit_that_scored_no_held_out_label_is_not_kept(store: MemoryStore) -> None:
+    """A corpus with two labels (one right, one wrong) meets --min-labels 2, but in every fold that
+    holds one of them out, its training rows hold one label only: no own fit ever scores a label of
+    it, so it keeps none (it used to keep one on a tie of identical Brier scores)."""
+    _record_on(store, "/i/a", 30, SHORT, correct_every=1)
+    _record_on(store, "/i/a", 30, LONG, correct_every=6)
+    _record_on(store, "/i/tiny", 1, SHORT, correct_every=1)
+    _record_on(store, "/i/tiny", 1, LONG, correct_every=2)  # i = 0 is "correct": relabel it wrong below
+    tiny_long = next(r for r in store.labelled_attempts() if r["corpus"] == "/i/tiny" and r["answer"] == LONG)
+    store.add_feedback(tiny_long["outcome_id"], correct=False, source="user")
+    result = calibrate_from_memory(store, min_labels=2, seed=0, save=True)
+    figures = result["held_out"]["by_corpus"]["/i/tiny"]
+    assert figures["n"] == 2 and figures["own_folds"] == 0 and figures["kept"] is False
+    assert figures["after"] == figures["pooled"]
+    assert "/i/tiny" not in result["corpus_fits"] and "/i/tiny" not in store.latest_calibration()["corpus_fits"]
+
+
+def test_a_fixed_strength_is_not_said_to_be_chosen(store: MemoryStore, capsys) -> None:
+    from self_improving_rag.cli import _print_calibration
+
+    _record_on(store, "/i/a", 30, SHORT, correct_every=1)
+    _record_on(store, "/i/a", 30, LONG, correct_every=10)
+    _record_on(store, "/i/b", 30, SHORT, correct_every=10)
+    _record_on(store, "/i/b", 30, LONG, correct_every=1)
+    result = calibrate_from_memory(store, min_labels=20, seed=0, save=False, l2=0.5)
+    assert set(result["corpus_fits"]) == {"/i/a", "/i/b"} and not result["l2_chosen"]
+    _print_calibration(result)
+    out = capsys.readouterr().out
+    assert out.count("    its weights (l2 0.5, set by calibration.l2): ") == 2 and "chose its own" not in out
+    assert "pull toward the default weights: l2 0.5 (set by calibration.l2)" in out
+
+
+def test_labels_on_one_question_only_are_a_clear_error(store: MemoryStore) -> None:
+    for correct in (True, False, True):
+        oid = store.record(make_answer("Who kept the lighthouse?", (make_attempt(1, answer=SHORT),), answer=SHORT))
+        store.add_feedback(oid, correct=correct, source="gold")
+    with pytest.raises(InputError, match="every labelled answer is to one question; .* at least two questions"):
+        calibrate_from_memory(store, min_labels=2, seed=0, save=False)
+
+
+def test_labels_merged_in_count_as_new_to_the_fit_in_use(tmp_path: Path) -> None:
+    """Merged labels keep the time they were given, which can be before the fit in use: they are
+    new to it all the same, and the automatic fit counts them (it used to wait for 20 more)."""
+    from self_improving_rag.evaluation.calibrate import calibration_status, reset_calibration
+
+    shard = MemoryStore(tmp_path / "shard.db")
+    _record_on(shard, "/i/b", 30, SHORT, correct_every=1)  # labelled first: earlier label times
+    shard.close()
+    main = MemoryStore(tmp_path / "main.db")
+    _record_on(main, "/i/a", 30, SHORT, correct_every=1)
+    _record_on(main, "/i/a", 30, LONG, correct_every=6)
+    fit = calibrate_from_memory(main, min_labels=20, seed=0, save=True, force=True)
+    assert fit["stored"] and calibration_status(main, True, 50, 20)["new_since_weights"] == 0
+    main.merge_from(tmp_path / "shard.db")
+    status = calibration_status(main, True, 50, 20)
+    assert status["labelled_answers"] == 90 and status["new_since_weights"] == 30 and status["automatic_fit"] == "due"
+    # A reset stores the labelled answers it saw, so labels merged in after it are new to it too.
+    reset_calibration(main)
+    assert calibration_status(main, True, 50, 20)["new_since_weights"] == 0
+    third = MemoryStore(tmp_path / "third.db")
+    _record_on(third, "/i/c", 25, LONG, correct_every=5)
+    third.close()
+    main.merge_from(tmp_path / "third.db")
+    assert calibration_status(main, True, 50, 20)["new_since_weights"] == 25
+    main.close()

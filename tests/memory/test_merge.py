@@ -190,3 +190,28 @@ def test_memory_merge_command(tmp_path):
                        (["stats", "a.db"], "takes no argument"), (["show", "ab", "cd"], "one outcome id")):
         r = _sirag(["memory", *args, "--memory", str(target)], tmp_path)
         assert r.returncode == 2 and word in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+
+
+def test_analysis_never_creates_or_rewrites_a_store_whatever_its_path_says(tmp_path):
+    """Words in a path ("older", "upgrade") once made `sirag memory` retry with a writable open,
+    which created a missing store and turned an empty file into one."""
+    r = _sirag(["memory", "stats", "--memory", "older-runs/typo.db"], tmp_path)
+    assert r.returncode == 2 and "no memory store at older-runs/typo.db" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "older-runs").exists()
+    (tmp_path / "upgrade_me").mkdir()
+    (tmp_path / "upgrade_me" / "e.db").write_bytes(b"")
+    r = _sirag(["memory", "stats", "--memory", "upgrade_me/e.db"], tmp_path)
+    assert r.returncode == 2 and "is empty" in r.stderr and "Traceback" not in r.stderr
+    assert (tmp_path / "upgrade_me" / "e.db").stat().st_size == 0
+
+
+def test_merging_labels_says_how_to_fit_on_them(tmp_path):
+    store, ids = _shard(tmp_path / "a.db", "run-a", ["Who found the hound?", "Where is the moor?"])
+    store.add_feedback(ids[0], correct=True, source="gold")
+    store.close()
+    r = _sirag(["memory", "merge", "a.db", "--memory", "main.db"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert ("labels added: `sirag calibrate` fits the confidence on all labels here; the automatic fit is after "
+            "49 more labelled answers") in r.stdout
+    r = _sirag(["memory", "merge", "a.db", "--memory", "main.db"], tmp_path)  # nothing new: nothing to say
+    assert r.returncode == 0 and "labels added" not in r.stdout

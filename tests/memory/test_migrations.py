@@ -127,6 +127,41 @@ def test_older_schema_opened_read_only_is_a_clear_error(tmp_path: Path) -> None:
     assert applied(path) == ["m001_create_tables"]
 
 
+def test_commands_that_only_read_upgrade_an_older_store_first(tmp_path: Path) -> None:
+    import subprocess
+
+    path = tmp_path / "old.db"
+    with Database(path) as old:
+        MIGRATIONS.apply(old, stop_before=OLDEST_STOP)
+    r = subprocess.run([sys.executable, "-m", "self_improving_rag.cli", "calibrate", "--dry-run", "--min-labels", "2",
+                        "--memory", str(path)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    # The dry run reaches the labels (there are none) instead of stopping at the schema.
+    assert r.returncode == 2 and "only 0 labelled answered outcome(s)" in r.stderr and "older schema" not in r.stderr
+    assert applied(path) == migration_names()
+
+
+def test_an_older_store_that_cannot_be_written_says_to_upgrade_a_copy(tmp_path: Path, monkeypatch) -> None:
+    from self_improving_rag import cli
+    from self_improving_rag.config import Config
+
+    path = tmp_path / "old.db"
+    with Database(path) as old:
+        MIGRATIONS.apply(old, stop_before=OLDEST_STOP)
+    opened = cli._memory
+
+    def read_only_file(config, read_only=False):  # what a file on a read-only mount does
+        if not read_only:
+            raise MemoryStoreError(f"memory database {path} is read-only")
+        return opened(config, read_only=True)
+
+    monkeypatch.setattr(cli, "_memory", read_only_file)
+    config = Config.model_validate({"paths": {"memory_db": str(path)}})
+    with pytest.raises(MemoryStoreError, match=r"has an older schema and cannot be upgraded where it is.*copy it "
+                                               r"\(with its -wal file, if any\) to a writable folder"):
+        cli._readable_memory(config, "memory")
+    assert applied(path) == ["m001_create_tables"]
+
+
 def test_newer_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "sirag.db"
     MemoryStore(path).close()

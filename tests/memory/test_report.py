@@ -63,7 +63,9 @@ def test_report_with_data_embeds_every_chart(tmp_path: Path) -> None:
             store.record(make_answer(f"where <b>{i}</b>", query_class="where", confidence=0.1 + i / 15))
         store.record(make_answer("why?", refused=True, confidence=0.05, query_class="why"))
         store.save_calibration({"coverage": 0.7, "bias": -0.1}, 24, {"auroc_after": 0.8},
-                               corpus_fits={"/idx/harbour": {"weights": {"coverage": 0.9, "bias": 0.2}, "n": 21}})
+                               corpus_fits={"/idx/harbour": {"weights": {"coverage": 0.9, "bias": 0.2}, "n": 21, "l2": 0.3,
+                                                             "held_out": {"pooled": {"auroc": 0.61, "brier": 0.25},
+                                                                          "after": {"auroc": 0.79, "brier": 0.18}}}})
         out = write_html_report(store, tmp_path / "memory.html")
     page = out.read_text(encoding="utf-8")
     images = [attrs for tag, attrs in parse(page) if tag == "img"]
@@ -77,6 +79,10 @@ def test_report_with_data_embeds_every_chart(tmp_path: Path) -> None:
         assert f"<h2>{title}</h2>" in page
     assert "WEAK_RETRIEVAL" in page and "switch_retriever" in page
     assert "/idx/harbour: its own fit, labelled outcomes (n)" in page and "/idx/harbour: weight coverage" in page
+    # Its held-out figures and strength are shown, as `sirag calibrate` printed them.
+    assert "/idx/harbour: its own fit, pull toward the fit on all labels (l2)" in page
+    assert "/idx/harbour: held out, fit on all labels, auroc</td><td class=\"num\">0.61" in page
+    assert "/idx/harbour: held out, its own fit, brier</td><td class=\"num\">0.18" in page
     assert "self-assessed" in page  # no feedback labels yet
     assert "<b>" not in page  # user text is escaped
     assert "No data yet" not in page
