@@ -75,7 +75,9 @@ def _readable_memory(config: Config, command: str):
     try:
         store = _memory(config)
     except MemoryStoreError as exc:
-        path = config.paths.memory_db
+        path = Path(config.paths.memory_db)
+        if os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
+            raise MemoryStoreError(f"memory database {path} has an older schema and could not be upgraded: {exc}") from exc
         raise MemoryStoreError(
             f"memory database {path} has an older schema and cannot be upgraded where it is, since it cannot be "
             f"written there; copy it (with its -wal file, if any) to a writable folder and pass the copy as --memory: "
@@ -635,7 +637,7 @@ def cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
     if args.reset and (args.dry_run or args.force or args.min_labels is not None):
         raise InputError("--reset puts the default weights back and fits nothing; it takes no --dry-run, --force "
                          "or --min-labels")
-    # A dry run changes nothing (an older store's schema is upgraded, as `sirag memory` does).
+    # A dry run stores no fit (an older store's schema is upgraded first, as `sirag memory` does).
     store = _readable_memory(config, "calibrate") if args.dry_run else _existing_memory(config, "calibrate")
     try:
         if args.reset:
@@ -692,7 +694,7 @@ def _print_calibration(result: dict) -> None:
             name = "corpus not recorded (answers recorded by an older sirag)" if corpus == NOT_RECORDED else corpus
             print(f"  {name} ({figures['n']} labels)")
             lines = [("default weights", figures["before"]), ("one fit for every corpus", figures["pooled"])]
-            if "own" in figures:
+            if "own" in figures and figures["own_folds"]:
                 what = f"its own fit ({figures['own_folds']} of {held['folds']} folds)"
                 lines.append((what + (", in use" if corpus in own and stored else ""), figures["own"]))
             for what, m in lines:
@@ -703,6 +705,8 @@ def _print_calibration(result: dict) -> None:
                       + ", ".join(f"{k} {v:+.2f}" for k, v in own[corpus]["weights"].items()))
             else:
                 why = ("its corpus is unknown" if corpus == NOT_RECORDED
+                       else "its own fits scored none of its held-out labels (each fold that held one out left too "
+                            "few, or one kind, to fit on)" if "own" in figures and not figures["own_folds"]
                        else f"its own fit scored a worse held-out Brier, {figures['own']['brier']:.4f} against "
                             f"{figures['pooled']['brier']:.4f}" if "own" in figures
                        else "too few labelled answers, or not both right and wrong ones, for a fit of its own")
@@ -816,7 +820,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="labelled outcomes needed to fit (default 20); also what a corpus needs for a fit of its own "
                          "(calibration.per_corpus)")
     sp.add_argument("--dry-run", action="store_true",
-                    help="report the fit, and whether a real run would store it, without storing it")
+                    help="report the fit, and whether a real run would store it, without storing it (a store of an "
+                         "older schema is upgraded first, as `sirag memory` does)")
     sp.add_argument("--force", action="store_true",
                     help="store the fit even when it scores worse than the default weights on held-out labels")
     sp.add_argument("--reset", action="store_true",

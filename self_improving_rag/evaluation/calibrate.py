@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+from datetime import datetime, timezone
+
 from ..errors import InputError
 from .calibration import DEFAULT_WEIGHTS, answer_words, choose_l2, cross_fit, evaluate_fit, fit_corpora, fit_weights
 
+
+log = logging.getLogger(__name__)
 
 #: How ``held_out["by_corpus"]`` names the outcomes recorded without a corpus (before session 24).
 NOT_RECORDED = "(not recorded)"
@@ -42,6 +47,7 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
     gives each corpus's figures (outcomes without a corpus under :data:`NOT_RECORDED`), and
     ``result["corpus_fits"]`` the fits, stored with the other.
     """
+    last_label = store.last_label_id()  # before the rows: a label written meanwhile stays new to this fit
     rows = [{**r, "answer_words": answer_words(r.get("answer"), bool(r.get("refusal")))}
             for r in store.labelled_attempts()]
     if len(rows) < min_labels:
@@ -97,7 +103,7 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
     if save:
         metrics = {"auroc_before": held_out.get("before", {}).get("auroc"), "auroc_after": held_out.get("after", {}).get("auroc"),
                    "ece_before": held_out.get("before", {}).get("ece"), "ece_after": held_out.get("after", {}).get("ece"),
-                   "l2": strength}
+                   "l2": strength, "last_label_id": last_label}
         result["fit_id"] = store.save_calibration(weights, len(rows), metrics, corpus_fits=own or None)
     return result
 
@@ -105,26 +111,33 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
 def reset_calibration(store) -> int:
     """Put the default weights back in use: they are stored as the newest fit (n = 0), so the
     history of fits is kept and a later ``sirag calibrate`` replaces them as before. An automatic
-    fit (:func:`auto_calibrate`) counts only labels given after it, so a reset stays until new
-    labels arrive."""
+    fit (:func:`auto_calibrate`) counts only labels written after it (:func:`_new_labels`), so a
+    reset stays until new labels arrive."""
     return store.save_calibration(dict(DEFAULT_WEIGHTS), 0, {"reset_to_defaults": True,
-                                                              "labelled_answers": store.labelled_answers()})
+                                                              "last_label_id": store.last_label_id()})
+
+
+def _is_count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 def _new_labels(store, fit: dict | None) -> int:
     """Labelled answers the weights in use have not seen (all of them without a fit): those whose
-    label in use was given after the weights were stored or, when that is more, those beyond the
-    labelled answers the store held for them (the fit's ``n``; for a reset, the count it stored).
-    Labels merged in from another store keep the time they were given, which can be before the
-    fit in use, so the count catches what time alone would miss."""
+    label in use was written to the store after the weights were made (given here, changed by a
+    later label, or merged in: the fit keeps the store's last label id, ``last_label_id``).
+    Labels merged in keep the time they were given, so time alone would miss them. A fit without
+    that id (stored by an older sirag, or merged in from another store, whose ids mean nothing
+    here) counts the labels given after it was stored or, when that is more, the labelled
+    answers beyond its ``n``."""
     if fit is None:
         return store.labelled_answers()
-    since = store.labelled_answers(since=fit["created_at"])
     metrics = fit.get("metrics") or {}
-    seen = metrics.get("labelled_answers") if metrics.get("reset_to_defaults") else fit.get("n")
-    if not isinstance(seen, int) or isinstance(seen, bool):  # a reset stored before its count was kept
+    if _is_count(metrics.get("last_label_id")):
+        return store.labelled_answers(after_label=metrics["last_label_id"])
+    since = store.labelled_answers(since=fit["created_at"])
+    if metrics.get("reset_to_defaults") or not _is_count(fit.get("n")):
         return since
-    return max(since, store.labelled_answers() - seen)
+    return max(since, store.labelled_answers() - fit["n"])
 
 
 def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, folds: int = 5,
@@ -142,6 +155,13 @@ def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, fold
     if getattr(store, "read_only", False) or store.labelled_answers() < min_labels:
         return None
     fit = store.latest_calibration()
+    if fit is not None and fit["created_at"] > datetime.now(timezone.utc).isoformat(timespec="milliseconds"):
+        # Merged in from a machine whose clock runs ahead: it stays the newest, so a fit stored now
+        # would never be used, and the next start would fit again.
+        log.warning("automatic calibration skipped: the fit in use (%s) is dated %s, later than now; run "
+                    "`sirag calibrate` once that time has passed, or fix the other machine's clock",
+                    fit["id"], fit["created_at"])
+        return None
     if fit is not None and _new_labels(store, fit) < refit_after:
         return None
     try:

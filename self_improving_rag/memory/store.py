@@ -826,6 +826,10 @@ class MemoryStore:
                     if conn.execute("SELECT 1 FROM calibration_fits WHERE created_at = ? AND weights_json = ?",
                                     (fit["created_at"], fit["weights_json"])).fetchone():
                         continue
+                    metrics = _loads(fit.get("metrics_json")) or {}
+                    if "last_label_id" in metrics:  # a label id of the other store: meaningless here
+                        metrics.pop("last_label_id")
+                        fit = {**fit, "metrics_json": _dumps(metrics)}
                     self._insert(db, "calibration_fits", without_id(fit))
                     counts["fits_added"] += 1
 
@@ -970,9 +974,11 @@ class MemoryStore:
             """
         )
 
-    def labelled_answers(self, since: str | None = None) -> int:
+    def labelled_answers(self, since: str | None = None, after_label: int | None = None) -> int:
         """How many rows :meth:`labelled_attempts` returns, counted in SQL; with ``since`` (a
-        ``created_at`` text), only outcomes whose label in use was given after that time."""
+        ``created_at`` text), only outcomes whose label in use was given after that time; with
+        ``after_label`` (a feedback row id, see :meth:`last_label_id`), only those whose label in
+        use was written to this store after that row (given here, or merged in)."""
         row = self._one(
             f"""
             WITH {self._LATEST_LABEL}
@@ -982,10 +988,17 @@ class MemoryStore:
             JOIN outcomes o ON o.id = l.outcome_id
             JOIN attempts a ON a.outcome_id = o.id AND a.number = o.chosen_attempt
             WHERE l.rn = 1 AND o.refused = 0 AND (:since IS NULL OR f.created_at > :since)
+              AND (:after IS NULL OR f.id > :after)
             """,
-            {"since": since},
+            {"since": since, "after": after_label},
         )
         return int(row["n"]) if row else 0
+
+    def last_label_id(self) -> int:
+        """The id of the newest feedback row written to this store (0 for none). Rows are only
+        appended, so a label written later, given here or merged in, has a higher id."""
+        row = self._one("SELECT MAX(id) AS m FROM feedback")
+        return int(row["m"]) if row and row["m"] is not None else 0
 
     def latest_calibration(self) -> dict[str, Any] | None:
         """The most recent calibration fit (weights and metrics parsed), or None. ``corpus_fits``

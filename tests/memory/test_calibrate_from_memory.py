@@ -315,7 +315,7 @@ def test_a_corpus_whose_own_fit_scores_worse_held_out_keeps_none(store: MemorySt
     assert "too few labelled answers, or not both right and wrong ones, for a fit of its own" in capsys.readouterr().out
 
 
-def test_a_corpus_fit_that_scored_no_held_out_label_is_not_kept(store: MemoryStore) -> None:
+def test_a_corpus_fit_that_scored_no_held_out_label_is_not_kept(store: MemoryStore, capsys) -> None:
     """A corpus with two labels (one right, one wrong) meets --min-labels 2, but in every fold that
     holds one of them out, its training rows hold one label only: no own fit ever scores a label of
     it, so it keeps none (it used to keep one on a tie of identical Brier scores)."""
@@ -330,6 +330,13 @@ def test_a_corpus_fit_that_scored_no_held_out_label_is_not_kept(store: MemorySto
     assert figures["n"] == 2 and figures["own_folds"] == 0 and figures["kept"] is False
     assert figures["after"] == figures["pooled"]
     assert "/i/tiny" not in result["corpus_fits"] and "/i/tiny" not in store.latest_calibration()["corpus_fits"]
+    from self_improving_rag.cli import _print_calibration
+
+    _print_calibration(result)
+    out = capsys.readouterr().out
+    tiny = out[out.index("  /i/tiny (2 labels)"):]
+    assert "its own fit (" not in tiny and "worse held-out Brier" not in tiny
+    assert "(scored by the fit on all labels: its own fits scored none of its held-out labels" in tiny
 
 
 def test_a_fixed_strength_is_not_said_to_be_chosen(store: MemoryStore, capsys) -> None:
@@ -357,26 +364,54 @@ def test_labels_on_one_question_only_are_a_clear_error(store: MemoryStore) -> No
 
 def test_labels_merged_in_count_as_new_to_the_fit_in_use(tmp_path: Path) -> None:
     """Merged labels keep the time they were given, which can be before the fit in use: they are
-    new to it all the same, and the automatic fit counts them (it used to wait for 20 more)."""
+    new to it all the same, as are labels changed since (the automatic fit used to count by time
+    only, and waited for 20 more)."""
     from self_improving_rag.evaluation.calibrate import calibration_status, reset_calibration
 
     shard = MemoryStore(tmp_path / "shard.db")
-    _record_on(shard, "/i/b", 30, SHORT, correct_every=1)  # labelled first: earlier label times
+    _record_on(shard, "/i/b", 15, SHORT, correct_every=1)  # labelled first: earlier label times
     shard.close()
+    third = MemoryStore(tmp_path / "third.db")
+    _record_on(third, "/i/c", 25, LONG, correct_every=5)  # likewise
+    third.save_calibration(dict(DEFAULT_WEIGHTS), 25, {"last_label_id": 25})
+    third.close()
     main = MemoryStore(tmp_path / "main.db")
     _record_on(main, "/i/a", 30, SHORT, correct_every=1)
     _record_on(main, "/i/a", 30, LONG, correct_every=6)
     fit = calibrate_from_memory(main, min_labels=20, seed=0, save=True, force=True)
     assert fit["stored"] and calibration_status(main, True, 50, 20)["new_since_weights"] == 0
+    for r in main.labelled_attempts()[:15]:  # 15 labels changed since the fit
+        main.add_feedback(r["outcome_id"], correct=not r["label"], source="user")
     main.merge_from(tmp_path / "shard.db")
     status = calibration_status(main, True, 50, 20)
-    assert status["labelled_answers"] == 90 and status["new_since_weights"] == 30 and status["automatic_fit"] == "due"
-    # A reset stores the labelled answers it saw, so labels merged in after it are new to it too.
+    assert status["labelled_answers"] == 75 and status["new_since_weights"] == 30 and status["automatic_fit"] == "due"
+    # A reset stores the store's last label id, so labels merged in after it are new to it, however
+    # old they are; the fit merged in with them loses its id (one of the other store's).
     reset_calibration(main)
     assert calibration_status(main, True, 50, 20)["new_since_weights"] == 0
-    third = MemoryStore(tmp_path / "third.db")
-    _record_on(third, "/i/c", 25, LONG, correct_every=5)
-    third.close()
     main.merge_from(tmp_path / "third.db")
+    merged = main.db.execute("SELECT metrics_json FROM calibration_fits WHERE n = 25").fetchall()
+    assert len(merged) == 1 and "last_label_id" not in json.loads(merged[0][0])
+    assert main.latest_calibration()["metrics"]["reset_to_defaults"]  # older than the reset: not in use
     assert calibration_status(main, True, 50, 20)["new_since_weights"] == 25
     main.close()
+
+
+def test_a_fit_dated_later_than_now_stops_the_automatic_fit(store: MemoryStore, caplog) -> None:
+    """A fit merged from a machine whose clock runs ahead stays the newest: a fit stored now would
+    never be used, and each start would fit again. The engine skips its fit and says why."""
+    import logging
+
+    from self_improving_rag.evaluation.calibrate import auto_calibrate
+
+    _record(store, 30, SHORT, correct_every=1)
+    _record(store, 30, LONG, correct_every=6)
+    fit_id = store.save_calibration(dict(DEFAULT_WEIGHTS), 10, {})
+    store.db.execute("UPDATE calibration_fits SET created_at = '2999-01-01T00:00:00.000+00:00' WHERE id = ?",
+                     [fit_id])
+    store.db.conn.commit()
+    with caplog.at_level(logging.WARNING):
+        assert auto_calibrate(store, min_labels=50, refit_after=20) is None
+    assert "automatic calibration skipped: the fit in use" in caplog.text and "2999-01-01" in caplog.text
+    assert [f["id"] for f in [store.latest_calibration()]] == [fit_id]
+    assert store.db.execute("SELECT COUNT(*) FROM calibration_fits").fetchone()[0] == 1
