@@ -77,7 +77,8 @@ def _readable_memory(config: Config, command: str):
     except MemoryStoreError as exc:
         path = Path(config.paths.memory_db)
         if os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
-            raise MemoryStoreError(f"memory database {path} has an older schema and could not be upgraded: {exc}") from exc
+            raise MemoryStoreError(
+                f"memory database {path} has an older schema and could not be upgraded: {exc}") from exc
         raise MemoryStoreError(
             f"memory database {path} has an older schema and cannot be upgraded where it is, since it cannot be "
             f"written there; copy it (with its -wal file, if any) to a writable folder and pass the copy as --memory: "
@@ -562,7 +563,8 @@ def _memory_merge(files: list[str], args: argparse.Namespace, config: Config) ->
                   "or `sirag calibrate --reset` for the default weights")
         elif any(r["feedback_added"] for r in results):
             when = {"off": "off (calibration.auto_fit)", "due": "due at the engine's next start"}.get(due, due)
-            print(f"labels added: `sirag calibrate` fits the confidence on all labels here; the automatic fit is {when}")
+            print("labels added: `sirag calibrate` fits the confidence on all labels here; the automatic fit is "
+                  + when)
     return 0
 
 

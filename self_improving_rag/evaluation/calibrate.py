@@ -42,10 +42,10 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
     With ``per_corpus``, when the labels come from more than one corpus, every corpus with at
     least ``min_labels`` labelled answers, right and wrong ones among them, also gets a fit of its
     own, pulled toward the fit on all labels (:func:`fit_corpora`), unless its own fits scored
-    worse than the fit on all labels on its held-out labels, or scored none of them; the cross-fit scores each label as
-    the engine would (by its corpus's fit where one is kept), ``result["held_out"]["by_corpus"]``
-    gives each corpus's figures (outcomes without a corpus under :data:`NOT_RECORDED`), and
-    ``result["corpus_fits"]`` the fits, stored with the other.
+    worse than the fit on all labels on its held-out labels, or scored none of them; the
+    cross-fit scores each label as the engine would (by its corpus's fit where one is kept),
+    ``result["held_out"]["by_corpus"]`` gives each corpus's figures (outcomes without a corpus
+    under :data:`NOT_RECORDED`), and ``result["corpus_fits"]`` the fits, stored with the other.
     """
     last_label = store.last_label_id()  # before the rows: a label written meanwhile stays new to this fit
     rows = [{**r, "answer_words": answer_words(r.get("answer"), bool(r.get("refusal")))}
@@ -146,8 +146,9 @@ def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, fold
 
     Due when the store holds at least ``min_labels`` labelled answers and, if weights were stored
     before (a fit or a reset), at least ``refit_after`` of them are new to those weights (labelled
-    after them, or merged in since: :func:`_new_labels`). The fit
-    is made and kept as ``sirag calibrate`` does: stored only if it beats the default weights'
+    after them, or merged in since: :func:`_new_labels`), and the fit in use is not dated later
+    than now (one merged from a machine whose clock runs ahead; a warning says so). The fit is
+    made and kept as ``sirag calibrate`` does: stored only if it beats the default weights'
     held-out Brier score; a fit kept out is tried again at the next call, until new labels make it
     pass. Returns the :func:`calibrate_from_memory` result, or None when nothing was due, the store
     is read-only, or its labels hold one class.

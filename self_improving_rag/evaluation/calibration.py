@@ -436,9 +436,9 @@ def cross_fit(
     all ``n_test`` rows; ``n_train`` is the smallest number of rows a fold was fitted on; ``l2``
     lists the penalty each fold was fitted with. With ``corpora`` also ``by_corpus``: for each
     corpus key, its ``n`` rows, ``own_folds`` (in how many folds a fit of its own scored held-out
-    rows of it), ``kept`` (never without such a fold), and the scores on its rows of the default weights (``before``), of the fits on all
-    rows alone (``pooled``), of its own fits (``own``, where it had any) and of what is kept
-    (``after``).
+    rows of it), ``kept`` (never without such a fold), and the scores on its rows of the default
+    weights (``before``), of the fits on all rows alone (``pooled``), of its own fits (``own``,
+    where it had any) and of what is kept (``after``).
     """
     if not (l2 == "auto" or _is_strength(l2)):
         raise ValueError(f"l2 must be a positive finite number or 'auto', got {l2!r}")

@@ -63,7 +63,8 @@ def test_report_with_data_embeds_every_chart(tmp_path: Path) -> None:
             store.record(make_answer(f"where <b>{i}</b>", query_class="where", confidence=0.1 + i / 15))
         store.record(make_answer("why?", refused=True, confidence=0.05, query_class="why"))
         store.save_calibration({"coverage": 0.7, "bias": -0.1}, 24, {"auroc_after": 0.8},
-                               corpus_fits={"/idx/harbour": {"weights": {"coverage": 0.9, "bias": 0.2}, "n": 21, "l2": 0.3,
+                               corpus_fits={"/idx/harbour": {"weights": {"coverage": 0.9, "bias": 0.2}, "n": 21,
+                                                             "l2": 0.3,
                                                              "held_out": {"pooled": {"auroc": 0.61, "brier": 0.25},
                                                                           "after": {"auroc": 0.79, "brier": 0.18}}}})
         out = write_html_report(store, tmp_path / "memory.html")
