@@ -114,7 +114,8 @@ def load_batch(path: str | Path) -> tuple[BatchSpec, Path]:
     except (yaml.YAMLError, ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else f" ({exc.__class__.__name__})"
-        raise BatchError(f"{p}: malformed YAML{where}; fix the syntax") from exc
+        why = f": {exc.problem}" if isinstance(getattr(exc, "problem", None), str) else ""
+        raise BatchError(f"{p}: malformed YAML{where}{why}; fix the syntax") from exc
     if not isinstance(data, dict):
         raise BatchError(f"{p}: expected a mapping with name, corpus, questions")
     try:
@@ -280,9 +281,23 @@ def _run_config(run_dir: Path) -> Config:
                          "them: restore the file, or run again under another --name") from None
 
 
-def _check_resume_config(run_dir: Path, config: Config, n_done: int) -> None:
-    """A resumed run must use the settings its earlier results were made with."""
-    shown = _changed_settings(run_dir, config)
+def _corpus_change(run_dir: Path, corpus: list[Path]) -> str:
+    """'corpus: old -> new' when the run's documents (``corpus.json``, written when it started) are
+    not those given now; '' when they are, when none are given now (the index is used as it is), or
+    when they were not recorded (a run of an older sirag)."""
+    if not corpus:
+        return ""
+    try:
+        before = json.loads((run_dir / "corpus.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return ""
+    now = sorted(str(p) for p in corpus)
+    return "" if not isinstance(before, list) or sorted(before) == now else f"corpus: {sorted(before)!r} -> {now!r}"
+
+
+def _check_resume_config(run_dir: Path, config: Config, n_done: int, corpus: list[Path] | None = None) -> None:
+    """A resumed run must use the settings and the documents its earlier results were made with."""
+    shown = ", ".join(x for x in (_changed_settings(run_dir, config), _corpus_change(run_dir, corpus or [])) if x)
     if shown:
         raise BatchError(f"{run_dir} already holds {n_done} result(s) made with other settings ({shown}); "
                          "resuming would mix them. Run with the same settings, give the run another name "
@@ -530,9 +545,13 @@ def summarise(rows: list[dict]) -> dict:
         for k, v in r["timings_ms"].items():
             stages.setdefault(k, []).append(v)
     s["latency_ms"] = {k: percentiles(v) for k, v in stages.items()}
-    s["prompt_tokens_per_question"] = sum(sum(a["prompt_tokens"] for a in r["attempts"]) for r in rows) / len(rows)
-    s["attempts_per_question"] = sum(len(r["attempts"]) for r in rows) / len(rows)
-    s["first_attempt_success"] = sum(1 for r in rows if r["attempts"] and r["attempts"][0]["failure"] == "NONE") / len(rows)
+    # Per question the engine took: an error row has no attempts, and would dilute the costs.
+    taken = [r for r in rows if "error" not in r]
+    for key, per_row in (("prompt_tokens_per_question", lambda r: sum(a["prompt_tokens"] for a in r["attempts"])),
+                         ("attempts_per_question", lambda r: len(r["attempts"])),
+                         ("first_attempt_success", lambda r: bool(r["attempts"])
+                          and r["attempts"][0]["failure"] == "NONE")):
+        s[key] = sum(per_row(r) for r in taken) / len(taken) if taken else None
     return s
 
 
@@ -598,13 +617,17 @@ def _ask_row(engine, item: QAItem, run_id: str, loop: bool) -> dict:
     return row
 
 
-def ensure_index(config: Config, corpus: list[Path], index_dir: str, progress: bool) -> None:
-    """Ingest the corpus when its index is missing or its files changed (cheap when unchanged)."""
+def ensure_index(config: Config, corpus: list[Path], index_dir: str, progress: bool,
+                 out_root: Path | None = None) -> None:
+    """Ingest the corpus when its index is missing or its files changed (cheap when unchanged). The
+    batch's output folder (``out_root``) is left out of the corpus's folders: its results are not
+    documents."""
     from .ingestion.pipeline import ingest
     from .retrieval.embedder import embedder_from_config
 
     embedder = embedder_from_config(config)
-    report = ingest([str(p) for p in corpus], config, embedder, index_dir=index_dir, progress=progress)
+    report = ingest([str(p) for p in corpus], config, embedder, index_dir=index_dir, progress=progress,
+                    exclude=(out_root,) if out_root is not None else ())
     # What `sirag ingest` would say: which documents were (re)indexed and which files were left out.
     changed = len(report.documents) - report.reused_documents
     if changed:
@@ -727,20 +750,26 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
             done = read_done(results)
             # Error rows of earlier versions recorded setup failures (no index, generator down) as
             # answers: those questions are asked again; only unusable questions stay done.
-            done = {k: r for k, r in done.items() if "error" not in r or r.get("error_type") == "InputError"}
+            # An unusable question whose text has changed since (shortened, say) is asked again.
+            done = {k: r for k, r in done.items() if "error" not in r or (
+                r.get("error_type") == "InputError"
+                and (k not in by_id or _same_text(r.get("question"), by_id[k].question)))}
             _check_same_questions(run_dir, done, by_id)
             todo = [it for it in items if it.id not in done]
             # A finished run is only summarised again, whatever the settings now; a resume is
             # checked before any index is built for it.
             if todo:
                 if done:
-                    _check_resume_config(run_dir, config, len(done))
+                    _check_resume_config(run_dir, config, len(done), corpus)
                 if corpus and not guard_index:
                     _check_index_keeps_documents(index_dir, corpus)  # only when it would be ingested into
                 (run_dir / "config.yaml").write_text(to_yaml(config), encoding="utf-8")
                 if corpus:
-                    ensure_index(config, corpus, index_dir, progress)
-            elif shown := _changed_settings(run_dir, config):
+                    (run_dir / "corpus.json").write_text(json.dumps(sorted(str(p) for p in corpus)), encoding="utf-8")
+                if corpus:
+                    ensure_index(config, corpus, index_dir, progress, out_root)
+            elif shown := ", ".join(x for x in (_changed_settings(run_dir, config), _corpus_change(run_dir, corpus))
+                                    if x):
                 print(f"note: run {run_name} is finished; its results are summarised as they were made. The "
                       f"settings given now differ ({shown}) and are not used: give the run another name to run "
                       "them", file=sys.stderr)

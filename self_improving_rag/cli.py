@@ -134,7 +134,11 @@ def _engine(args: argparse.Namespace, config: Config, record: bool = True):
     calibration fit and the learned strategy choices, but nothing is written to it."""
     from .engine import Engine
     from .errors import MemoryStoreError
+    from .retrieval.index import CorpusIndex
 
+    index = CorpusIndex(Path(args.index if args.index is not None else config.paths.index_dir))
+    if index.current_dir() is None:  # said before the memory store is created for nothing
+        raise index.missing_error()
     if record:
         memory = _memory(config)
     elif Path(config.paths.memory_db).is_file():
@@ -896,6 +900,11 @@ def main(argv: list[str] | None = None) -> int:
               "and not a folder, may you write there?)", file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
+        from .memory.store import interrupted_in_sql
+
+        if interrupted_in_sql(exc):  # a Ctrl-C inside a SQL function, reported by SQLite as its failure
+            print(f"interrupted: {_INTERRUPTED.get(args.command, 'stopped cleanly')}", file=sys.stderr)
+            return 130
         return _internal_error(exc, debug)
 
 

@@ -400,7 +400,8 @@ def _read_yaml(text: str, source: str) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{source}: malformed YAML{where}; fix the syntax and retry") from exc
+        why = f": {exc.problem}" if isinstance(getattr(exc, "problem", None), str) else ""
+        raise ConfigError(f"{source}: malformed YAML{where}{why}; fix the syntax and retry") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):

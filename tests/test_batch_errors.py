@@ -236,7 +236,10 @@ def test_batch_file_mistakes_are_named(tmp_path):
     with pytest.raises(BatchError, match=r"the key 'name' is given twice in one mapping \(line 5\)"):
         load_batch(f)
     f.write_text("name: t\nquestions:\n  inline: [\n    - question: Who?\n")
-    with pytest.raises(BatchError, match=r"malformed YAML at line \d+, column \d+"):
+    with pytest.raises(BatchError, match=r"malformed YAML at line \d+, column \d+: [a-z]"):  # with the parser's why
+        load_batch(f)
+    f.write_text("name: t\nquestions:\n  inline:\n    - {question: Who dug it?}\n")
+    with pytest.raises(BatchError, match=r"malformed YAML at line 4, column 28: expected ',' or '}', but got '\?'"):
         load_batch(f)
     # A question file where the batch file goes is named as such, with the command that takes it.
     for name, text in (("qa.json", '{"data": []}'), ("qa.jsonl", '{"id": "a", "question": "Q?", "answers": ["x"]}\n')):
@@ -367,3 +370,70 @@ def test_a_yes_no_limit_is_refused_not_read_as_one_question(tmp_path):
     f = _batch(tmp_path, limit=True)
     line = _one_error_line(run(["batch", str(f)], cwd=tmp_path))
     assert "limit" in line and "expected a number" in line
+
+
+def test_a_question_made_usable_since_is_asked_again(tmp_path):
+    """An unusable question is written as an error row and stays done; once its text is fixed, the
+    same run asks it (it used to refuse the run: "holds answers to 1 question(s) whose text is
+    different")."""
+    ov = fake_overrides(tmp_path)
+    f = _batch(tmp_path)
+    spec = yaml.safe_load(f.read_text())
+    spec["questions"]["inline"] = [ROWS[0], {"id": "c", "question": "?? !!", "answers": ["Clara Venn"]}]
+    f.write_text(yaml.safe_dump(spec))
+    assert run(["batch", str(f)], tmp_path, ov).returncode == 0
+    results = tmp_path / "runs" / "t" / "results.jsonl"
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [r["id"] for r in rows if "error" in r] == ["c"]
+    assert run(["batch", str(f)], tmp_path, ov).returncode == 0  # unchanged: nothing asked again
+    assert len(results.read_text().splitlines()) == 2
+    spec["questions"]["inline"][1]["question"] = "Who built the lighthouse?"
+    f.write_text(yaml.safe_dump(spec))
+    r = run(["batch", str(f), "--json"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    last = json.loads(results.read_text().splitlines()[-1])
+    assert last["id"] == "c" and "error" not in last and last["question"] == "Who built the lighthouse?"
+    assert json.loads(r.stdout)[0]["errors"] == 0
+
+
+def test_a_run_given_other_documents_says_so(tmp_path):
+    ov = fake_overrides(tmp_path)
+    f = _batch(tmp_path)
+    assert run(["batch", str(f), "--limit", "1"], tmp_path, ov).returncode == 0  # one of two questions
+    more = write_corpus(tmp_path / "more")
+    spec = yaml.safe_load(f.read_text())
+    spec["corpus"].append(str(more))
+    f.write_text(yaml.safe_dump(spec))
+    # A resume would answer the rest from other documents than the first: refused.
+    line = _one_error_line(run(["batch", str(f)], tmp_path, ov))
+    assert "other settings (corpus: [" in line and str(more) in line
+    spec["corpus"].pop()
+    f.write_text(yaml.safe_dump(spec))
+    assert run(["batch", str(f)], tmp_path, ov).returncode == 0  # the same documents: resumed, finished
+    spec["corpus"].append(str(more))
+    f.write_text(yaml.safe_dump(spec))
+    r = run(["batch", str(f)], tmp_path, ov)  # finished: summarised as it was, and the change named
+    assert r.returncode == 0 and "is finished" in r.stderr and "corpus: [" in r.stderr, r.stderr
+
+
+def test_sirags_own_files_among_the_documents_are_not_indexed(tmp_path):
+    """A corpus folder that holds the batch's output, logs and memory (corpus: the working folder)
+    indexes the documents only: not a run's comparison table, nor warnings about logs or the store."""
+    from self_improving_rag.retrieval.index import CorpusIndex
+
+    ov = fake_overrides(tmp_path)
+    f = _batch(tmp_path)
+    spec = yaml.safe_load(f.read_text())
+    spec["corpus"] = [str(tmp_path)]
+    f.write_text(yaml.safe_dump(spec))
+    assert run(["batch", str(f)], tmp_path, ov).returncode == 0
+    assert (tmp_path / "logs").is_dir() and (tmp_path / "memory" / "memory.db").is_file()
+    # What an eval's comparisons write beside its runs: a results table in Markdown.
+    (tmp_path / "runs" / "t-comparison.md").write_text("| run | f1 |\n|---|---|\n| t | 0.5 |\n", encoding="utf-8")
+    spec["name"] = "t2"
+    f.write_text(yaml.safe_dump(spec))
+    r = run(["batch", str(f)], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    files = CorpusIndex(tmp_path / "index").manifest()["files"]
+    assert files and all("/runs/" not in k and "/logs/" not in k and "/memory/" not in k for k in files), files
+    assert "memory.db" not in r.stderr and "logs" not in r.stderr, r.stderr

@@ -349,6 +349,11 @@ def test_summary_counts_error_rows_apart_from_refusals():
     assert s["refusal"] == base["refusal"]  # the unanswerable error row is no right refusal
     assert s["confidence_auroc"] == base["confidence_auroc"] and s["ece"] == base["ece"]
     assert s["em"] == 0.5  # the answerable error row scores 0
+    # The costs per question are over the questions the engine took: an error row has no attempts.
+    for key in ("attempts_per_question", "prompt_tokens_per_question", "first_attempt_success"):
+        assert s[key] == base[key], key
+    assert (s["attempts_per_question"], s["prompt_tokens_per_question"]) == (1.0, 10.0)
+    assert batch.summarise(copy.deepcopy(errors))["attempts_per_question"] is None
 
 
 def test_markdown_table_cells_keep_their_pipes_inside():

@@ -123,6 +123,7 @@ def test_user_errors_are_one_line_with_exit_2(tmp_path):
     ov = fake_overrides(tmp_path)
     r = run(["ask", "Who built the lighthouse?"], tmp_path, ov)
     assert r.returncode == 2 and r.stderr.startswith("error: no index") and "sirag ingest" in r.stderr
+    assert not (tmp_path / "memory").exists()  # no empty store is left behind by a question that failed
     bad = tmp_path / "bad.yaml"
     bad.write_text("strategy:\n  top_kk: 3\n")
     r = run(["ask", "Who?", "--config", str(bad)], tmp_path, ov)

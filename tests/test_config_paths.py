@@ -131,3 +131,10 @@ def test_an_oversized_config_file_is_refused(tmp_path) -> None:
     big.write_text("# padding\n" * 200_000, encoding="utf-8")
     with pytest.raises(ConfigError, match="over 1 MB"):
         load_config(big)
+
+
+def test_a_malformed_config_file_gives_the_parsers_reason(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("strategy:\n  top_k: 5\n  chunker: {fixed size: 3 x: }\n  - retriever\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"bad.yaml: malformed YAML at line \d+, column \d+: [a-z]"):
+        load_config(str(f), [])

@@ -192,7 +192,9 @@ def describe_auto_fit(result: dict) -> str:
         return f"automatic calibration on {result['n']} labelled answers not stored: {result.get('not_stored', '')}"
     return (f"confidence calibrated on the {result['n']} labelled answers in memory (held-out AUROC "
             f"{fmt(held['before']['auroc'])} -> {fmt(held['after']['auroc'])}, ECE {fmt(held['before']['ece'])} -> "
-            f"{fmt(held['after']['ece'])}); fit {result['fit_id']} is in use (calibration.auto_fit)"
+            f"{fmt(held['after']['ece'])}, Brier {fmt(held['before'].get('brier'))} -> "
+            f"{fmt(held['after'].get('brier'))}: a fit is kept when its Brier is no worse than the default weights'); "
+            f"fit {result['fit_id']} is in use (calibration.auto_fit)"
             + _corpus_note(result))
 
 

@@ -110,8 +110,9 @@ def load_document(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> Document:
 def iter_source_files(paths: list[Path], exclude: tuple[Path, ...] = ()) -> tuple[list[Path], list[str]]:
     """Expand files and folders into supported files, plus one-line problem messages.
 
-    Folders are walked recursively in sorted order, skipping hidden entries and the folders in
-    ``exclude`` (resolved paths: the index being written, when it lies among the documents); unsupported
+    Folders are walked recursively in sorted order, skipping hidden entries and the files and
+    folders in ``exclude`` (resolved paths: sirag's own, such as the index being written, when they
+    lie among the documents); unsupported
     files inside a folder are counted in one message, an unsupported file given by name
     gets its own message, and so does a missing path.
     """
@@ -266,9 +267,9 @@ def _walk_folder(folder: Path, exclude: tuple[Path, ...] = ()) -> tuple[list[Pat
         for entry in entries:
             if entry.name.startswith("."):
                 continue
+            if exclude and entry.resolve() in exclude:  # sirag's own files and folders
+                continue
             if entry.is_dir():
-                if exclude and entry.resolve() in exclude:
-                    continue
                 if entry.is_symlink() and not entry.resolve().is_relative_to(root):
                     skipped.append((entry, "link to a folder outside"))
                     continue

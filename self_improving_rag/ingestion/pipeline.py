@@ -218,8 +218,12 @@ def _check_index_folder(root: Path, paths: list[str | Path]) -> None:
 
 
 def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_dir: str | Path | None = None,
-           rebuild: bool = False, progress: bool = True) -> IngestReport:
-    """Ingest files and folders into the corpus index; unchanged files reuse their chunks."""
+           rebuild: bool = False, progress: bool = True, exclude: tuple[str | Path, ...] = ()) -> IngestReport:
+    """Ingest files and folders into the corpus index; unchanged files reuse their chunks.
+
+    Folders are walked without sirag's own files: the index, the log folder, the memory store
+    (with its -wal and -shm files) and ``exclude`` (a batch's output folder). A path given
+    directly is ingested whatever it is."""
     from tqdm import tqdm
 
     t0 = time.perf_counter()
@@ -233,7 +237,10 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
             "(the index holds exactly the paths given, so a missing one would remove its documents)"
         )
     _check_index_folder(root, paths)
-    files, problems = iter_source_files([Path(p) for p in paths], exclude=(root.resolve(),))
+    memory = Path(config.paths.memory_db)
+    own = (root, Path(config.paths.log_dir), memory, *(memory.with_name(memory.name + s) for s in ("-wal", "-shm")),
+           *(Path(p) for p in exclude))
+    files, problems = iter_source_files([Path(p) for p in paths], exclude=tuple(p.resolve() for p in own))
     report.problems.extend(problems)
     if not files:
         raise IngestionError(

@@ -254,11 +254,36 @@ def _verdict_params(verdicts: Verdicts | None) -> dict[str, float]:
     return params
 
 
+#: Set when Ctrl-C lands inside one of the store's SQL functions. SQLite turns whatever a Python
+#: function raises into ``OperationalError("user-defined function raised exception")``, which
+#: would reach the user as an internal error; the store raises KeyboardInterrupt in its place.
+_INTERRUPTED_IN_SQL = threading.Event()
+
+
+def _interruptible(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def call(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except KeyboardInterrupt:
+            _INTERRUPTED_IN_SQL.set()
+            raise
+    return call
+
+
+def interrupted_in_sql(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite's report of a Ctrl-C that landed in one of the store's SQL
+    functions (and clears the mark, so each interrupt is told once)."""
+    if isinstance(exc, sqlite3.OperationalError) and _INTERRUPTED_IN_SQL.is_set():
+        _INTERRUPTED_IN_SQL.clear()
+        return True
+    return False
+
+
 def _register_functions(conn: sqlite3.Connection) -> None:
     """The SQL functions the counts use (pure; registered on every connection)."""
-    conn.create_function("sirag_answer_words", 2, lambda text, refusal: answer_words(text, bool(refusal)),
-                         deterministic=True)
-    conn.create_function("sirag_sigmoid", 1, sigmoid, deterministic=True)
+    conn.create_function("sirag_answer_words", 2,
+                         _interruptible(lambda text, refusal: answer_words(text, bool(refusal))), deterministic=True)
+    conn.create_function("sirag_sigmoid", 1, _interruptible(sigmoid), deterministic=True)
 
 
 class MemoryStore:
@@ -485,7 +510,10 @@ class MemoryStore:
             delay = min(delay * 2, 1.0)
 
     def _raise_translated(self, exc: sqlite3.DatabaseError) -> NoReturn:
-        """Re-raise a known SQLite failure as a one-line MemoryStoreError; others unchanged."""
+        """Re-raise a known SQLite failure as a one-line MemoryStoreError, and a Ctrl-C that SQLite
+        reported as a failed SQL function as KeyboardInterrupt; others unchanged."""
+        if interrupted_in_sql(exc):
+            raise KeyboardInterrupt from exc
         err = self._translate(exc)
         if err is None:
             raise exc

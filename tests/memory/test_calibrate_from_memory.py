@@ -278,6 +278,9 @@ def test_each_corpus_gets_a_fit_of_its_own_when_its_answers_go_another_way(store
     from self_improving_rag.evaluation.calibrate import describe_auto_fit
 
     assert describe_auto_fit(result).endswith("(calibration.auto_fit), with own fits for 2 corpora (/i/a, /i/b)")
+    # The figure that decides whether a fit is kept is given with the others.
+    assert (f"Brier {held['before']['brier']:.3f} -> {held['after']['brier']:.3f}: a fit is kept when its Brier is "
+            "no worse than the default weights'") in describe_auto_fit(result)
     # The same labels under another minimum: too few for a fit of their own.
     few = calibrate_from_memory(store, min_labels=61, seed=0, save=False)
     assert few["corpus_fits"] == {} and few["held_out"]["by_corpus"]["/i/a"]["own_folds"] == 0

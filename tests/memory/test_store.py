@@ -869,3 +869,24 @@ def test_counts_rejudge_each_corpus_by_its_own_weights(store: MemoryStore) -> No
         "switch_retriever": (0, 1)}
     assert store.repairs_by_failure(verdicts=Verdicts(doubting, answer_threshold=0.5,
                                                       corpus_weights={"/i/a": trusting})) == {"WEAK_RETRIEVAL": (1, 0)}
+
+
+def test_ctrl_c_inside_a_sql_function_is_an_interrupt_not_a_database_error(tmp_path, monkeypatch) -> None:
+    """SQLite reports anything a Python SQL function raises as OperationalError; a Ctrl-C landing
+    in one (the counts call them per row) used to reach the user as an internal error."""
+    import sqlite3
+
+    from self_improving_rag.memory import store as store_module
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    with MemoryStore(tmp_path / "m.db") as s:
+        assert s._one("SELECT sirag_answer_words('three short words', 0) AS w")["w"] > 0
+        monkeypatch.setattr(store_module, "answer_words", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            s._one("SELECT sirag_answer_words('three short words', 0) AS w")
+        monkeypatch.undo()
+        # The mark is cleared: a real failure of SQL later is not taken for an interrupt.
+        assert not store_module.interrupted_in_sql(sqlite3.OperationalError("no such table: x"))
+        assert s._one("SELECT sirag_answer_words('three short words', 0) AS w")["w"] > 0
