@@ -71,16 +71,19 @@ def condition(rows: list[dict], threshold: float) -> dict:
     from self_improving_rag.batch import grade, single_attempt_row
 
     n = len(rows)
+    taken = [r for r in rows if "error" not in r]
     first_ok = sum(1 for r in rows if r["attempts"] and r["attempts"][0]["failure"] == "NONE")
     first_correct = sum(1 for r in rows if grade(single_attempt_row(r, threshold)).get("correct"))
     final_correct = sum(1 for r in rows if grade(r).get("correct"))
     strategies = Counter(r["attempts"][0]["strategy_key"] for r in rows if r["attempts"])
     return {
         "n": n,
-        "first_attempt_success": first_ok / n,
+        "first_attempt_success": first_ok / len(taken) if taken else None,
         "first_attempt_correct": first_correct / n,
-        "attempts_per_question": sum(len(r["attempts"]) for r in rows) / n,
-        "prompt_tokens_per_question": sum(sum(a["prompt_tokens"] for a in r["attempts"]) for r in rows) / n,
+        # Per question the engine took, as summary.json counts them: error rows have no attempts.
+        "attempts_per_question": (sum(len(r["attempts"]) for r in taken) / len(taken)) if taken else None,
+        "prompt_tokens_per_question": (sum(sum(a["prompt_tokens"] for a in r["attempts"]) for r in taken) / len(taken)
+                                       if taken else None),
         "correct_or_rightly_refused": final_correct / n,
         "first_strategies": dict(strategies.most_common()),
     }
@@ -102,7 +105,8 @@ def _compare(cold_rows: list[dict], warm_rows: list[dict], threshold: float, **e
     out = {**extra, "stream_questions": len(cold_rows), "cold": condition(cold_rows, threshold),
            "warm": condition(warm_rows, threshold)}
     for k in ("first_attempt_success", "first_attempt_correct", "attempts_per_question", "correct_or_rightly_refused"):
-        out[f"delta_{k}"] = out["warm"][k] - out["cold"][k]
+        cold, warm = out["cold"][k], out["warm"][k]
+        out[f"delta_{k}"] = None if cold is None or warm is None else warm - cold
     return out
 
 

@@ -61,9 +61,15 @@ def score_run(run_dir: Path) -> dict:
         "loop_on_right": sum(on),
         "retries_gained": sum(1 for a, b in zip(off, on) if b and not a),
         "retries_lost": sum(1 for a, b in zip(off, on) if a and not b),
-        "attempts_per_question": sum(len(r["attempts"]) for r in rows) / len(rows),
-        "prompt_tokens_per_question": sum(sum(a["prompt_tokens"] for a in r["attempts"]) for r in rows) / len(rows),
+        # Per question the engine took, as summary.json counts them: error rows have no attempts.
+        "attempts_per_question": _per_taken(rows, lambda r: len(r["attempts"])),
+        "prompt_tokens_per_question": _per_taken(rows, lambda r: sum(a["prompt_tokens"] for a in r["attempts"])),
     }
+
+
+def _per_taken(rows: list[dict], value) -> float | None:
+    taken = [r for r in rows if "error" not in r]
+    return sum(value(r) for r in taken) / len(taken) if taken else None
 
 
 def main() -> None:

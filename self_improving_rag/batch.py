@@ -443,7 +443,7 @@ def _remove_unused_run(run_dir: Path) -> None:
     results = run_dir / "results.jsonl"
     if results.exists() and results.stat().st_size > 0:
         return
-    for name in ("results.jsonl", "config.yaml", ".lock"):
+    for name in ("results.jsonl", "config.yaml", "corpus.json", ".lock"):
         (run_dir / name).unlink(missing_ok=True)
     try:
         run_dir.rmdir()

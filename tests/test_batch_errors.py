@@ -434,6 +434,17 @@ def test_sirags_own_files_among_the_documents_are_not_indexed(tmp_path):
     f.write_text(yaml.safe_dump(spec))
     r = run(["batch", str(f)], tmp_path, ov)
     assert r.returncode == 0, r.stderr
-    files = CorpusIndex(tmp_path / "index").manifest()["files"]
-    assert files and all("/runs/" not in k and "/logs/" not in k and "/memory/" not in k for k in files), files
-    assert "memory.db" not in r.stderr and "logs" not in r.stderr, r.stderr
+    files = CorpusIndex(tmp_path / "index").manifest()["files"]  # document id -> its file
+    paths = [v["path"] for v in files.values()]
+    assert "t-comparison" not in files and len(paths) == 2, paths
+    assert all("/runs/" not in p and "/logs/" not in p and "/memory/" not in p for p in paths), paths
+    assert "memory.db" not in r.stderr and "sirag-" not in r.stderr, r.stderr
+    r = run(["eval", str(f), "--retrieval-only"], tmp_path, ov)  # builds its index the same way
+    assert r.returncode == 0, r.stderr
+    assert "t-comparison" not in CorpusIndex(tmp_path / "index").manifest()["files"]
+    # A document of the user's in a folder named like the log folder is a document.
+    (tmp_path / "logs" / "lab-notes.md").write_text("The keeper logs the tides at dawn.\n", encoding="utf-8")
+    spec["name"] = "t3"
+    f.write_text(yaml.safe_dump(spec))
+    assert run(["batch", str(f)], tmp_path, ov).returncode == 0
+    assert "lab-notes" in CorpusIndex(tmp_path / "index").manifest()["files"]

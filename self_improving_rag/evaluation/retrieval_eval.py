@@ -41,7 +41,7 @@ def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, k
     if not items:
         raise BatchError(f"batch {spec.name}: no question to score retrieval on: --retrieval-only needs answerable "
                          "questions with evidence quotes (JSONL 'evidence') or SQuAD paragraphs")
-    _, index_dir, corpus = run_inputs(spec, base, items)
+    out_root, index_dir, corpus = run_inputs(spec, base, items)
     cfg = resolved_config(config, spec, {}, index_dir, cli_overrides)
     check_documents(spec, index_dir, corpus)
     if corpus:
@@ -49,7 +49,7 @@ def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, k
             _check_index_sources(index_dir, corpus)
         else:
             _check_index_keeps_documents(index_dir, corpus)
-        ensure_index(cfg, corpus, index_dir, progress=False)
+        ensure_index(cfg, corpus, index_dir, progress=False, out_root=out_root)
     embedder = embedder_from_config(cfg)
     searcher = Searcher(cfg, embedder, index_dir)
     rows = []

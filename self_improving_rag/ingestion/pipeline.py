@@ -221,9 +221,9 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
            rebuild: bool = False, progress: bool = True, exclude: tuple[str | Path, ...] = ()) -> IngestReport:
     """Ingest files and folders into the corpus index; unchanged files reuse their chunks.
 
-    Folders are walked without sirag's own files: the index, the log folder, the memory store
-    (with its -wal and -shm files) and ``exclude`` (a batch's output folder). A path given
-    directly is ingested whatever it is."""
+    Folders are walked without sirag's own files: the index, its log files (``sirag-*.jsonl`` in
+    the log folder), the memory store (with its -wal and -shm files) and ``exclude`` (a batch's
+    output folder). A path given directly is ingested whatever it is."""
     from tqdm import tqdm
 
     t0 = time.perf_counter()
@@ -238,7 +238,8 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
         )
     _check_index_folder(root, paths)
     memory = Path(config.paths.memory_db)
-    own = (root, Path(config.paths.log_dir), memory, *(memory.with_name(memory.name + s) for s in ("-wal", "-shm")),
+    logs = sorted(Path(config.paths.log_dir).glob("sirag-*.jsonl")) if Path(config.paths.log_dir).is_dir() else []
+    own = (root, *logs, memory, *(memory.with_name(memory.name + s) for s in ("-wal", "-shm")),
            *(Path(p) for p in exclude))
     files, problems = iter_source_files([Path(p) for p in paths], exclude=tuple(p.resolve() for p in own))
     report.problems.extend(problems)

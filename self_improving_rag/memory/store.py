@@ -15,6 +15,7 @@ import logging
 import os
 import random
 import re
+import signal
 import sqlite3
 import threading
 import time
@@ -277,6 +278,39 @@ def interrupted_in_sql(exc: BaseException) -> bool:
         _INTERRUPTED_IN_SQL.clear()
         return True
     return False
+
+
+@contextmanager
+def _sigint_deferred(conn: sqlite3.Connection) -> Iterator[None]:
+    """Run SQL with Ctrl-C held: the signal interrupts the statement (``conn.interrupt()``) and is
+    raised as KeyboardInterrupt once SQLite has returned. Python would otherwise raise it at the
+    next Python step, often inside one of the SQL functions, which SQLite reports as its own
+    failure. Only the main thread can install a handler; elsewhere SQL runs as it is. Used for
+    reads (where the SQL functions run), not for writes, whose lock waits must stay interruptible."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        held.append(signum)
+        conn.interrupt()
+
+    try:
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:  # not the main interpreter
+        yield
+        return
+    try:
+        yield
+    except BaseException:
+        if held:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
+    if held:
+        raise KeyboardInterrupt
 
 
 def _register_functions(conn: sqlite3.Connection) -> None:
@@ -565,7 +599,7 @@ class MemoryStore:
                 self.db.conn.execute("COMMIT")
 
     def _rows(self, sql: str, params: tuple | dict = ()) -> list[dict[str, Any]]:
-        with self._lock:
+        with self._lock, _sigint_deferred(self.db.conn):
             try:
                 cursor = self.db.conn.execute(sql, params)
                 names = [d[0] for d in cursor.description]

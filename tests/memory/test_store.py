@@ -890,3 +890,28 @@ def test_ctrl_c_inside_a_sql_function_is_an_interrupt_not_a_database_error(tmp_p
         # The mark is cleared: a real failure of SQL later is not taken for an interrupt.
         assert not store_module.interrupted_in_sql(sqlite3.OperationalError("no such table: x"))
         assert s._one("SELECT sirag_answer_words('three short words', 0) AS w")["w"] > 0
+
+
+def test_a_real_ctrl_c_during_a_long_count_is_an_interrupt(tmp_path) -> None:
+    """A SIGINT that arrives while SQLite runs C code would be raised at the next Python step, the
+    entry of a SQL function, where SQLite reports it as its own failure: reads hold the signal,
+    interrupt the statement, and raise KeyboardInterrupt when it has returned."""
+    import os
+    import signal
+    import threading
+    import time
+
+    long_count = ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 50000000) "
+                  "SELECT sum(sirag_sigmoid(x % 7)) AS s FROM c")
+    with MemoryStore(tmp_path / "m.db") as s:
+        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        t0 = time.monotonic()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                s._one(long_count)
+        finally:
+            timer.cancel()
+        assert time.monotonic() - t0 < 10  # the statement was interrupted, not run to its end
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
+        assert s._one("SELECT sirag_sigmoid(0) AS p")["p"] == 0.5  # the store works on
