@@ -520,6 +520,24 @@ def test_split_long_cuts_between_words_not_inside_them() -> None:
     assert all(p.n_tokens <= 40 for p in long_word) and "".join(word[p.start:p.end] for p in long_word) == word
 
 
+def test_split_long_balances_its_pieces_instead_of_leaving_a_one_token_tail() -> None:
+    """A sentence one token over the limit (its full stop) used to become a full piece and a lone
+    ".", which retrieval returned as a passage."""
+    from self_improving_rag.ingestion.chunkers.base import Unit, split_long
+
+    tok = _PieceTokenizer()
+    text = " ".join(f"w{i}" for i in range(60)) + "."  # 61 tokens: 60 words and the stop
+    assert tok.count(text) == 61
+    pieces = split_long(text, Unit(0, len(text), 61), 60, tok)
+    assert [p.n_tokens for p in pieces] == [31, 30]
+    assert " ".join(text[p.start:p.end] for p in pieces) == text
+    for n, limit in ((100, 40), (81, 40), (121, 60), (59, 20)):
+        t = " ".join(["ab"] * n)  # one token a word
+        sizes = [p.n_tokens for p in split_long(t, Unit(0, len(t), n), limit, tok)]
+        assert sum(sizes) == n and max(sizes) <= limit and max(sizes) - min(sizes) <= 1, (n, limit, sizes)
+        assert len(sizes) == -(-n // limit)  # no more pieces than needed
+
+
 @pytest.mark.parametrize("name", ["section", "semantic"])
 def test_a_merged_span_leaves_room_for_its_longest_chunk_label(name: str) -> None:
     # A tiny section, then a small one with a long title, then a big one with a short title:

@@ -40,7 +40,8 @@ class Chunker(Protocol):
 #: 2: split_long cuts between words. 3: a chunk of merged sibling sections names them all.
 #: 4: a merged span's text budget leaves room for the longest label any of its chunks gets.
 #: 5: a word of over 100 characters counts one token per character, not one [UNK].
-CHUNKING_VERSION = 5
+#: 6: split_long balances its pieces (no one-token tail after a full piece).
+CHUNKING_VERSION = 6
 
 
 def leaf_spans(doc: Document) -> list[tuple[int, int, tuple[str, ...]]]:
@@ -63,7 +64,9 @@ def sentence_units(text: str, start: int, end: int, tokenizer: TokenCounter) -> 
 def split_long(text: str, unit: Unit, max_tokens: int, tokenizer: TokenCounter) -> list[Unit]:
     """Cut a unit longer than ``max_tokens`` into pieces of at most ``max_tokens`` tokens, each cut
     between two words (not between the word pieces of one word), unless a single word is longer
-    than ``max_tokens``."""
+    than ``max_tokens``. The pieces are balanced: the tokens left are shared evenly among the
+    fewest pieces that hold them, so a sentence one token over the limit becomes two halves, not
+    a full piece and a one-token tail (a lone "." that retrieval would return as a passage)."""
     if unit.n_tokens <= max_tokens:
         return [unit]
     piece = text[unit.start:unit.end]
@@ -76,7 +79,9 @@ def split_long(text: str, unit: Unit, max_tokens: int, tokenizer: TokenCounter) 
     out = []
     i, n = 0, len(spans)
     while i < n:
-        j = min(i + max_tokens, n)
+        left = n - i
+        pieces = -(-left // max_tokens)  # the fewest pieces that hold what is left
+        j = min(i + -(-left // pieces), n)
         if j < n:
             k = j
             while k > i + 1 and not between_words(k):
