@@ -295,9 +295,9 @@ def _corpus_change(run_dir: Path, corpus: list[Path]) -> str:
     return "" if not isinstance(before, list) or sorted(before) == now else f"corpus: {sorted(before)!r} -> {now!r}"
 
 
-def _check_resume_config(run_dir: Path, config: Config, n_done: int, corpus: list[Path] | None = None) -> None:
-    """A resumed run must use the settings and the documents its earlier results were made with."""
-    shown = ", ".join(x for x in (_changed_settings(run_dir, config), _corpus_change(run_dir, corpus or [])) if x)
+def _check_resume_config(run_dir: Path, config: Config, n_done: int, corpus: list[Path]) -> None:
+    """A resumed run must use the settings and the corpus paths its earlier results were made with."""
+    shown = ", ".join(x for x in (_changed_settings(run_dir, config), _corpus_change(run_dir, corpus)) if x)
     if shown:
         raise BatchError(f"{run_dir} already holds {n_done} result(s) made with other settings ({shown}); "
                          "resuming would mix them. Run with the same settings, give the run another name "
@@ -766,7 +766,6 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
                 (run_dir / "config.yaml").write_text(to_yaml(config), encoding="utf-8")
                 if corpus:
                     (run_dir / "corpus.json").write_text(json.dumps(sorted(str(p) for p in corpus)), encoding="utf-8")
-                if corpus:
                     ensure_index(config, corpus, index_dir, progress, out_root)
             elif shown := ", ".join(x for x in (_changed_settings(run_dir, config), _corpus_change(run_dir, corpus))
                                     if x):

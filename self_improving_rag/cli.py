@@ -548,7 +548,8 @@ def _memory_merge(files: list[str], args: argparse.Namespace, config: Config) ->
         results = [{"file": f, **store.merge_from(f)} for f in files]
         fit = store.latest_calibration() if any(r["fits_added"] for r in results) else None
         c = config.calibration
-        due = calibration_status(store, c.auto_fit, c.auto_min_labels, c.auto_refit_after)["automatic_fit"]
+        due = (calibration_status(store, c.auto_fit, c.auto_min_labels, c.auto_refit_after)["automatic_fit"]
+               if fit is None and any(r["feedback_added"] for r in results) and not args.json else None)
     finally:
         store.close()
     if args.json:
@@ -700,7 +701,7 @@ def _print_calibration(result: dict) -> None:
             name = "corpus not recorded (answers recorded by an older sirag)" if corpus == NOT_RECORDED else corpus
             print(f"  {name} ({figures['n']} labels)")
             lines = [("default weights", figures["before"]), ("one fit for every corpus", figures["pooled"])]
-            if "own" in figures and figures["own_folds"]:
+            if "own" in figures:
                 what = f"its own fit ({figures['own_folds']} of {held['folds']} folds)"
                 lines.append((what + (", in use" if corpus in own and stored else ""), figures["own"]))
             for what, m in lines:
@@ -712,7 +713,7 @@ def _print_calibration(result: dict) -> None:
             else:
                 why = ("its corpus is unknown" if corpus == NOT_RECORDED
                        else "its own fits scored none of its held-out labels (each fold that held one out left too "
-                            "few, or one kind, to fit on)" if "own" in figures and not figures["own_folds"]
+                            "few, or one kind, to fit on)" if figures.get("eligible") and "own" not in figures
                        else f"its own fit scored a worse held-out Brier, {figures['own']['brier']:.4f} against "
                             f"{figures['pooled']['brier']:.4f}" if "own" in figures
                        else "too few labelled answers, or not both right and wrong ones, for a fit of its own")
@@ -900,9 +901,11 @@ def main(argv: list[str] | None = None) -> int:
               "and not a folder, may you write there?)", file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
+        import sqlite3
+
         from .memory.store import interrupted_in_sql
 
-        if interrupted_in_sql(exc):  # a Ctrl-C inside a SQL function, reported by SQLite as its failure
+        if isinstance(exc, sqlite3.OperationalError) and interrupted_in_sql(exc):  # a Ctrl-C in a SQL function
             print(f"interrupted: {_INTERRUPTED.get(args.command, 'stopped cleanly')}", file=sys.stderr)
             return 130
         return _internal_error(exc, debug)

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import logging
-from datetime import datetime, timezone
-
 from ..errors import InputError
 from .calibration import DEFAULT_WEIGHTS, answer_words, choose_l2, cross_fit, evaluate_fit, fit_corpora, fit_weights
 
-
-log = logging.getLogger(__name__)
 
 #: How ``held_out["by_corpus"]`` names the outcomes recorded without a corpus (before session 24).
 NOT_RECORDED = "(not recorded)"
@@ -146,9 +141,8 @@ def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, fold
 
     Due when the store holds at least ``min_labels`` labelled answers and, if weights were stored
     before (a fit or a reset), at least ``refit_after`` of them are new to those weights (labelled
-    after them, or merged in since: :func:`_new_labels`), and the fit in use is not dated later
-    than now (one merged from a machine whose clock runs ahead; a warning says so). The fit is
-    made and kept as ``sirag calibrate`` does: stored only if it beats the default weights'
+    after them, or merged in since: :func:`_new_labels`). The fit is made and kept as ``sirag
+    calibrate`` does: stored only if it beats the default weights'
     held-out Brier score; a fit kept out is tried again at the next call, until new labels make it
     pass. Returns the :func:`calibrate_from_memory` result, or None when nothing was due, the store
     is read-only, or its labels hold one class.
@@ -156,13 +150,6 @@ def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, fold
     if getattr(store, "read_only", False) or store.labelled_answers() < min_labels:
         return None
     fit = store.latest_calibration()
-    if fit is not None and fit["created_at"] > datetime.now(timezone.utc).isoformat(timespec="milliseconds"):
-        # Merged in from a machine whose clock runs ahead: it stays the newest, so a fit stored now
-        # would never be used, and the next start would fit again.
-        log.warning("automatic calibration skipped: the fit in use (%s) is dated %s, later than now; run "
-                    "`sirag calibrate` once that time has passed, or fix the other machine's clock",
-                    fit["id"], fit["created_at"])
-        return None
     if fit is not None and _new_labels(store, fit) < refit_after:
         return None
     try:

@@ -435,10 +435,11 @@ def cross_fit(
     ``after`` are :func:`evaluate_fit` results of the default and the cross-fitted confidences on
     all ``n_test`` rows; ``n_train`` is the smallest number of rows a fold was fitted on; ``l2``
     lists the penalty each fold was fitted with. With ``corpora`` also ``by_corpus``: for each
-    corpus key, its ``n`` rows, ``own_folds`` (in how many folds a fit of its own scored held-out
-    rows of it), ``kept`` (never without such a fold), and the scores on its rows of the default
-    weights (``before``), of the fits on all rows alone (``pooled``), of its own fits (``own``,
-    where it had any) and of what is kept (``after``).
+    corpus key, its ``n`` rows, ``eligible`` (it has enough labels of both kinds for fits of its
+    own), ``own_folds`` (in how many folds a fit of its own scored held-out rows of it), ``kept``
+    (never without such a fold), and the scores on its rows of the default weights (``before``),
+    of the fits on all rows alone (``pooled``), of its own fits (``own``, only where they scored
+    some) and of what is kept (``after``).
     """
     if not (l2 == "auto" or _is_strength(l2)):
         raise ValueError(f"l2 must be a positive finite number or 'auto', got {l2!r}")
@@ -493,13 +494,12 @@ def cross_fit(
     if corpora is not None:
         default = _sigmoid(X @ _weight_vector(DEFAULT_WEIGHTS))
         for key, mask in masks.items():
-            figures = {"n": int(mask.sum()), "own_folds": own_folds.get(key, 0),
+            figures = {"n": int(mask.sum()), "own_folds": own_folds.get(key, 0), "eligible": key in eligible,
                        "before": _scores(default[mask], y[mask]), "pooled": _scores(pooled[mask], y[mask])}
-            if key in eligible:
+            if own_folds.get(key, 0):
                 figures["own"] = _scores(p[mask], y[mask])
             # Kept on evidence only: some held-out row scored by an own fit, and no worse a Brier.
-            figures["kept"] = (key in eligible and own_folds.get(key, 0) > 0
-                               and figures["own"]["brier"] <= figures["pooled"]["brier"])
+            figures["kept"] = "own" in figures and figures["own"]["brier"] <= figures["pooled"]["brier"]
             if key in eligible and not figures["kept"]:
                 p[mask] = pooled[mask]
             figures["after"] = _scores(p[mask], y[mask])

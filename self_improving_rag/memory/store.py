@@ -23,7 +23,7 @@ import unicodedata
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from hashlib import sha256
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -805,6 +805,16 @@ class MemoryStore:
 
         def write() -> int:
             with self._immediate() as db:
+                # The fit in use is the newest by time. One merged from a machine whose clock runs
+                # ahead would stay newer than any fit made here, which would then never be used
+                # (and the engine would fit again at every start): a new fit is dated after it.
+                newest = db.execute("SELECT MAX(created_at) FROM calibration_fits").fetchone()[0]
+                if newest and newest >= row["created_at"]:
+                    try:
+                        after = datetime.fromisoformat(newest) + timedelta(milliseconds=1)
+                        row["created_at"] = after.isoformat(timespec="milliseconds")
+                    except ValueError:
+                        pass  # a date sirag did not write: order by it as it is
                 cursor = self._insert(db, "calibration_fits", row)
             return int(cursor.lastrowid)
 

@@ -400,21 +400,36 @@ def test_labels_merged_in_count_as_new_to_the_fit_in_use(tmp_path: Path) -> None
     main.close()
 
 
-def test_a_fit_dated_later_than_now_stops_the_automatic_fit(store: MemoryStore, caplog) -> None:
-    """A fit merged from a machine whose clock runs ahead stays the newest: a fit stored now would
-    never be used, and each start would fit again. The engine skips its fit and says why."""
-    import logging
-
-    from self_improving_rag.evaluation.calibrate import auto_calibrate
+def test_a_fit_dated_later_than_now_is_followed_by_the_next_fit(store: MemoryStore) -> None:
+    """A fit merged from a machine whose clock runs ahead stays the newest by time: a fit made
+    here would never be used (and the engine would fit again at every start). A new fit is dated
+    after it, so it is the one in use, and the next start has nothing to do."""
+    from self_improving_rag.evaluation.calibrate import auto_calibrate, calibration_status, reset_calibration
 
     _record(store, 30, SHORT, correct_every=1)
     _record(store, 30, LONG, correct_every=6)
-    fit_id = store.save_calibration(dict(DEFAULT_WEIGHTS), 10, {})
-    store.db.execute("UPDATE calibration_fits SET created_at = '2999-01-01T00:00:00.000+00:00' WHERE id = ?",
-                     [fit_id])
+    ahead = store.save_calibration(dict(DEFAULT_WEIGHTS), 10, {})
+    store.db.execute("UPDATE calibration_fits SET created_at = '2999-01-01T00:00:00.000+00:00' WHERE id = ?", [ahead])
     store.db.conn.commit()
-    with caplog.at_level(logging.WARNING):
-        assert auto_calibrate(store, min_labels=50, refit_after=20) is None
-    assert "automatic calibration skipped: the fit in use" in caplog.text and "2999-01-01" in caplog.text
-    assert [f["id"] for f in [store.latest_calibration()]] == [fit_id]
-    assert store.db.execute("SELECT COUNT(*) FROM calibration_fits").fetchone()[0] == 1
+    result = auto_calibrate(store, min_labels=50, refit_after=20)
+    assert result is not None and result["stored"]
+    fit = store.latest_calibration()
+    assert fit["id"] == result["fit_id"] != ahead and fit["created_at"] == "2999-01-01T00:00:00.001+00:00"
+    assert auto_calibrate(store, min_labels=50, refit_after=20) is None  # nothing new: no fit at every start
+    assert calibration_status(store, True, 50, 20)["automatic_fit"] == "after 20 more labelled answers"
+    reset_id = reset_calibration(store)
+    assert store.latest_calibration()["id"] == reset_id  # a reset is in use at once too
+
+
+def test_a_fit_without_a_label_id_counts_labels_by_time_and_by_number(store: MemoryStore) -> None:
+    """Fits stored by an older sirag, or merged in, have no last_label_id: new labels are those
+    given after the fit, or, when more, the labelled answers beyond the fit's n (a reset: by time)."""
+    from self_improving_rag.evaluation.calibrate import calibration_status
+
+    _record(store, 30, SHORT, correct_every=1)
+    store.save_calibration(dict(DEFAULT_WEIGHTS), 20, {})  # made on 20 of the 30 labels here
+    assert calibration_status(store, True, 50, 20)["new_since_weights"] == 10
+    store.save_calibration(dict(DEFAULT_WEIGHTS), 0, {"reset_to_defaults": True})  # an old reset
+    assert calibration_status(store, True, 50, 20)["new_since_weights"] == 0
+    _record(store, 5, LONG, correct_every=6)
+    assert calibration_status(store, True, 50, 20)["new_since_weights"] == 5

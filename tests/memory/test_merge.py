@@ -215,3 +215,8 @@ def test_merging_labels_says_how_to_fit_on_them(tmp_path):
             "49 more labelled answers") in r.stdout
     r = _sirag(["memory", "merge", "a.db", "--memory", "main.db"], tmp_path)  # nothing new: nothing to say
     assert r.returncode == 0 and "labels added" not in r.stdout
+    r = _sirag(["memory", "merge", "a.db", "--memory", "other.db", "--set", "calibration.auto_fit=false"], tmp_path)
+    assert r.returncode == 0 and "the automatic fit is off (calibration.auto_fit)" in r.stdout, r.stdout
+    r = _sirag(["memory", "merge", "a.db", "--memory", "third.db", "--set", "calibration.auto_min_labels=2",
+                "--set", "calibration.auto_refit_after=1"], tmp_path)
+    assert r.returncode == 0 and "labels added" in r.stdout and "after 1 more labelled answer" in r.stdout, r.stdout
