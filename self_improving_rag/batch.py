@@ -291,13 +291,23 @@ def _corpus_change(run_dir: Path, corpus: list[Path]) -> str:
         before = json.loads((run_dir / "corpus.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         return ""
-    now = sorted(str(p) for p in corpus)
+    now = _corpus_record(corpus)
     return "" if not isinstance(before, list) or sorted(before) == now else f"corpus: {sorted(before)!r} -> {now!r}"
+
+
+def _corpus_record(corpus: list[Path]) -> list[str]:
+    """The corpus paths as ``corpus.json`` keeps them."""
+    return sorted(str(p) for p in corpus)
+
+
+def _run_changes(run_dir: Path, config: Config, corpus: list[Path]) -> str:
+    """The settings and corpus paths given now that differ from the run's, shown; '' if none."""
+    return ", ".join(x for x in (_changed_settings(run_dir, config), _corpus_change(run_dir, corpus)) if x)
 
 
 def _check_resume_config(run_dir: Path, config: Config, n_done: int, corpus: list[Path]) -> None:
     """A resumed run must use the settings and the corpus paths its earlier results were made with."""
-    shown = ", ".join(x for x in (_changed_settings(run_dir, config), _corpus_change(run_dir, corpus)) if x)
+    shown = _run_changes(run_dir, config, corpus)
     if shown:
         raise BatchError(f"{run_dir} already holds {n_done} result(s) made with other settings ({shown}); "
                          "resuming would mix them. Run with the same settings, give the run another name "
@@ -765,10 +775,9 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
                     _check_index_keeps_documents(index_dir, corpus)  # only when it would be ingested into
                 (run_dir / "config.yaml").write_text(to_yaml(config), encoding="utf-8")
                 if corpus:
-                    (run_dir / "corpus.json").write_text(json.dumps(sorted(str(p) for p in corpus)), encoding="utf-8")
+                    (run_dir / "corpus.json").write_text(json.dumps(_corpus_record(corpus)), encoding="utf-8")
                     ensure_index(config, corpus, index_dir, progress, out_root)
-            elif shown := ", ".join(x for x in (_changed_settings(run_dir, config), _corpus_change(run_dir, corpus))
-                                    if x):
+            elif shown := _run_changes(run_dir, config, corpus):
                 print(f"note: run {run_name} is finished; its results are summarised as they were made. The "
                       f"settings given now differ ({shown}) and are not used: give the run another name to run "
                       "them", file=sys.stderr)

@@ -136,9 +136,8 @@ def _engine(args: argparse.Namespace, config: Config, record: bool = True):
     from .errors import MemoryStoreError
     from .retrieval.index import CorpusIndex
 
-    index = CorpusIndex(Path(args.index if args.index is not None else config.paths.index_dir))
-    if index.current_dir() is None:  # said before the memory store is created for nothing
-        raise index.missing_error()
+    # No index is said before the memory store is created for nothing.
+    CorpusIndex(Path(args.index if args.index is not None else config.paths.index_dir)).live_dir()
     if record:
         memory = _memory(config)
     elif Path(config.paths.memory_db).is_file():

@@ -480,14 +480,14 @@ def cross_fit(
         w = fit_weights(train_rows, train_labels, l2=fold_l2, prior=fold_prior)
         held = fold == f
         p[held] = pooled[held] = _sigmoid(X[held] @ _weight_vector(w))
-        if not eligible:
+        # A corpus with no held-out row in this fold needs no fit of its own here: it would score nothing.
+        scored = [c for c in eligible if (held & masks[c]).any()]
+        if not scored:
             continue
         own = fit_corpora(train_rows, train_labels, train_groups, [corpora[i] for i in train], w, l2=l2,
-                          folds=min(folds, INNER_FOLDS), seed=seed, only=eligible, pooled_l2=fold_l2)
+                          folds=min(folds, INNER_FOLDS), seed=seed, only=scored, pooled_l2=fold_l2)
         for key, fit in own.items():
             mask = held & masks[key]
-            if not mask.any():  # no held-out row of the corpus here: this fit scores nothing
-                continue
             p[mask] = _sigmoid(X[mask] @ _weight_vector(fit["weights"]))
             own_folds[key] = own_folds.get(key, 0) + 1
     by_corpus: dict[Any, dict[str, Any]] = {}

@@ -250,6 +250,7 @@ def _walk_folder(folder: Path, exclude: tuple[Path, ...] = ()) -> tuple[list[Pat
     skipped: list[tuple[Path, str]] = []
     errors: list[str] = []
     root = folder.resolve()
+    excluded_names = {p.name for p in exclude}
     visited: set[Path] = set()
     pending = [folder]
     while pending:
@@ -267,7 +268,9 @@ def _walk_folder(folder: Path, exclude: tuple[Path, ...] = ()) -> tuple[list[Pat
         for entry in entries:
             if entry.name.startswith("."):
                 continue
-            if exclude and entry.resolve() in exclude:  # sirag's own files and folders
+            # sirag's own files and folders (resolved only when the name matches, or for a link, since
+            # resolving costs a look-up per path part and a walk visits every file)
+            if (entry.name in excluded_names or entry.is_symlink()) and entry.resolve() in exclude:
                 continue
             if entry.is_dir():
                 if entry.is_symlink() and not entry.resolve().is_relative_to(root):

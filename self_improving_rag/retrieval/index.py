@@ -273,6 +273,13 @@ class CorpusIndex:
         d = self.root / name
         return d if (d / "manifest.json").is_file() else None
 
+    def live_dir(self) -> Path:
+        """The live generation's folder; IndexNotFoundError (:meth:`missing_error`) when there is none."""
+        d = self.current_dir()
+        if d is None:
+            raise self.missing_error()
+        return d
+
     def _current_name(self) -> str | None:
         try:
             return (self.root / "CURRENT").read_bytes().decode("utf-8").strip()
@@ -300,9 +307,7 @@ class CorpusIndex:
 
     def manifest(self, directory: Path | None = None) -> dict[str, Any]:
         """The manifest of ``directory`` (a generation), by default the live one."""
-        d = self.current_dir() if directory is None else directory
-        if d is None:
-            raise self.missing_error()
+        d = self.live_dir() if directory is None else directory
         try:
             return json.loads((d / "manifest.json").read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
@@ -345,9 +350,7 @@ class CorpusIndex:
         import bm25s
         import faiss
 
-        d = self.current_dir() if directory is None else directory
-        if d is None:
-            raise self.missing_error()
+        d = self.live_dir() if directory is None else directory
         chunks_path = d / f"chunks-{name}.jsonl"
         if not chunks_path.is_file():
             built = ", ".join(self.manifest(d).get("chunkers", {})) or "none"

@@ -57,9 +57,7 @@ class Searcher:
         self.embedder.warm_up()
         # Every chunker is loaded from the generation checked here, never from a newer one an
         # ingest made meanwhile without the same check (see chunker()).
-        generation = self.index.current_dir()
-        if generation is None:
-            raise self.index.missing_error()
+        generation = self.index.live_dir()
         built = set(self.index.manifest(generation).get("chunkers", {}))
         params = {k: v for k, v in chunker_params(self.config, self.embedder.max_tokens).items() if k in built}
         manifest = self.index.check_compatible(self.embedder.name, int(self.embedder.dim), params, generation)
