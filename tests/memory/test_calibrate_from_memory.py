@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -431,5 +432,6 @@ def test_a_fit_without_a_label_id_counts_labels_by_time_and_by_number(store: Mem
     assert calibration_status(store, True, 50, 20)["new_since_weights"] == 10
     store.save_calibration(dict(DEFAULT_WEIGHTS), 0, {"reset_to_defaults": True})  # an old reset
     assert calibration_status(store, True, 50, 20)["new_since_weights"] == 0
+    time.sleep(0.005)  # times are kept to the millisecond: a label in the reset's millisecond is not after it
     _record(store, 5, LONG, correct_every=6)
     assert calibration_status(store, True, 50, 20)["new_since_weights"] == 5
