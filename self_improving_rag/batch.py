@@ -638,11 +638,9 @@ def ensure_index(config: Config, corpus: list[Path], index_dir: str, progress: b
     embedder = embedder_from_config(config)
     report = ingest([str(p) for p in corpus], config, embedder, index_dir=index_dir, progress=progress,
                     exclude=(out_root,) if out_root is not None else ())
-    # What `sirag ingest` would say: which documents were (re)indexed and which files were left out.
-    changed = len(report.documents) - report.reused_documents
-    if changed:
-        print(f"note: indexed {changed} new or changed document(s) of {len(report.documents)} into "
-              f"{report.index_dir}", file=sys.stderr)
+    # What `sirag ingest` would say: which documents were (re)indexed and why, and which files were left out.
+    for line in report.summary_notes():
+        print(f"note: {line}", file=sys.stderr)
     for line in report.notices():
         print(line, file=sys.stderr)
 

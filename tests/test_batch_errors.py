@@ -448,3 +448,24 @@ def test_sirags_own_files_among_the_documents_are_not_indexed(tmp_path):
     f.write_text(yaml.safe_dump(spec))
     assert run(["batch", str(f)], tmp_path, ov).returncode == 0
     assert "lab-notes" in CorpusIndex(tmp_path / "index").manifest()["files"]
+
+
+def test_an_eval_that_rechunks_its_index_says_why(tmp_path):
+    """A run whose --set changes a chunker's settings re-chunks the index for that chunker: the
+    note names the chunker and the settings, not "new or changed documents" (none changed)."""
+    f = _batch(tmp_path)
+    ov = fake_overrides(tmp_path)
+    r = run(["eval", str(f), "--retrieval-only", "--json"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert "note: indexed 2 new or changed document(s) of 2" in r.stderr and "re-chunked" not in r.stderr
+    r = run(["eval", str(f), "--retrieval-only", "--json", "--set", "ingestion.semantic.percentile=80"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert "new or changed" not in r.stderr
+    assert "note: re-chunked all 2 document(s)" in r.stderr and "chunker(s) semantic:" in r.stderr
+    r = run(["eval", str(f), "--retrieval-only", "--json", "--set", "ingestion.semantic.percentile=80"], tmp_path, ov)
+    assert r.returncode == 0 and "note:" not in r.stderr, r.stderr  # nothing changed: nothing said
+    path = tmp_path / "docs" / "harbour.md"
+    path.write_text(path.read_text(encoding="utf-8") + "\nThe harbour wall was rebuilt in 1901.\n", encoding="utf-8")
+    r = run(["eval", str(f), "--retrieval-only", "--json", "--set", "ingestion.semantic.percentile=80"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert "note: indexed 1 new or changed document(s) of 2" in r.stderr and "re-chunked" not in r.stderr

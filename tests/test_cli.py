@@ -431,3 +431,14 @@ def test_learning_benchmark_compares_existing_warm_and_cold_runs(tmp_path):
     r = subprocess.run([*bench, "--pair", str(runs / "warm"), str(runs / "cold"), "--run"],
                        capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 2 and "does not go with --run" in r.stderr
+
+
+def test_ingest_marks_the_chunkers_it_re_chunked_for_new_settings(tmp_path):
+    docs = write_corpus(tmp_path / "docs")
+    ov = fake_overrides(tmp_path)
+    assert run(["ingest", str(docs)], tmp_path, ov).returncode == 0
+    r = run(["ingest", str(docs), "--set", "ingestion.semantic.percentile=80"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    lines = {ln.split()[0]: ln for ln in r.stdout.splitlines()[1:]}
+    assert "(re-chunked: the index held other settings)" in lines["semantic"]
+    assert "re-chunked" not in lines["fixed"] + lines["section"]

@@ -41,6 +41,12 @@ class IngestReport:
     # Documents the index held before and no longer holds (not among the paths given, or
     # unreadable now), by document id.
     removed_documents: list[str] = field(default_factory=list)
+    # Documents that are new to the index or whose content changed (the others were chunked
+    # again only because a chunker's settings changed, or reused).
+    changed_documents: int = 0
+    # Chunkers the index held with other settings (or with another embedder), re-chunked for
+    # every document; empty for a new index or a rebuild.
+    changed_settings: list[str] = field(default_factory=list)
     embedded_texts: int = 0
     cached_texts: int = 0
     # True when nothing changed (same files, settings and paths): the live index was left as it is.
@@ -49,6 +55,21 @@ class IngestReport:
 
     def to_json(self) -> dict:
         return self.__dict__.copy()
+
+    def summary_notes(self) -> list[str]:
+        """What changed in the index, one line each (empty when nothing did): the documents new
+        or changed, and the chunkers re-chunked because their settings differ from the index's."""
+        if self.unchanged:
+            return []
+        lines = []
+        if self.changed_documents:
+            lines.append(f"indexed {self.changed_documents} new or changed document(s) of {len(self.documents)} "
+                         f"into {self.index_dir}")
+        if self.changed_settings:
+            lines.append(f"re-chunked all {len(self.documents)} document(s) of {self.index_dir} with chunker(s) "
+                         f"{', '.join(self.changed_settings)}: the index held them with other settings (or none); "
+                         "it now holds chunks made with the settings given")
+        return lines
 
     def notices(self) -> list[str]:
         """The console lines for files left out and documents dropped (stderr of every command that ingests)."""
@@ -271,10 +292,12 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
             try:
                 m = index.manifest()
                 same_embedder = m.get("embedder", {}).get("name") == embedder.name
+                previous = m.get("files", {})
+                report.changed_settings = [name for name in chunkers
+                                           if not same_embedder or m.get("chunkers", {}).get(name) != params[name]]
                 if same_embedder:
-                    previous = m.get("files", {})
                     for name in chunkers:
-                        if m.get("chunkers", {}).get(name) == params[name]:
+                        if name not in report.changed_settings:
                             by_doc: dict[str, list[Chunk]] = {}
                             held = index.load_chunks(name)
                             expected = m.get("counts", {}).get(name)
@@ -289,6 +312,7 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
             except (SiragError, OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
                 # The index is derived from the documents: a damaged one is built again from them.
                 previous, prev_chunks, prev_manifest = {}, {}, None
+                report.changed_settings = []  # everything is built again: no setting to name
                 report.problems.append(f"the index in {root} is damaged ({type(exc).__name__}: {exc}); "
                                        "it is built again from the documents")
         cache = EmbeddingCache(root / "embeddings.sqlite", embedder.name)
@@ -309,7 +333,8 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
                     report.problems.append(f"{f}: cannot be read ({exc.strerror}); check the path and its permissions")
                     continue
                 old = previous.get(doc_id)
-                if sha is not None and old and old.get("sha256") == sha and all(doc_id in prev_chunks.get(n, {}) for n in chunkers):
+                same_content = sha is not None and bool(old) and old.get("sha256") == sha
+                if same_content and all(doc_id in prev_chunks.get(n, {}) for n in chunkers):
                     for n in chunkers:
                         all_chunks[n].extend(prev_chunks[n][doc_id])
                     # Same content, perhaps at another place: the manifest records where it is now.
@@ -345,6 +370,8 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
                     "author": doc.author, "encoding": doc.encoding, "chars": len(doc.text),
                     "sections": len(doc.sections),
                 }
+                if not same_content:
+                    report.changed_documents += 1
             report.timings_ms["chunk"] = (time.perf_counter() - t_chunk) * 1000
             if not files_meta:
                 raise IngestionError("no document could be ingested: " + "; ".join(report.problems))

@@ -204,6 +204,8 @@ def test_rebuild_rechunks_but_reuses_cached_vectors(fake_config, built_index: Pa
     before = _chunks(built_index)
     report = ingest([corpus_dir], fake_config, hash_embedder, rebuild=True, progress=False)
     assert report.reused_documents == 0 and report.embedded_texts == 0
+    # A rebuild is asked for: no setting changed, and every document counts as new to the index.
+    assert report.changed_settings == [] and report.changed_documents == 2
     assert _chunks(built_index) == before
 
 
@@ -223,7 +225,8 @@ def test_changing_one_file_rechunks_only_that_file(fake_config, built_index: Pat
                        encoding="utf-8")
     report = ingest([corpus_dir], fake_config, hash_embedder, progress=False)
     assert [p.name for p in loaded] == ["orchard.txt"]
-    assert report.reused_documents == 1
+    assert report.reused_documents == 1 and report.changed_documents == 1 and report.changed_settings == []
+    assert report.summary_notes() == [f"indexed 1 new or changed document(s) of 2 into {built_index}"]
     assert report.embedded_texts > 0
     after = _chunks(built_index)
     for name in CHUNKERS:
@@ -249,6 +252,10 @@ def test_changed_chunker_params_rechunk_everything(tmp_path: Path, built_index: 
     config = load_config(None, [*fake_overrides(tmp_path), "ingestion.fixed.size=24"])
     report = ingest([corpus_dir], config, hash_embedder, progress=False)
     assert report.reused_documents == 0
+    # No document changed: only the fixed chunker's settings, and the report says so.
+    assert report.changed_documents == 0 and report.changed_settings == ["fixed"]
+    assert len(report.summary_notes()) == 1 and report.summary_notes()[0].startswith(
+        f"re-chunked all 2 document(s) of {built_index} with chunker(s) fixed:")
     assert CorpusIndex(built_index).manifest()["chunkers"]["fixed"]["size"] == 24
     assert all(c.n_tokens <= 24 for c in CorpusIndex(built_index).load_chunks("fixed"))
 
