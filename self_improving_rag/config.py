@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -78,7 +79,7 @@ class FixedChunkerConfig(_Model):
     @model_validator(mode="after")
     def _overlap_below_size(self):
         if self.overlap >= self.size:
-            raise ValueError(f"overlap ({self.overlap}) must be smaller than size ({self.size})")
+            raise ValueError(f"overlap ({self.overlap}) must be smaller than size ({self.size}); set overlap below size")
         return self
 
 
@@ -86,7 +87,8 @@ class _MinMaxTokens(_Model):
     @model_validator(mode="after")
     def _min_not_above_max(self):
         if self.min_tokens > self.max_tokens:
-            raise ValueError(f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
+            raise ValueError(f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens}); "
+                             "set min_tokens at most max_tokens")
         return self
 
 
@@ -110,10 +112,15 @@ class IngestionConfig(_Model):
     pooled_vectors: list[Literal["fixed", "section", "semantic"]] = ["fixed", "semantic"]
     max_file_mb: float = Field(64, gt=0, le=4096)
     gutenberg_mirror: str = "https://www.gutenberg.org/cache/epub/{id}/pg{id}.txt"
-    gutenberg_dir: str = "downloads/gutenberg"
+    gutenberg_dir: str = Field("downloads/gutenberg", min_length=1)
     fixed: FixedChunkerConfig = FixedChunkerConfig()
     section: SectionChunkerConfig = SectionChunkerConfig()
     semantic: SemanticChunkerConfig = SemanticChunkerConfig()
+
+    @field_validator("gutenberg_dir")
+    @classmethod
+    def _expand_home(cls, value: str) -> str:
+        return os.path.expanduser(value)  # as for paths.*: "~" is the home folder, not a folder named "~"
 
 
 class RetrievalConfig(_Model):
@@ -137,6 +144,11 @@ class RetrievalConfig(_Model):
     # scores for context refinement still come from the embedder. Nothing is downloaded.
     cross_encoder_dir: str | None = None
     llm_judge_weight: float = Field(0.5, ge=0, le=1)
+
+    @field_validator("cross_encoder_dir")
+    @classmethod
+    def _expand_home(cls, value: str | None) -> str | None:
+        return None if value is None else os.path.expanduser(value)
     # Relevance = sigmoid(slope * (cosine - midpoint)); the midpoint is where a question and a
     # sentence turn from unrelated to related for this embedder (0.35 for all-MiniLM-L6-v2).
     relevance_midpoint: float = Field(0.35, ge=-1, le=1)
@@ -431,6 +443,17 @@ def parse_override(item: str) -> dict[str, Any]:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except (yaml.YAMLError, ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
         raise ConfigError(f"--set {item!r}: the value is not valid YAML; quote it") from exc
+    if re.fullmatch(r"\s*[-+]?0[0-9_]+\s*", raw):
+        # YAML 1.1 reads 010 as octal 8 (and 09 as 9): a number with a leading zero is taken as
+        # written, and the setting's own type reads it ("010" is 10 for a number, "010" for text).
+        value = raw.strip()
+    elif re.search(r"(^|\s)#", raw):
+        # YAML reads " #..." as a comment, which would cut a path like "runs/idx #2" short.
+        if (isinstance(value, str) or value is None) and raw.strip()[:1] not in ("'", '"'):
+            value = raw.strip()  # unquoted text: taken whole
+        elif not isinstance(value, str):
+            raise ConfigError(f"--set {item!r}: '#' after a space starts a YAML comment, so the value would "
+                              "lose its end; quote the value (e.g. --set 'key=\"a #b\"') or leave the comment out")
     tree: dict[str, Any] = {parts[-1]: value}
     for part in reversed(parts[:-1]):
         tree = {part: tree}
@@ -467,7 +490,7 @@ def load_config(path: str | Path | list[str | Path] | tuple[str | Path, ...] | N
     """Load the packaged defaults, then the user file(s) in order (a later file's keys win), then
     ``--set`` overrides."""
     data = _read_yaml(default_config_text(), "packaged configs/default.yaml")
-    source = "packaged configs/default.yaml"
+    origin: dict[tuple[str, ...], str] = {}  # each key path set by a user layer -> that layer
     paths = [] if path is None else [path] if isinstance(path, (str, Path)) else list(path)
     for p in map(Path, paths):
         if p.is_dir():
@@ -486,14 +509,43 @@ def load_config(path: str | Path | list[str | Path] | tuple[str | Path, ...] | N
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config file {p} cannot be read ({exc}); check its permissions and encoding") from exc
         user = _read_yaml(text, str(p))
-        # Validate each user layer as it is added, so errors name their file.
-        config_from_dict(_merge(data, user), str(p))
         data = _merge(data, user)
-        source = str(p)
+        _record_origin(origin, user, str(p))
     for item in overrides:
-        data = _merge(data, parse_override(item))
-        config_from_dict(data, f"--set {item}")
-    return config_from_dict(data, source)
+        tree = parse_override(item)
+        data = _merge(data, tree)
+        _record_origin(origin, tree, f"--set {item}")
+    # Only the result is validated (a later layer may mend what an earlier one left invalid, e.g.
+    # a smaller size, then a smaller overlap); an error names the layers that set the keys at fault.
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, _sources(exc, origin))) from exc
+
+
+def _record_origin(origin: dict[tuple[str, ...], str], tree: dict[str, Any], source: str,
+                   prefix: tuple[str, ...] = ()) -> None:
+    """Note ``source`` as the layer that set each leaf key of ``tree`` (the last one wins)."""
+    for key, value in tree.items():
+        path = (*prefix, str(key))
+        if isinstance(value, dict) and value and len(path) < 16:  # no setting is nested deeper (YAML can loop)
+            _record_origin(origin, value, source, path)
+        else:
+            for held in [k for k in origin if k[:len(path)] == path]:
+                del origin[held]  # a value that is not a mapping replaces all keys below it
+            origin[path] = source
+
+
+def _sources(exc: ValidationError, origin: dict[tuple[str, ...], str]) -> str:
+    """The layers (files, --set items) that set the keys the validation errors are about: the
+    key itself, or the keys under a section a section-wide check refused; else the defaults."""
+    found: list[str] = []
+    for err in exc.errors()[:3]:
+        loc = tuple(str(p) for p in err["loc"])
+        for path, source in origin.items():
+            if (path[:len(loc)] == loc or loc[:len(path)] == path) and source not in found:
+                found.append(source)
+    return ", ".join(found) if found else "packaged configs/default.yaml"
 
 
 def to_yaml(config: Config) -> str:

@@ -138,3 +138,46 @@ def test_a_malformed_config_file_gives_the_parsers_reason(tmp_path):
     f.write_text("strategy:\n  top_k: 5\n  chunker: {fixed size: 3 x: }\n  - retriever\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"bad.yaml: malformed YAML at line \d+, column \d+: [a-z]"):
         load_config(str(f), [])
+
+
+def test_tilde_in_the_other_path_settings_is_the_home_folder(home: Path) -> None:
+    config = load_config(None, ["ingestion.gutenberg_dir=~/books", "retrieval.cross_encoder_dir=~/ce"])
+    assert config.ingestion.gutenberg_dir == str(home / "books")
+    assert config.retrieval.cross_encoder_dir == str(home / "ce")
+
+
+def test_layers_are_validated_together_so_a_later_one_can_mend_an_earlier_one(tmp_path: Path) -> None:
+    # size 20 alone clashes with the default overlap of 30; the next --set lowers the overlap.
+    config = load_config(None, ["ingestion.fixed.size=20", "ingestion.fixed.overlap=5"])
+    assert (config.ingestion.fixed.size, config.ingestion.fixed.overlap) == (20, 5)
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("ingestion:\n  section:\n    max_tokens: 30\n", encoding="utf-8")
+    b.write_text("ingestion:\n  section:\n    min_tokens: 5\n", encoding="utf-8")
+    assert load_config([a, b]).ingestion.section.max_tokens == 30
+    # Left invalid, the error names the layer that set the keys at fault, and the way out.
+    with pytest.raises(ConfigError, match=r"^--set ingestion.fixed.size=20: .*overlap \(30\) must be smaller than "
+                                          r"size \(20\); set overlap below size"):
+        load_config(None, ["strategy.top_k=4", "ingestion.fixed.size=20"])
+    with pytest.raises(ConfigError, match=rf"^{a}: .*min_tokens \(40\) must not exceed max_tokens \(30\)"):
+        load_config([a])
+    c = tmp_path / "c.yaml"
+    c.write_text("strategy:\n  top_kk: 5\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"^{c}: unknown key 'strategy.top_kk'"):
+        load_config([a, b, c])
+
+
+def test_a_number_with_a_leading_zero_is_read_as_written() -> None:
+    # YAML 1.1 reads 010 as octal 8; a --set value means what it says.
+    assert load_config(None, ["strategy.top_k=010"]).strategy.top_k == 10
+    assert load_config(None, ["strategy.top_k=09"]).strategy.top_k == 9
+    assert load_config(None, ["generator.model=0123"]).generator.model == "0123"
+
+
+def test_a_hash_in_a_set_value_is_part_of_it_not_a_comment(tmp_path: Path) -> None:
+    # " #2" is a YAML comment: unquoted, the path would lose its end and another folder be used.
+    folder = f"{tmp_path}/idx #2"
+    assert load_config(None, [f"paths.index_dir={folder}"]).paths.index_dir == folder
+    assert load_config(None, [f'paths.index_dir="{folder}"']).paths.index_dir == folder
+    assert load_config(None, ["paths.index_dir=#idx"]).paths.index_dir == "#idx"
+    with pytest.raises(ConfigError, match="'#' after a space starts a YAML comment"):
+        load_config(None, ["generator.replies=[a, b] #c"])
