@@ -15,7 +15,7 @@ from typing import Any, Callable, NoReturn
 
 from . import __version__
 from .config import Config, load_config, pins_strategy
-from .errors import InputError, SiragError
+from .errors import IngestionError, InputError, SiragError
 
 log = logging.getLogger("sirag")
 
@@ -217,7 +217,8 @@ def cmd_fetch_gutenberg(args: argparse.Namespace, config: Config) -> int:
     of the index that no longer exists stops the command before any download.
     """
     from .ingestion.gutenberg import fetch_gutenberg, parse_ids
-    from .ingestion.pipeline import ingest
+    from .ingestion.loaders import load_document
+    from .ingestion.pipeline import _check_index_folder, ingest
     from .retrieval.embedder import embedder_from_config
 
     from .retrieval.index import CorpusIndex
@@ -237,14 +238,33 @@ def cmd_fetch_gutenberg(args: argparse.Namespace, config: Config) -> int:
         raise InputError(f"the index {index_dir} holds documents from paths that no longer exist ({missing[0]}{more}): "
                          "restore them, or run `sirag ingest` with the paths to keep, then fetch again; "
                          "nothing was downloaded or changed")
+    if Path(index_dir).resolve() == dest.resolve():
+        raise InputError(f"the index folder {index_dir} is the download folder (ingestion.gutenberg_dir {dest}): the "
+                         "books would be written among the index files; nothing was downloaded or changed. Pass "
+                         "--index another folder, or set ingestion.gutenberg_dir to another")
+    _check_index_folder(Path(index_dir), sources)  # an index folder that holds documents: refused before downloading
     fresh, reused = fetch_gutenberg(ids, dest, config.ingestion.gutenberg_mirror,
                                     max_bytes=int(config.ingestion.max_file_mb * 2**20))
     files = fresh + reused
     embedder = embedder_from_config(config)
     paths = list(dict.fromkeys([*sources, str(dest.resolve())]))
-    report = ingest(paths, config, embedder, index_dir=index_dir, progress=not args.json and sys.stderr.isatty())
+    try:
+        report = ingest(paths, config, embedder, index_dir=index_dir, progress=not args.json and sys.stderr.isatty())
+    except IngestionError:
+        # Nothing was indexed: a fresh download that cannot be read as a document is not left in
+        # the folder, where every later fetch would warn about it again.
+        for f in fresh:
+            try:
+                load_document(f, max_bytes=int(config.ingestion.max_file_mb * 2**20))
+            except IngestionError as exc:
+                f.unlink(missing_ok=True)
+                print(f"error: {f} was downloaded but cannot be indexed ({exc}); it was removed", file=sys.stderr)
+        raise
+    indexed = {d["doc_id"] for d in report.documents}
+    left_out = [f for f in files if f.stem not in indexed]
     if args.json:
-        _print_json({"downloaded": [str(f) for f in fresh], "reused": [str(f) for f in reused], **report.to_json()})
+        _print_json({"downloaded": [str(f) for f in fresh], "reused": [str(f) for f in reused],
+                     "removed": [str(f) for f in left_out if f in fresh], **report.to_json()})
     else:
         again = f", reused {len(reused)} already there" if reused else ""
         print(f"downloaded {len(fresh)} book(s) into {dest}{again}; indexed {len(report.documents)} document(s) "
@@ -257,8 +277,6 @@ def cmd_fetch_gutenberg(args: argparse.Namespace, config: Config) -> int:
                 print(f"  {d['doc_id']}: {d['title']}" + (f" by {d['author']}" if d.get("author") else "") + extra)
     for line in report.notices():
         print(line, file=sys.stderr)
-    indexed = {d["doc_id"] for d in report.documents}
-    left_out = [f for f in files if f.stem not in indexed]
     for f in left_out:
         if f in fresh:  # not left in the folder, where every later ingest would warn about it again
             f.unlink(missing_ok=True)
@@ -758,8 +776,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "the batch file's index:, else <output_dir>/<name>/index)")
     common.add_argument("--memory", metavar="DB", help="memory store file (default: paths.memory_db)")
     common.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
-    common.add_argument("-v", "--verbose", action="store_true", help="more detail on stderr and in the output")
-    common.add_argument("--debug", action="store_true", help="show tracebacks of unexpected errors")
+    common.add_argument("-v", "--verbose", action="store_true",
+                        help="more detail: INFO log lines on stderr, DEBUG ones in the log file, and for ask "
+                             "the reasons of each attempt's checks")
+    common.add_argument("--debug", action="store_true",
+                        help="show tracebacks: of unexpected errors (raised), and of path errors (printed)")
 
     p = argparse.ArgumentParser(prog="sirag", description=(
         "A self-correcting RAG engine: answers questions from your documents with a local model, "
@@ -884,6 +905,11 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[args.command](args, config)
     except SiragError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        # The log file keeps why the command stopped (the terminal has the line above); an error
+        # found before logging was set up (a bad setting) has no log file to go to, and Python's
+        # last-resort handler would print it again.
+        if logging.getLogger().handlers:
+            logging.getLogger("sirag").warning("error: %s", exc, extra={"file_only": True})
         log.debug("error", exc_info=True)
         return exc.exit_code
     except KeyboardInterrupt:
@@ -892,11 +918,16 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 1
     except OSError as exc:
-        if exc.filename is None or debug or _inside_package(exc.filename):  # not a path the user gave
+        if exc.filename is None or _inside_package(exc.filename):  # not a path the user gave
             return _internal_error(exc, debug)
         # A path that cannot be read or written (missing folder, a folder where a file belongs,
-        # no permission, a read-only file system): the user's to fix, not a bug to report.
+        # no permission, a read-only file system): the user's to fix, not a bug to report, so the
+        # same line and exit code with --debug, which adds the traceback.
         logging.getLogger("sirag").error("path error", exc_info=exc, extra={"file_only": True})
+        if debug:
+            import traceback
+
+            traceback.print_exception(exc, file=sys.stderr)
         print(f"error: {exc.filename}: {exc.strerror or exc}; check that path (does its folder exist, is it a file "
               "and not a folder, may you write there?)", file=sys.stderr)
         return 2

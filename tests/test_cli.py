@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from self_improving_rag.cli import COMMANDS, build_parser
@@ -442,3 +443,23 @@ def test_ingest_marks_the_chunkers_it_re_chunked_for_new_settings(tmp_path):
     lines = {ln.split()[0]: ln for ln in r.stdout.splitlines()[1:]}
     assert "(re-chunked: the index held other settings)" in lines["semantic"]
     assert "re-chunked" not in lines["fixed"] + lines["section"]
+
+
+def test_debug_keeps_a_path_errors_line_and_code_and_the_log_keeps_user_errors(tmp_path):
+    docs = write_corpus(tmp_path / "docs")
+    ov = fake_overrides(tmp_path)
+    assert run(["ingest", str(docs)], tmp_path, ov).returncode == 0
+    bad = Path("/proc/sirag-test.png")  # passes the checks made before the work, fails when written
+    if not Path("/proc").is_dir():
+        pytest.skip("needs Linux's /proc")
+    plain = run(["stats", "--png", str(bad)], tmp_path, ov)
+    debug = run(["stats", "--png", str(bad), "--debug"], tmp_path, ov)
+    line = f"error: {bad}: "
+    assert plain.returncode == debug.returncode == 2
+    assert line in plain.stderr and "Traceback" not in plain.stderr
+    assert line in debug.stderr and "Traceback" in debug.stderr  # --debug adds the traceback, nothing else
+    r = run(["search", "lighthouse", "--index", str(tmp_path / "nope")], tmp_path, ov)
+    assert r.returncode == 2
+    records = [json.loads(ln) for f in (tmp_path / "logs").glob("sirag-*.jsonl") for ln in f.read_text().splitlines()]
+    assert any(rec["level"] == "WARNING" and rec["message"].startswith(f"error: no index in {tmp_path / 'nope'}")
+               for rec in records)

@@ -155,3 +155,33 @@ def test_a_download_that_cannot_be_indexed_is_an_error(tmp_path, mirror):
     r = run(["fetch-gutenberg", "6"], tmp_path, ov)
     assert r.returncode == 2 and "pg6.txt was already in" in r.stderr and "delete it to download it again" in r.stderr
     assert (tmp_path / "dl" / "pg6.txt").exists()
+
+
+def test_a_lone_download_that_cannot_be_indexed_is_removed_and_listed(tmp_path, mirror):
+    url, _ = mirror
+    ov = fake_overrides(tmp_path) + [f"ingestion.gutenberg_mirror={url}", f"ingestion.gutenberg_dir={tmp_path / 'dl'}"]
+    # The only book fetched cannot be indexed: the ingest fails, and the download goes all the same.
+    r = run(["fetch-gutenberg", "5"], tmp_path, ov)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "pg5.txt was downloaded but cannot be indexed" in r.stderr and "it was removed" in r.stderr
+    assert not (tmp_path / "dl" / "pg5.txt").exists()
+    r = run(["fetch-gutenberg", "4242"], tmp_path, ov)
+    assert r.returncode == 0 and "pg5" not in r.stderr, r.stderr
+    # --json names a download it removed.
+    r = run(["fetch-gutenberg", "4242", "5", "--json"], tmp_path, ov)
+    data = json.loads(r.stdout)
+    assert r.returncode == 2 and data["removed"] == [str(tmp_path / "dl" / "pg5.txt")]
+    assert str(tmp_path / "dl" / "pg5.txt") in data["downloaded"]
+
+
+def test_the_index_folder_as_download_folder_is_refused_before_downloading(tmp_path, mirror):
+    url, requests = mirror
+    ov = fake_overrides(tmp_path) + [f"ingestion.gutenberg_mirror={url}", f"ingestion.gutenberg_dir={tmp_path / 'same'}"]
+    r = run(["fetch-gutenberg", "4242", "--index", str(tmp_path / "same")], tmp_path, ov)
+    assert r.returncode == 2 and "is the download folder" in r.stderr and "nothing was downloaded" in r.stderr
+    assert requests == [] and not (tmp_path / "same").exists()
+    # An index folder that holds documents is refused before the download too.
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.txt").write_text("A note.\n", encoding="utf-8")
+    r = run(["fetch-gutenberg", "4242", "--index", str(tmp_path / "docs")], tmp_path, ov)
+    assert r.returncode == 2 and "holds documents" in r.stderr and requests == []
