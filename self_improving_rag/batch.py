@@ -203,7 +203,7 @@ def resolved_config(base_config: Config, spec: BatchSpec, point: dict[str, Any],
         data = _merge(data, parse_override(item))
     for k, v in point.items():
         data = _merge(data, parse_override(f"{k}={json.dumps(v)}"))
-    explicit = [*spec.overrides, *cli_overrides, *point]
+    explicit = [*spec.overrides.items(), *cli_overrides, *point.items()]
     if pins_strategy(explicit):  # a strategy the file or the grid asks for is used, not memory's choice
         data = _merge(data, {"policy": {"first_from_memory": False}})
     data = _merge(data, {"paths": {"index_dir": index_dir}})
@@ -767,6 +767,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
             # A finished run is only summarised again, whatever the settings now; a resume is
             # checked before any index is built for it.
             if todo:
+                _check_memory_run(config.paths.memory_db, run_name, run_dir, todo, workers)
                 if done:
                     _check_resume_config(run_dir, config, len(done), corpus)
                 if corpus and not guard_index:
@@ -957,6 +958,39 @@ def _fit_calibration_once(db: str, config: Config) -> None:
         store.close()
     if done:
         print(f"note: {done}", file=sys.stderr)
+
+
+def _check_memory_run(memory_db: str, run_name: str, run_dir: Path, todo: list[QAItem], workers: int) -> None:
+    """Refuse a run whose name memory already holds answers under that its folder does not: memory
+    keys a batch's answers by (run name, question id) and returns the answer it holds, so this
+    run's answers would not be recorded and its gold labels would land on the other answers.
+    Those come from another batch of the same name, or from an earlier run of it whose results
+    were deleted. A killed run may have recorded the questions it was answering (one per worker)
+    before writing them to its results: those, asked with the same text, are taken up again."""
+    from .memory import MemoryStore
+
+    store = MemoryStore(memory_db)
+    try:
+        held = store.run_items(run_name)
+    finally:
+        store.close()
+    if not held:
+        return
+    pending = [it for it in todo if it.id in held]
+    other = [it for it in pending if not _same_text(held[it.id]["question"], it.question)]
+    if not other and len(pending) <= max(1, workers):
+        return
+    if other:
+        it = other[0]
+        detail = (f"question {it.id} was {held[it.id]['question']!r} there, and is {it.question!r} here"
+                  + (f" ({len(other) - 1} more differ)" if len(other) > 1 else ""))
+    else:
+        detail = f"{len(pending)} of the questions to ask are answered there, and not in {run_dir / 'results.jsonl'}"
+    raise BatchError(f"memory {memory_db} already holds answers of a run named {run_name} that this run's folder does "
+                     f"not: {detail}. They come from another batch of that name, or from an earlier run whose results "
+                     "were deleted; this run's answers would not be recorded and its gold labels would go to those "
+                     "answers. Give this run another name (name: in the batch file, or --name), or use another "
+                     "memory store (--memory); nothing was asked")
 
 
 def _record_gold(config: Config, run_name: str, rows: list[dict]) -> None:

@@ -244,14 +244,31 @@ class LoopConfig(_Model):
     show_passages_on_refusal: int = Field(3, ge=0, le=20)
 
 
-def pins_strategy(keys) -> bool:
-    """Whether explicit settings (``--set`` keys, a batch file's overrides, a grid point) set a
-    strategy.* key without saying where the first strategy comes from: then it is pinned
-    (policy.first_from_memory false), so memory does not replace what was asked for."""
-    keys = [str(k).split("=", 1)[0].strip() for k in keys]
-    # "strategy={...}" and "policy={...}" set the same keys in one go.
-    return (any(k == "strategy" or k.startswith("strategy.") for k in keys)
-            and not any(k in ("policy", "policy.first_from_memory") for k in keys))
+def pins_strategy(items) -> bool:
+    """Whether explicit settings (``--set`` items "key=value", or (key, value) pairs of a batch
+    file's overrides or a grid point) set a strategy.* key without saying where the first
+    strategy comes from (policy.first_from_memory, flat or in a ``policy`` mapping): then it is
+    pinned (policy.first_from_memory false), so memory does not replace what was asked for."""
+    tree: dict[str, Any] = {}
+    for item in items:
+        if isinstance(item, tuple):
+            key, value = str(item[0]).strip(), item[1]
+        else:
+            key, _, raw = str(item).partition("=")
+            key = key.strip()
+            try:
+                value = parse_override(f"x={raw}")["x"]
+            except ConfigError:
+                value = None  # load_config names the bad value
+        parts = [p for p in key.split(".") if p]
+        if not parts:
+            continue
+        nested: Any = value
+        for part in reversed(parts[1:]):
+            nested = {part: nested}
+        tree = _merge(tree, {parts[0]: nested})
+    policy = tree.get("policy")
+    return "strategy" in tree and not (isinstance(policy, dict) and "first_from_memory" in policy)
 
 
 class PolicyConfig(_Model):

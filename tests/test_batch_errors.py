@@ -469,3 +469,75 @@ def test_an_eval_that_rechunks_its_index_says_why(tmp_path):
     r = run(["eval", str(f), "--retrieval-only", "--json", "--set", "ingestion.semantic.percentile=80"], tmp_path, ov)
     assert r.returncode == 0, r.stderr
     assert "note: indexed 1 new or changed document(s) of 2" in r.stderr and "re-chunked" not in r.stderr
+
+
+def _outcomes(db):
+    from self_improving_rag.memory import MemoryStore
+
+    store = MemoryStore(db)
+    try:
+        return {r["id"]: r["question"] for r in store._rows("SELECT id, question FROM outcomes")}
+    finally:
+        store.close()
+
+
+def test_a_run_name_memory_holds_other_answers_under_is_refused(tmp_path):
+    """Memory keys a batch's answers by (run name, question id): a second batch of the same name
+    with other questions, or a re-run whose results folder was deleted, would get the answers
+    memory holds back instead of recording its own, and put its gold labels on them."""
+    ov = fake_overrides(tmp_path)
+    db = tmp_path / "memory" / "memory.db"
+    first = _batch(tmp_path)
+    r = run(["batch", str(first), "--json"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    before = _outcomes(db)
+    assert sorted(before.values()) == sorted(q["question"] for q in ROWS)
+    # Another batch file, same name, other questions with the same ids, another output folder.
+    spec = yaml.safe_load(first.read_text())
+    spec["questions"]["inline"] = [{"id": "a", "question": "When was the orchard planted?", "answers": ["1901"]},
+                                   {"id": "b", "question": "Who keeps the mill?", "answers": ["Tom"]}]
+    spec["output_dir"] = str(tmp_path / "other-runs")
+    second = tmp_path / "second.yaml"
+    second.write_text(yaml.safe_dump(spec))
+    r = run(["batch", str(second), "--json"], tmp_path, ov)
+    line = _one_error_line(r)
+    assert "already holds answers of a run named t" in line and "question a was 'Who built the lighthouse" in line
+    assert "another name" in line and "nothing was asked" in line
+    assert _outcomes(db) == before and not (tmp_path / "other-runs" / "t").exists()
+    # The first run's results deleted, then run again: refused too (its answers would not be recorded).
+    import shutil
+
+    shutil.rmtree(tmp_path / "runs" / "t")
+    r = run(["batch", str(first), "--json"], tmp_path, ov)
+    assert "2 of the questions to ask are answered there" in _one_error_line(r)
+    assert _outcomes(db) == before
+
+
+def test_a_killed_run_takes_up_the_answer_it_recorded_but_did_not_write(tmp_path):
+    """A run killed between recording a question in memory and writing its row resumes: the
+    answer memory holds for it (same question) is taken up, not refused nor recorded twice."""
+    ov = fake_overrides(tmp_path)
+    f = _batch(tmp_path)
+    assert run(["batch", str(f), "--json"], tmp_path, ov).returncode == 0
+    results = tmp_path / "runs" / "t" / "results.jsonl"
+    lines = results.read_text().splitlines()
+    results.write_text(lines[0] + "\n")  # the last row was never written
+    before = _outcomes(tmp_path / "memory" / "memory.db")
+    r = run(["batch", str(f), "--json"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert _outcomes(tmp_path / "memory" / "memory.db") == before
+    assert len(results.read_text().splitlines()) == 2
+
+
+def test_a_policy_mapping_in_the_overrides_keeps_the_set_strategy_first(tmp_path):
+    """overrides: {strategy.chunker: semantic, policy: {seed: 0}} pins the chunker: the policy
+    mapping does not say where the first strategy comes from."""
+    ov = fake_overrides(tmp_path)
+    spec = yaml.safe_load(_batch(tmp_path).read_text())
+    spec["overrides"].update({"strategy.chunker": "semantic", "policy": {"seed": 0}})
+    f = tmp_path / "pinned.yaml"
+    f.write_text(yaml.safe_dump(spec))
+    r = run(["batch", str(f), "--json", "--limit", "1"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    saved = yaml.safe_load((tmp_path / "runs" / "t" / "config.yaml").read_text())
+    assert saved["policy"]["first_from_memory"] is False and saved["strategy"]["chunker"] == "semantic"

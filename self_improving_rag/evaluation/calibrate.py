@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import InputError
 from .calibration import DEFAULT_WEIGHTS, answer_words, choose_l2, cross_fit, evaluate_fit, fit_corpora, fit_weights
 
+
+#: ``if_latest`` left out (:meth:`MemoryStore.save_calibration`): store the fit whatever is newest.
+ANY_LATEST: Any = object()
 
 #: How ``held_out["by_corpus"]`` names the outcomes recorded without a corpus (before session 24).
 NOT_RECORDED = "(not recorded)"
@@ -21,7 +26,8 @@ def weights_for(fit: dict | None, corpus: str | None) -> dict | None:
 
 
 def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool = True, force: bool = False,
-                          folds: int = 5, l2: float | str = "auto", per_corpus: bool = True) -> dict:
+                          folds: int = 5, l2: float | str = "auto", per_corpus: bool = True,
+                          if_latest: Any = ANY_LATEST) -> dict:
     """Cross-fit for honest before/after figures, then fit on all labels and store the weights.
 
     ``l2`` is the fit's penalty strength, or ``"auto"``: chosen by :func:`choose_l2` on all labels
@@ -99,7 +105,14 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
         metrics = {"auroc_before": held_out.get("before", {}).get("auroc"), "auroc_after": held_out.get("after", {}).get("auroc"),
                    "ece_before": held_out.get("before", {}).get("ece"), "ece_after": held_out.get("after", {}).get("ece"),
                    "l2": strength, "last_label_id": last_label}
-        result["fit_id"] = store.save_calibration(weights, len(rows), metrics, corpus_fits=own or None)
+        if if_latest is ANY_LATEST:
+            result["fit_id"] = store.save_calibration(weights, len(rows), metrics, corpus_fits=own or None)
+        else:
+            result["fit_id"] = store.save_calibration(weights, len(rows), metrics, corpus_fits=own or None,
+                                                      if_latest=if_latest)
+            if result["fit_id"] is None:  # another process stored a fit while this one was fitting
+                result["stored"] = False
+                result["not_stored"] = "another process stored a fit of these labels meanwhile; that one is in use"
     return result
 
 
@@ -153,8 +166,10 @@ def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, fold
     if fit is not None and _new_labels(store, fit) < refit_after:
         return None
     try:
+        # Stored only if no other process (another `sirag ask` starting on this store) stored a fit
+        # while this one was fitting: the labels would then no longer be new to the weights in use.
         return calibrate_from_memory(store, min_labels=min_labels, seed=seed, save=True, folds=folds, l2=l2,
-                                     per_corpus=per_corpus)
+                                     per_corpus=per_corpus, if_latest=fit["id"] if fit is not None else None)
     except InputError:  # every label the same: nothing to fit
         return None
 

@@ -31,7 +31,7 @@ from typing import Any, NoReturn, TypeVar
 from sqlite_utils import Database
 
 from ..errors import MemoryStoreError, OlderSchemaError
-from ..evaluation.calibrate import NOT_RECORDED
+from ..evaluation.calibrate import ANY_LATEST, NOT_RECORDED
 from ..evaluation.calibration import (FEATURES, LOGPROB_FLOOR, NEUTRAL_VALUES, QUESTION_FEATURES, QUESTION_FIT_FLOOR,
                                       answer_words, complete_weights, sigmoid)
 from ..evaluation.metrics import bin_index
@@ -734,6 +734,13 @@ class MemoryStore:
         with self._lock:
             return self.db.execute("SELECT 1 FROM outcomes WHERE id = ?", [outcome_id]).fetchone() is not None
 
+    def run_items(self, run_id: str) -> dict[str, dict[str, str]]:
+        """The outcomes recorded for batch run ``run_id``: item id -> {"outcome_id", "question"}."""
+        with self._lock:
+            rows = self.db.execute("SELECT item_id, id, question FROM outcomes WHERE run_id = ? AND item_id IS NOT NULL",
+                                   [run_id]).fetchall()
+        return {r[0]: {"outcome_id": r[1], "question": r[2]} for r in rows}
+
     def add_feedback(self, outcome_id: str, correct: bool, source: str = "user", note: str = "",
                      keep_settled: bool = False) -> bool:
         """Label an outcome correct or wrong (``source`` 'user' or 'gold').
@@ -768,8 +775,13 @@ class MemoryStore:
 
         return self._write(write)
 
-    def save_calibration(self, weights: dict, n: int, metrics: dict, corpus_fits: dict | None = None) -> int:
+    def save_calibration(self, weights: dict, n: int, metrics: dict, corpus_fits: dict | None = None,
+                         if_latest: Any = ANY_LATEST) -> int | None:
         """Store a fitted confidence calibration; returns its id.
+
+        With ``if_latest`` (the id of the fit that was newest when the fit was decided on, None for
+        no fit), the fit is stored only if that is still the newest: otherwise another process
+        stored one meanwhile, nothing is written and None is returned.
 
         ``metrics`` keys ``auroc_before``, ``auroc_after``, ``ece_before``, ``ece_after``
         fill their columns; every metric is also kept in ``metrics_json``. ``corpus_fits`` maps a
@@ -803,8 +815,13 @@ class MemoryStore:
             "corpus_fits_json": _dumps(corpus_fits) if corpus_fits else None,
         }
 
-        def write() -> int:
+        def write() -> int | None:
             with self._immediate() as db:
+                if if_latest is not ANY_LATEST:
+                    now_latest = db.execute("SELECT id FROM calibration_fits ORDER BY created_at DESC, id DESC "
+                                            "LIMIT 1").fetchone()
+                    if (now_latest[0] if now_latest else None) != if_latest:
+                        return None
                 # The fit in use is the newest by time. One merged from a machine whose clock runs
                 # ahead would stay newer than any fit made here, which would then never be used
                 # (and the engine would fit again at every start): a new fit is dated after it.
@@ -1042,7 +1059,7 @@ class MemoryStore:
             JOIN outcomes o ON o.id = l.outcome_id
             JOIN attempts a ON a.outcome_id = o.id AND a.number = o.chosen_attempt
             WHERE l.rn = 1 AND o.refused = 0
-            ORDER BY o.created_at, o.id
+            ORDER BY o.created_at, o.rowid  -- ties (one millisecond) in the order recorded, not by random id
             """
         )
 

@@ -141,6 +141,34 @@ def test_automatic_calibration_fits_once_enough_labels_arrive_and_again_only_aft
     assert calibration_status(store, False, 50, 20)["automatic_fit"] == "off"
 
 
+def test_automatic_calibration_stores_nothing_when_another_process_stored_a_fit_meanwhile(
+        store: MemoryStore, monkeypatch) -> None:
+    """Two `sirag ask` starting at once both find a fit due; the one that finishes second must not
+    store a second fit of the same labels."""
+    from self_improving_rag.evaluation import calibrate
+
+    _record(store, 30, SHORT, correct_every=1)
+    _record(store, 30, LONG, correct_every=6)
+    real = calibrate.calibrate_from_memory
+
+    def fit_while_another_stores(*args, **kwargs):
+        result = real(*args, **kwargs)  # this process decided on the store without a fit ...
+        return result
+
+    other = real(store, min_labels=50, seed=0, save=True)  # ... and another stored one first
+    assert other["stored"] is True
+    monkeypatch.setattr(store, "latest_calibration", lambda: None)  # the view this process decided on
+    monkeypatch.setattr(calibrate, "calibrate_from_memory", fit_while_another_stores)
+    late = calibrate.auto_calibrate(store, min_labels=50, refit_after=20)
+    monkeypatch.undo()
+    assert late["stored"] is False and "another process stored a fit" in late["not_stored"]
+    assert [r["id"] for r in store._rows("SELECT id FROM calibration_fits")] == [other["fit_id"]]
+    assert "not stored: another process" in calibrate.describe_auto_fit(late)
+    # Without a race it stores as before, and saving with the newest id seen goes through.
+    assert store.save_calibration(dict(DEFAULT_WEIGHTS), 0, {}, if_latest=None) is None
+    assert store.save_calibration(dict(DEFAULT_WEIGHTS), 0, {}, if_latest=other["fit_id"]) is not None
+
+
 def test_automatic_calibration_respects_a_reset_until_new_labels_arrive(store: MemoryStore) -> None:
     from self_improving_rag.evaluation.calibrate import auto_calibrate, calibration_status, reset_calibration
 
@@ -290,8 +318,9 @@ def test_each_corpus_gets_a_fit_of_its_own_when_its_answers_go_another_way(store
 def test_a_corpus_whose_own_fit_scores_worse_held_out_keeps_none(store: MemoryStore, capsys) -> None:
     """Two corpora whose answers go the same way: corpus b's own fit, on its 30 labels, scores a
     worse held-out Brier than the fit on all 90, so b keeps none and is scored by the shared fit.
-    (Whether a, with 60 labels, keeps its own is a near thing here: the labels' order, which
-    decides the folds, varies with the outcome ids when many are recorded in one millisecond.)
+    (Whether a, with 60 labels, keeps its own is a near thing here. The labels' order decides the
+    folds: answers recorded in one millisecond come in the order recorded, not by their random
+    ids, which made this test fail now and then.)
     The CLI says why b has none."""
     from self_improving_rag.cli import _print_calibration
 

@@ -181,6 +181,12 @@ def test_explicit_strategy_keys_pin_the_first_attempt():
     assert pins_strategy({"strategy.chunker": "fixed"})
     assert not pins_strategy(["strategy.top_k=8", "policy.first_from_memory=true"])
     assert not pins_strategy(["retrieval.rrf_k=30", "paths.memory_db=x.db"])
+    # A policy mapping says where the first strategy comes from only if it holds first_from_memory.
+    assert pins_strategy([("strategy.chunker", "section"), ("policy", {"seed": 0})])
+    assert pins_strategy(["strategy.chunker=section", 'policy={"explore": 0.0}'])
+    assert not pins_strategy([("strategy.chunker", "section"), ("policy", {"first_from_memory": True})])
+    assert not pins_strategy(["strategy={chunker: fixed}", "policy={first_from_memory: true}"])
+    assert pins_strategy([("strategy", {"top_k": 3})])
 
 
 def test_a_pinned_first_strategy_ignores_memory(make_engine, fake_config):
