@@ -238,6 +238,10 @@ _RESUME_FREE = ("paths.memory_db", "paths.log_dir", "paths.model_cache", "genera
                 "calibration.auto_refit_after", "calibration.folds")
 
 
+#: Path settings whose "~" the config expands only since session 26 (a run's config.yaml may hold it unexpanded).
+_HOME_EXPANDED = ("retrieval.cross_encoder_dir", "ingestion.gutenberg_dir")
+
+
 def _changed_settings(run_dir: Path, config: Config) -> str:
     """The settings that differ from those the run was made with (``_RESUME_FREE`` aside; the index
     folder is compared: another corpus is another run), shown as 'key: old -> new, ...'; '' if none."""
@@ -262,6 +266,9 @@ def _changed_settings(run_dir: Path, config: Config) -> str:
     # unless the run now asks for other than what the earlier rows were made with.
     for key, before in _ADDED_SINCE.items():
         a.setdefault(key, before)
+    for key in _HOME_EXPANDED:  # expanded since session 26: a stored "~/x" is the same folder
+        if isinstance(a.get(key), str):
+            a[key] = os.path.expanduser(a[key])
     changed = sorted(k for k in a if k in b and k not in _RESUME_FREE and a[k] != b[k])
     shown = ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in changed[:4])
     return shown + (", ..." if len(changed) > 4 else "")
@@ -767,7 +774,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
             # A finished run is only summarised again, whatever the settings now; a resume is
             # checked before any index is built for it.
             if todo:
-                _check_memory_run(config.paths.memory_db, run_name, run_dir, todo, workers)
+                _archive_memory_leftovers(config.paths.memory_db, run_name, todo)
                 if done:
                     _check_resume_config(run_dir, config, len(done), corpus)
                 if corpus and not guard_index:
@@ -960,37 +967,24 @@ def _fit_calibration_once(db: str, config: Config) -> None:
         print(f"note: {done}", file=sys.stderr)
 
 
-def _check_memory_run(memory_db: str, run_name: str, run_dir: Path, todo: list[QAItem], workers: int) -> None:
-    """Refuse a run whose name memory already holds answers under that its folder does not: memory
-    keys a batch's answers by (run name, question id) and returns the answer it holds, so this
-    run's answers would not be recorded and its gold labels would land on the other answers.
-    Those come from another batch of the same name, or from an earlier run of it whose results
-    were deleted. A killed run may have recorded the questions it was answering (one per worker)
-    before writing them to its results: those, asked with the same text, are taken up again."""
+def _archive_memory_leftovers(memory_db: str, run_name: str, todo: list[QAItem]) -> None:
+    """Memory keys a batch's answers by (run name, question id) and hands back the answer it holds
+    for a pair, so a question to ask that memory already holds under this run name would not get
+    its new answer recorded, and its gold label would go to the old answer. Such answers (of a run
+    interrupted before it wrote them, of another batch with this name, or of an earlier run whose
+    results folder was deleted) are moved to the run name ``NAME@TIME``, with a note, and kept."""
     from .memory import MemoryStore
 
     store = MemoryStore(memory_db)
     try:
-        held = store.run_items(run_name)
+        moved, name = store.archive_run_items(run_name, [it.id for it in todo])
     finally:
         store.close()
-    if not held:
-        return
-    pending = [it for it in todo if it.id in held]
-    other = [it for it in pending if not _same_text(held[it.id]["question"], it.question)]
-    if not other and len(pending) <= max(1, workers):
-        return
-    if other:
-        it = other[0]
-        detail = (f"question {it.id} was {held[it.id]['question']!r} there, and is {it.question!r} here"
-                  + (f" ({len(other) - 1} more differ)" if len(other) > 1 else ""))
-    else:
-        detail = f"{len(pending)} of the questions to ask are answered there, and not in {run_dir / 'results.jsonl'}"
-    raise BatchError(f"memory {memory_db} already holds answers of a run named {run_name} that this run's folder does "
-                     f"not: {detail}. They come from another batch of that name, or from an earlier run whose results "
-                     "were deleted; this run's answers would not be recorded and its gold labels would go to those "
-                     "answers. Give this run another name (name: in the batch file, or --name), or use another "
-                     "memory store (--memory); nothing was asked")
+    if moved:
+        print(f"note: memory {memory_db} held {moved} answer(s) under run name {run_name} to questions this run's "
+              "results do not hold (from a run interrupted before it wrote them, another batch of this name, or an "
+              f"earlier run whose results were deleted); they are kept under run name {name}, and these questions "
+              "are asked and recorded again", file=sys.stderr)
 
 
 def _record_gold(config: Config, run_name: str, rows: list[dict]) -> None:

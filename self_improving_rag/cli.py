@@ -217,7 +217,6 @@ def cmd_fetch_gutenberg(args: argparse.Namespace, config: Config) -> int:
     of the index that no longer exists stops the command before any download.
     """
     from .ingestion.gutenberg import fetch_gutenberg, parse_ids
-    from .ingestion.loaders import load_document
     from .ingestion.pipeline import _check_index_folder, ingest
     from .retrieval.embedder import embedder_from_config
 
@@ -251,14 +250,12 @@ def cmd_fetch_gutenberg(args: argparse.Namespace, config: Config) -> int:
     try:
         report = ingest(paths, config, embedder, index_dir=index_dir, progress=not args.json and sys.stderr.isatty())
     except IngestionError:
-        # Nothing was indexed: a fresh download that cannot be read as a document is not left in
-        # the folder, where every later fetch would warn about it again.
+        # Nothing was indexed: this fetch's downloads are not left in the folder, where every later
+        # fetch would warn about them again (the error below says why they could not be indexed).
         for f in fresh:
-            try:
-                load_document(f, max_bytes=int(config.ingestion.max_file_mb * 2**20))
-            except IngestionError as exc:
-                f.unlink(missing_ok=True)
-                print(f"error: {f} was downloaded but cannot be indexed ({exc}); it was removed", file=sys.stderr)
+            f.unlink(missing_ok=True)
+            print(f"error: {f} was downloaded but not indexed (the error below says why); it was removed, so a "
+                  "later fetch downloads it again", file=sys.stderr)
         raise
     indexed = {d["doc_id"] for d in report.documents}
     left_out = [f for f in files if f.stem not in indexed]

@@ -460,21 +460,45 @@ def parse_override(item: str) -> dict[str, Any]:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except (yaml.YAMLError, ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
         raise ConfigError(f"--set {item!r}: the value is not valid YAML; quote it") from exc
-    if re.fullmatch(r"\s*[-+]?0[0-9_]+\s*", raw):
-        # YAML 1.1 reads 010 as octal 8 (and 09 as 9): a number with a leading zero is taken as
-        # written, and the setting's own type reads it ("010" is 10 for a number, "010" for text).
-        value = raw.strip()
-    elif re.search(r"(^|\s)#", raw):
+    text = raw.strip()
+    if re.fullmatch(r"[-+]?0[0-9_]+", text) and isinstance(value, int) and value != int(text.replace("_", ""), 10):
+        # YAML 1.1 reads 010 as octal 8: a number with a leading zero is taken as written, and the
+        # setting's own type reads it ("010" is 10 for a number, "010" for text).
+        value = text
+    elif "#" in raw and _drops_a_comment(raw, value):
         # YAML reads " #..." as a comment, which would cut a path like "runs/idx #2" short.
-        if (isinstance(value, str) or value is None) and raw.strip()[:1] not in ("'", '"'):
-            value = raw.strip()  # unquoted text: taken whole
-        elif not isinstance(value, str):
+        before = yaml.safe_load(text.split("#", 1)[0]) if text.split("#", 1)[0].strip() else ""
+        if isinstance(value, str) and text[:1] not in ("'", '"') or before == "":
+            value = text  # unquoted text (or text that starts with '#'): taken whole
+        else:
             raise ConfigError(f"--set {item!r}: '#' after a space starts a YAML comment, so the value would "
                               "lose its end; quote the value (e.g. --set 'key=\"a #b\"') or leave the comment out")
     tree: dict[str, Any] = {parts[-1]: value}
     for part in reversed(parts[:-1]):
         tree = {part: tree}
     return tree
+
+
+_HASH_MARK = "\ue000"  # a private-use character standing in for '#' while checking for a comment
+
+
+def _drops_a_comment(raw: str, value: Any) -> bool:
+    """Whether YAML read a comment in ``raw``: with every '#' made an ordinary character, the
+    value reads otherwise (a '#' inside quotes, or inside a word, changes nothing)."""
+    def unmark(v: Any) -> Any:
+        if isinstance(v, str):
+            return v.replace(_HASH_MARK, "#")
+        if isinstance(v, list):
+            return [unmark(x) for x in v]
+        if isinstance(v, dict):
+            return {unmark(k): unmark(x) for k, x in v.items()}
+        return v
+
+    try:
+        alt = yaml.safe_load(raw.replace("#", _HASH_MARK))
+    except (yaml.YAMLError, ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError):
+        return True  # the text after '#' does not even parse: YAML took it for a comment
+    return unmark(alt) != value
 
 
 def _describe(exc: ValidationError, source: str) -> str:
@@ -508,6 +532,7 @@ def load_config(path: str | Path | list[str | Path] | tuple[str | Path, ...] | N
     ``--set`` overrides."""
     data = _read_yaml(default_config_text(), "packaged configs/default.yaml")
     origin: dict[tuple[str, ...], str] = {}  # each key path set by a user layer -> that layer
+    layers: list[str] = []  # the user layers, in order
     paths = [] if path is None else [path] if isinstance(path, (str, Path)) else list(path)
     for p in map(Path, paths):
         if p.is_dir():
@@ -528,16 +553,18 @@ def load_config(path: str | Path | list[str | Path] | tuple[str | Path, ...] | N
         user = _read_yaml(text, str(p))
         data = _merge(data, user)
         _record_origin(origin, user, str(p))
+        layers.append(str(p))
     for item in overrides:
         tree = parse_override(item)
         data = _merge(data, tree)
         _record_origin(origin, tree, f"--set {item}")
+        layers.append(f"--set {item}")
     # Only the result is validated (a later layer may mend what an earlier one left invalid, e.g.
     # a smaller size, then a smaller overlap); an error names the layers that set the keys at fault.
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, _sources(exc, origin))) from exc
+        raise ConfigError(_describe(exc, _sources(exc, origin, layers))) from exc
 
 
 def _record_origin(origin: dict[tuple[str, ...], str], tree: dict[str, Any], source: str,
@@ -545,23 +572,28 @@ def _record_origin(origin: dict[tuple[str, ...], str], tree: dict[str, Any], sou
     """Note ``source`` as the layer that set each leaf key of ``tree`` (the last one wins)."""
     for key, value in tree.items():
         path = (*prefix, str(key))
-        if isinstance(value, dict) and value and len(path) < 16:  # no setting is nested deeper (YAML can loop)
-            _record_origin(origin, value, source, path)
+        for held in [k for k in origin if len(k) < len(path) and path[:len(k)] == k]:
+            del origin[held]  # a value set under a key that held a plain value replaces that value
+        if isinstance(value, dict) and len(path) < 16:  # no setting is nested deeper (YAML can loop)
+            _record_origin(origin, value, source, path)  # an empty mapping merged in changes nothing
         else:
             for held in [k for k in origin if k[:len(path)] == path]:
                 del origin[held]  # a value that is not a mapping replaces all keys below it
             origin[path] = source
 
 
-def _sources(exc: ValidationError, origin: dict[tuple[str, ...], str]) -> str:
+def _sources(exc: ValidationError, origin: dict[tuple[str, ...], str], layers: list[str]) -> str:
     """The layers (files, --set items) that set the keys the validation errors are about: the
-    key itself, or the keys under a section a section-wide check refused; else the defaults."""
+    key itself, or the keys under a section a section-wide check refused; else every user layer
+    (a key they hold as an empty mapping, say), and the packaged defaults when there is none."""
     found: list[str] = []
     for err in exc.errors()[:3]:
         loc = tuple(str(p) for p in err["loc"])
         for path, source in origin.items():
             if (path[:len(loc)] == loc or loc[:len(path)] == path) and source not in found:
                 found.append(source)
+    if not found:
+        found = list(dict.fromkeys(layers))
     return ", ".join(found) if found else "packaged configs/default.yaml"
 
 

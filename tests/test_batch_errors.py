@@ -472,61 +472,98 @@ def test_an_eval_that_rechunks_its_index_says_why(tmp_path):
 
 
 def _outcomes(db):
+    """run name -> {item id: (question, answer, outcome id)} of the store at ``db``."""
     from self_improving_rag.memory import MemoryStore
 
     store = MemoryStore(db)
     try:
-        return {r["id"]: r["question"] for r in store._rows("SELECT id, question FROM outcomes")}
+        out: dict = {}
+        for r in store._rows("SELECT id, run_id, item_id, question, answer FROM outcomes"):
+            out.setdefault(r["run_id"], {})[r["item_id"]] = (r["question"], r["answer"], r["id"])
+        return out
     finally:
         store.close()
 
 
-def test_a_run_name_memory_holds_other_answers_under_is_refused(tmp_path):
-    """Memory keys a batch's answers by (run name, question id): a second batch of the same name
-    with other questions, or a re-run whose results folder was deleted, would get the answers
-    memory holds back instead of recording its own, and put its gold labels on them."""
+def _rows_of(results):
+    return {r["id"]: r for r in map(json.loads, results.read_text().splitlines())}
+
+
+def _labels(db):
+    from self_improving_rag.memory import MemoryStore
+
+    store = MemoryStore(db)
+    try:
+        return {r["outcome_id"]: r["label"] for r in store._rows("SELECT outcome_id, label FROM feedback")}
+    finally:
+        store.close()
+
+
+def test_a_run_name_memory_holds_other_answers_under_records_its_own(tmp_path):
+    """Memory keys a batch's answers by (run name, question id) and hands back the answer it holds:
+    a second batch of the same name with other questions, or a re-run whose results folder was
+    deleted, recorded none of its answers and put its gold labels on the old ones. The old answers
+    are now kept under another run name, and the run records its own."""
     ov = fake_overrides(tmp_path)
     db = tmp_path / "memory" / "memory.db"
     first = _batch(tmp_path)
-    r = run(["batch", str(first), "--json"], tmp_path, ov)
-    assert r.returncode == 0, r.stderr
-    before = _outcomes(db)
-    assert sorted(before.values()) == sorted(q["question"] for q in ROWS)
+    assert run(["batch", str(first), "--json"], tmp_path, ov).returncode == 0
+    before = _outcomes(db)["t"]
+    labels_before = _labels(db)
     # Another batch file, same name, other questions with the same ids, another output folder.
     spec = yaml.safe_load(first.read_text())
-    spec["questions"]["inline"] = [{"id": "a", "question": "When was the orchard planted?", "answers": ["1901"]},
-                                   {"id": "b", "question": "Who keeps the mill?", "answers": ["Tom"]}]
+    spec["questions"]["inline"] = [{"id": "a", "question": "Which engineer built the lighthouse of Marrow Point?",
+                                    "answers": ["Clara Venn"]},
+                                   {"id": "b", "question": "Who keeps the lighthouse of Marrow Point?", "answers": ["Tom"]}]
+    spec["overrides"]["generator.replies"] = ["The engineer Clara Venn [1]."]
     spec["output_dir"] = str(tmp_path / "other-runs")
     second = tmp_path / "second.yaml"
     second.write_text(yaml.safe_dump(spec))
     r = run(["batch", str(second), "--json"], tmp_path, ov)
-    line = _one_error_line(r)
-    assert "already holds answers of a run named t" in line and "question a was 'Who built the lighthouse" in line
-    assert "another name" in line and "nothing was asked" in line
-    assert _outcomes(db) == before and not (tmp_path / "other-runs" / "t").exists()
-    # The first run's results deleted, then run again: refused too (its answers would not be recorded).
+    assert r.returncode == 0, r.stderr
+    assert "held 2 answer(s) under run name t" in r.stderr and "they are kept under run name t@" in r.stderr
+    now = _outcomes(db)
+    archived = [k for k in now if k.startswith("t@")]
+    assert len(archived) == 1 and now[archived[0]] == before  # the first batch's answers, kept as they were
+    rows = _rows_of(tmp_path / "other-runs" / "t" / "results.jsonl")
+    for item in ("a", "b"):  # each row's outcome is the answer it shows, to its question
+        question, answer, oid = now["t"][item]
+        assert rows[item]["outcome_id"] == oid and question == rows[item]["question"]
+        assert answer == rows[item]["answer"] == "The engineer Clara Venn [1]."
+    labels = _labels(db)
+    assert labels[now["t"]["a"][2]] == 1 and labels[now["t"]["b"][2]] == 0  # the gold labels went to these answers
+    assert {oid: labels.get(oid) for _, _, oid in before.values()} == {
+        oid: labels_before.get(oid) for _, _, oid in before.values()}  # and the first batch's stay theirs
+    assert labels_before[before["a"][2]] == 1
+    # The first run's results deleted, then run again: its answers are recorded anew.
     import shutil
 
     shutil.rmtree(tmp_path / "runs" / "t")
     r = run(["batch", str(first), "--json"], tmp_path, ov)
-    assert "2 of the questions to ask are answered there" in _one_error_line(r)
-    assert _outcomes(db) == before
+    assert r.returncode == 0 and "they are kept under run name t@" in r.stderr, r.stderr
+    rows = _rows_of(tmp_path / "runs" / "t" / "results.jsonl")
+    now = _outcomes(db)
+    assert {k: v[2] for k, v in now["t"].items()} == {k: r["outcome_id"] for k, r in rows.items()}
+    assert len([k for k in now if k.startswith("t@")]) == 2 and sum(len(v) for v in now.values()) == 6
 
 
-def test_a_killed_run_takes_up_the_answer_it_recorded_but_did_not_write(tmp_path):
-    """A run killed between recording a question in memory and writing its row resumes: the
-    answer memory holds for it (same question) is taken up, not refused nor recorded twice."""
+def test_an_interrupted_runs_unwritten_answers_are_asked_and_recorded_again(tmp_path):
+    """A run killed between recording answers in memory and writing their rows (one per worker)
+    resumes: those questions are asked again, and each row's outcome in memory is its answer."""
     ov = fake_overrides(tmp_path)
     f = _batch(tmp_path)
+    db = tmp_path / "memory" / "memory.db"
     assert run(["batch", str(f), "--json"], tmp_path, ov).returncode == 0
     results = tmp_path / "runs" / "t" / "results.jsonl"
-    lines = results.read_text().splitlines()
-    results.write_text(lines[0] + "\n")  # the last row was never written
-    before = _outcomes(tmp_path / "memory" / "memory.db")
-    r = run(["batch", str(f), "--json"], tmp_path, ov)
+    first_row = results.read_text().splitlines()[0]
+    results.write_text("")  # two answers recorded (say, by two workers), neither written
+    r = run(["batch", str(f), "--json", "--set", 'generator.replies=["Clara Venn, the engineer [1]."]'], tmp_path, ov)
     assert r.returncode == 0, r.stderr
-    assert _outcomes(tmp_path / "memory" / "memory.db") == before
-    assert len(results.read_text().splitlines()) == 2
+    rows = _rows_of(results)
+    now = _outcomes(db)
+    assert {k: v[2] for k, v in now["t"].items()} == {k: r["outcome_id"] for k, r in rows.items()}
+    assert {v[1] for v in now["t"].values()} == {"Clara Venn, the engineer [1]."}
+    assert json.loads(first_row)["outcome_id"] in {v[2] for k, v in now.items() if k.startswith("t@") for v in v.values()}
 
 
 def test_a_policy_mapping_in_the_overrides_keeps_the_set_strategy_first(tmp_path):
@@ -541,3 +578,19 @@ def test_a_policy_mapping_in_the_overrides_keeps_the_set_strategy_first(tmp_path
     assert r.returncode == 0, r.stderr
     saved = yaml.safe_load((tmp_path / "runs" / "t" / "config.yaml").read_text())
     assert saved["policy"]["first_from_memory"] is False and saved["strategy"]["chunker"] == "semantic"
+
+
+def test_a_run_made_with_an_unexpanded_home_folder_resumes(tmp_path, monkeypatch):
+    """Since session 26 the config expands "~" in retrieval.cross_encoder_dir; a run whose
+    config.yaml holds "~/ce" is the same setting, not a change that refuses the resume."""
+    from self_improving_rag.batch import _changed_settings
+    from self_improving_rag.config import load_config, to_yaml
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    config = load_config(None, ["retrieval.cross_encoder_dir=~/ce"])
+    stored = yaml.safe_load(to_yaml(config))
+    stored["retrieval"]["cross_encoder_dir"] = "~/ce"  # as sirag wrote it before
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(stored))
+    assert _changed_settings(tmp_path, config) == ""
+    other = load_config(None, ["retrieval.cross_encoder_dir=~/other"])
+    assert "retrieval.cross_encoder_dir" in _changed_settings(tmp_path, other)

@@ -181,3 +181,21 @@ def test_a_hash_in_a_set_value_is_part_of_it_not_a_comment(tmp_path: Path) -> No
     assert load_config(None, ["paths.index_dir=#idx"]).paths.index_dir == "#idx"
     with pytest.raises(ConfigError, match="'#' after a space starts a YAML comment"):
         load_config(None, ["generator.replies=[a, b] #c"])
+    with pytest.raises(ConfigError, match="'#' after a space starts a YAML comment"):
+        load_config(None, ["retrieval.cross_encoder_dir=null # off"])  # not the folder "null # off"
+    # A '#' inside quotes, or inside a word, is no comment: read as before.
+    assert load_config(None, ['generator.replies=["Built in 1852 [1]. #1", "b"]']).generator.replies == [
+        "Built in 1852 [1]. #1", "b"]
+    assert load_config(None, ["paths.index_dir=a#b"]).paths.index_dir == "a#b"
+    assert load_config(None, ["loop.enabled=00"]).loop.enabled is False  # 0 in octal and decimal alike
+
+
+def test_an_error_names_the_layer_that_set_the_key_last(tmp_path: Path) -> None:
+    a = tmp_path / "a.yaml"
+    a.write_text("ingestion:\n  fixed:\n    size: 20\n", encoding="utf-8")  # below the default overlap
+    # An empty mapping merged in changes nothing, so it is not blamed.
+    with pytest.raises(ConfigError, match=rf"^{a}: 'ingestion.fixed'"):
+        load_config([a], ["ingestion.fixed={}"])
+    # A plain value replaced by a mapping under the same key is no longer blamed.
+    with pytest.raises(ConfigError, match=r"^--set strategy.top_k=0: 'strategy.top_k'"):
+        load_config(None, ["strategy=5", "strategy.top_k=0"])

@@ -734,12 +734,32 @@ class MemoryStore:
         with self._lock:
             return self.db.execute("SELECT 1 FROM outcomes WHERE id = ?", [outcome_id]).fetchone() is not None
 
-    def run_items(self, run_id: str) -> dict[str, dict[str, str]]:
-        """The outcomes recorded for batch run ``run_id``: item id -> {"outcome_id", "question"}."""
-        with self._lock:
-            rows = self.db.execute("SELECT item_id, id, question FROM outcomes WHERE run_id = ? AND item_id IS NOT NULL",
-                                   [run_id]).fetchall()
-        return {r[0]: {"outcome_id": r[1], "question": r[2]} for r in rows}
+    def archive_run_items(self, run_id: str, item_ids: list[str]) -> tuple[int, str | None]:
+        """Move the outcomes recorded for batch run ``run_id`` and these items to the run name
+        ``RUN@TIME`` (TIME: when the earliest of them was recorded), in one transaction, so that
+        the run can record new answers to those items (:meth:`record` hands back the outcome it
+        holds for a run and item). Nothing is deleted: the outcomes, their attempts and labels stay
+        as they were. Returns how many were moved and the name they now have (None for none)."""
+        if not item_ids:
+            return 0, None
+        marks = ",".join("?" * len(item_ids))
+
+        def write() -> tuple[int, str | None]:
+            with self._immediate() as db:
+                rows = db.execute(f"SELECT id, item_id, created_at FROM outcomes WHERE run_id = ? AND item_id IN ({marks})",
+                                  [run_id, *item_ids]).fetchall()
+                if not rows:
+                    return 0, None
+                base = f"{run_id}@{min(r[2] for r in rows)}"
+                name, n = base, 1
+                while db.execute(f"SELECT 1 FROM outcomes WHERE run_id = ? AND item_id IN ({marks}) LIMIT 1",
+                                 [name, *item_ids]).fetchone():
+                    n += 1
+                    name = f"{base}-{n}"
+                db.conn.executemany("UPDATE outcomes SET run_id = ? WHERE id = ?", [(name, r[0]) for r in rows])
+                return len(rows), name
+
+        return self._write(write)
 
     def add_feedback(self, outcome_id: str, correct: bool, source: str = "user", note: str = "",
                      keep_settled: bool = False) -> bool:
