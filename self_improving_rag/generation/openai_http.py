@@ -13,11 +13,17 @@ from .base import TokenCallback
 
 
 class OpenAIHTTPGenerator:
-    """Chat completions over HTTP with timeouts and retries on connection errors.
+    """Chat completions over HTTP with timeouts and retries on connection errors and rate limits.
 
     The judge asks for one token with ``logprobs``/``top_logprobs``; a server that does not
-    return log-probs makes ``yes_probability`` return None (the lexical checks still run).
+    return log-probs makes ``yes_probability`` return None (the lexical checks still run). A
+    server that refuses requests asking for log-probs (HTTP 400 naming them) is asked without
+    them from then on: the answer's ``mean_logprob`` is then undefined and the judge is skipped.
+    The whole reply arrives before ``on_token`` is called: this backend does not stream.
     """
+
+    #: Longest wait a rate-limited request honours from the server's Retry-After header.
+    MAX_RETRY_AFTER_S = 30.0
 
     def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", timeout_s: float = 300.0,
                  retries: int = 2, temperature: float = 0.0, max_tokens: int = 160, seed: int = 0) -> None:
@@ -25,6 +31,7 @@ class OpenAIHTTPGenerator:
             raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
         self.base_url = base_url.rstrip("/")
         self.model = model
+        self.api_key_env = api_key_env
         self.api_key = os.environ.get(api_key_env, "")
         self.timeout_s = timeout_s
         self.retries = retries
@@ -33,6 +40,7 @@ class OpenAIHTTPGenerator:
         self.seed = seed
         self.name = f"openai:{model}"
         self._client = None
+        self._logprobs = True  # False once the server refused a request for log-probs
 
     def warm_up(self) -> None:
         if self._client is None:
@@ -44,7 +52,7 @@ class OpenAIHTTPGenerator:
     def count_tokens(self, text: str) -> int:
         return max(1, len(text) // 4)
 
-    def _post_once(self, payload: dict) -> tuple[int, bytes]:
+    def _post_once(self, payload: dict) -> tuple[int, bytes, dict[str, str]]:
         """One POST whose whole reply must arrive within timeout_s (httpx's own timeout applies to
         each read, so a server sending a byte at a time could hold the engine indefinitely)."""
         import httpx
@@ -56,13 +64,29 @@ class OpenAIHTTPGenerator:
                 body += chunk
                 if time.monotonic() > deadline:
                     raise httpx.ReadTimeout(f"the reply took longer than {self.timeout_s:g} s")
-        return r.status_code, bytes(body)
+        return r.status_code, bytes(body), {k.lower(): v for k, v in r.headers.items()}
+
+    def _shown(self, body: bytes) -> str:
+        """The start of a reply body for an error message, with the API key blanked out (a proxy
+        may echo the request's Authorization header)."""
+        text = body[:300].decode("utf-8", "replace")
+        if self.api_key:
+            text = text.replace(self.api_key, "***")
+        return repr(text[:200])
+
+    def _retry_after(self, headers: dict[str, str], attempt: int) -> float:
+        try:
+            wait = float(headers.get("retry-after", ""))
+        except ValueError:
+            wait = 0.5 * 2 ** attempt
+        return min(max(wait, 0.0), self.MAX_RETRY_AFTER_S)
 
     def _post(self, payload: dict) -> dict:
         import httpx
 
         self.warm_up()
         last: Exception | None = None
+        where = f"generator.backend=openai: {self.base_url}"
         for attempt in range(self.retries + 1):
             try:
                 r = self._post_once(payload)
@@ -72,40 +96,87 @@ class OpenAIHTTPGenerator:
                     time.sleep(min(4.0, 0.5 * 2 ** attempt))
                 continue
             except httpx.TimeoutException as exc:
-                raise GeneratorUnavailableError(f"generator.backend=openai: {self.base_url} did not answer within "
-                                      f"{self.timeout_s:g} s; raise generator.timeout_s or check the server") from exc
-            status, body = r
+                raise GeneratorUnavailableError(f"{where} did not answer within {self.timeout_s:g} s; raise "
+                                                "generator.timeout_s or check the server") from exc
+            status, body, headers = r
+            if status == 429:
+                last = GeneratorUnavailableError(f"{where} answered HTTP 429 (rate limited) {self.retries + 1} time(s): "
+                                                 f"{self._shown(body)}; wait and run again, ask fewer at once "
+                                                 "(--workers), or raise generator.retries")
+                if attempt < self.retries:
+                    time.sleep(self._retry_after(headers, attempt))
+                continue
+            if status == 400 and "logprob" in body.decode("utf-8", "replace").lower() and "logprobs" in payload:
+                # A server that cannot give log-probs: ask without them, now and from now on.
+                self._logprobs = False
+                return self._post({k: v for k, v in payload.items() if k not in ("logprobs", "top_logprobs")})
+            if status in (401, 403):
+                key = (f"the key in ${self.api_key_env} was refused" if self.api_key else
+                       f"no key was sent: ${self.api_key_env} is not set or empty")
+                raise GeneratorUnavailableError(f"{where} answered HTTP {status} ({key}): {self._shown(body)}; set the "
+                                                f"server's API key in ${self.api_key_env} (or name another variable "
+                                                "with generator.api_key_env)")
+            if 300 <= status < 400:
+                target = headers.get("location", "(no Location given)")
+                raise GeneratorUnavailableError(f"{where} answered with a redirect (HTTP {status}) to {target}; set "
+                                                "generator.base_url to the address the server now has")
             if status >= 400:
                 # 5xx: the server is failing (every question would); 4xx: this request was refused.
                 error = GeneratorUnavailableError if status >= 500 else GenerationError
-                raise error(f"generator.backend=openai: {self.base_url} answered HTTP {status}: "
-                                      f"{body[:200].decode('utf-8', 'replace')!r}; check generator.model and the server")
+                raise error(f"{where} answered HTTP {status}: {self._shown(body)}; check generator.model and the server")
             try:
-                return json.loads(body)
+                data = json.loads(body)
             except ValueError as exc:
-                raise GenerationError(f"generator.backend=openai: {self.base_url} returned a non-JSON reply") from exc
+                kind = headers.get("content-type", "unknown")
+                raise GenerationError(f"{where} returned a reply that is not JSON (content type {kind}: "
+                                      f"{self._shown(body)}); check generator.base_url: it should end in /v1 of an "
+                                      "OpenAI-compatible server") from exc
+            if not isinstance(data, dict):
+                raise GenerationError(f"{where}: unexpected reply shape (a JSON {type(data).__name__}, not an object)")
+            return data
+        if isinstance(last, GeneratorUnavailableError):
+            raise last
         raise GeneratorUnavailableError(f"generator.backend=openai: cannot reach the server at {self.base_url} ({last}); "
-                              "start it or set generator.base_url") from last
+                                        "start it or set generator.base_url") from last
+
+    @staticmethod
+    def _content(message) -> str | None:
+        """The reply's text: a string, or the text parts of a list of content parts; None if neither."""
+        content = message.get("content") if isinstance(message, dict) else None
+        if content is None or isinstance(content, str):
+            return content or ""
+        if isinstance(content, list):
+            parts = [p.get("text") for p in content if isinstance(p, dict)]
+            if all(isinstance(t, str) for t in parts):
+                return "".join(parts)
+        return None
 
     def generate(self, messages, max_tokens=None, on_token: TokenCallback | None = None,
                  read=None) -> Generation:
         # ``read`` is ignored: the server gives no log-probabilities for the prompt.
         t0 = time.perf_counter()
-        data = self._post({"model": self.model, "messages": messages, "temperature": self.temperature,
-                           "max_tokens": self.max_tokens if max_tokens is None else max_tokens, "seed": self.seed,
-                           "logprobs": True, "top_logprobs": 1})
-        try:
-            choice = data["choices"][0]
-            text = (choice["message"]["content"] or "").strip()
-        except (KeyError, IndexError, TypeError) as exc:
-            raise GenerationError(f"generator.backend=openai: unexpected reply shape from {self.base_url}") from exc
+        payload = {"model": self.model, "messages": messages, "temperature": self.temperature,
+                   "max_tokens": self.max_tokens if max_tokens is None else max_tokens, "seed": self.seed}
+        if self._logprobs:
+            payload.update(logprobs=True, top_logprobs=1)
+        data = self._post(payload)
+        choices = data.get("choices")
+        choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
+        text = self._content(choice.get("message")) if choice is not None else None
+        if text is None:
+            raise GenerationError(f"generator.backend=openai: unexpected reply shape from {self.base_url} (no "
+                                  "choices[0].message.content text)")
+        text = text.strip()
         finish = choice.get("finish_reason") or "stop"
         # An empty reply that ended by itself is an answer of nothing (the engine reads it as a
         # decline, as with llama.cpp); one cut at max_tokens is a failure.
         if not text and finish == "length":
             raise GenerationError("generator.backend=openai: the model produced no text within max_tokens")
-        lps = tuple(float(t["logprob"]) for t in ((choice.get("logprobs") or {}).get("content") or [])
-                    if isinstance(t, dict) and isinstance(t.get("logprob"), (int, float)))
+        logprobs = choice.get("logprobs")
+        content = logprobs.get("content") if isinstance(logprobs, dict) else None
+        lps = tuple(float(t["logprob"]) for t in (content if isinstance(content, list) else [])
+                    if isinstance(t, dict) and isinstance(t.get("logprob"), (int, float))
+                    and not isinstance(t.get("logprob"), bool) and math.isfinite(t["logprob"]))
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
 
         def used(key: str, estimate) -> int:  # a server may leave usage out, or send null
@@ -120,12 +191,25 @@ class OpenAIHTTPGenerator:
                           timings_ms={"generate": (time.perf_counter() - t0) * 1000}, finish_reason=finish)
 
     def yes_probability(self, messages) -> float | None:
+        """P(yes) / (P(yes) + P(no)) from the first token's top log-probs; None when the server gives
+        none (or a shape this cannot read): the claim is then checked without the judge."""
+        if not self._logprobs:
+            return None
         data = self._post({"model": self.model, "messages": messages, "temperature": 0.0, "max_tokens": 1,
                            "logprobs": True, "top_logprobs": 10})
+        if not self._logprobs:  # the server refused log-probs just now: no judgement to read
+            return None
         try:
             top = data["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
-        except (KeyError, IndexError, TypeError):
+            yes = no = 0.0
+            for t in top:
+                token, lp = t["token"], t["logprob"]
+                if not isinstance(token, str) or not isinstance(lp, (int, float)) or isinstance(lp, bool):
+                    continue
+                if token.strip().lower() == "yes":
+                    yes += math.exp(lp)
+                elif token.strip().lower() == "no":
+                    no += math.exp(lp)
+        except (KeyError, IndexError, TypeError, AttributeError, OverflowError):
             return None
-        yes = sum(math.exp(t["logprob"]) for t in top if t["token"].strip().lower() == "yes")
-        no = sum(math.exp(t["logprob"]) for t in top if t["token"].strip().lower() == "no")
         return yes / (yes + no) if yes + no > 0 else None

@@ -38,6 +38,7 @@ class FakeOpenAI:
 
     def __init__(self) -> None:
         self.mode = "ok"
+        self.limited = 0  # rate_limited: how many requests get HTTP 429 first
         self.requests: list[dict] = []
         self.release = threading.Event()  # frees a handler held by the "slow" mode
         fake = self
@@ -75,6 +76,29 @@ class FakeOpenAI:
                 if mode == "not_json":
                     self._send(200, b"<html>proxy error</html>")
                     return
+                if mode in ("401", "echo_key_500"):  # a proxy that echoes the request's key
+                    auth = self.headers.get("Authorization", "")
+                    self._send(401 if mode == "401" else 500, json.dumps({"error": f"bad key: {auth}"}).encode())
+                    return
+                if mode == "rate_limited" and len(fake.requests) <= fake.limited:
+                    self.send_response(429)
+                    self.send_header("Retry-After", "0")
+                    self.send_header("Content-Length", "2")
+                    self.end_headers()
+                    self.wfile.write(b"{}")
+                    return
+                if mode == "refuse_logprobs" and "logprobs" in body:
+                    self._send(400, b'{"error": {"message": "logprobs is not supported with this model"}}')
+                    return
+                if mode == "redirect":
+                    self.send_response(307)
+                    self.send_header("Location", "https://example.invalid/v1/chat/completions")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if mode in ("parts", "null_top", "null_logprob", "logprobs_list"):
+                    self._send(200, json.dumps(fake.odd_reply(body)).encode())
+                    return
                 self._send(200, json.dumps(fake.reply(body)).encode())
 
             def _send(self, status: int, data: bytes) -> None:
@@ -88,6 +112,20 @@ class FakeOpenAI:
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def odd_reply(self, body: dict) -> dict:
+        """Replies of shapes some servers send: content as a list of parts, null log-probs."""
+        if self.mode == "parts":
+            return {"choices": [{"message": {"role": "assistant", "content": [{"type": "text", "text": "Clara "},
+                                                                             {"type": "text", "text": "Venn [1]."}]},
+                                 "finish_reason": "stop"}]}
+        if self.mode == "logprobs_list":
+            return {"choices": [{"message": {"role": "assistant", "content": REPLY}, "logprobs": [-0.1],
+                                 "finish_reason": "stop"}]}
+        top = None if self.mode == "null_top" else [{"token": " yes", "logprob": None}, {"token": " no", "logprob": -1.0}]
+        return {"choices": [{"message": {"role": "assistant", "content": "yes"},
+                             "logprobs": {"content": [{"token": "yes", "logprob": -0.1, "top_logprobs": top}]},
+                             "finish_reason": "length"}]}
 
     def reply(self, body: dict) -> dict:
         if self.mode in ("empty", "empty_cut"):
@@ -189,7 +227,7 @@ def test_http_500_is_a_generation_error_with_the_status(fake_server) -> None:
     assert len(fake_server.requests) == 1  # an HTTP error is an answer: no retry
 
 
-@pytest.mark.parametrize("mode, message", [("empty_cut", "produced no text"), ("not_json", "non-JSON")])
+@pytest.mark.parametrize("mode, message", [("empty_cut", "produced no text"), ("not_json", "not JSON")])
 def test_unusable_replies_are_generation_errors(fake_server, mode, message) -> None:
     fake_server.mode = mode
     with pytest.raises(GenerationError, match=message):
@@ -357,3 +395,73 @@ def test_engine_answers_through_the_real_server(llama_server, fake_config, built
     first = answer.attempts[0]
     assert first.raw_answer.strip() and first.completion_tokens > 0
     assert answer.refused or answer.answer
+
+
+def test_a_refused_key_names_the_variable_and_is_never_shown(fake_server, monkeypatch) -> None:
+    from self_improving_rag.errors import GeneratorUnavailableError
+
+    fake_server.mode = "401"
+    monkeypatch.delenv("SIRAG_TEST_KEY", raising=False)
+    with pytest.raises(GeneratorUnavailableError, match=r"HTTP 401 \(no key was sent: \$SIRAG_TEST_KEY is not set"):
+        _gen(fake_server, api_key_env="SIRAG_TEST_KEY").generate(MESSAGES)
+    monkeypatch.setenv("SIRAG_TEST_KEY", "sk-secret-42")
+    for mode in ("401", "echo_key_500"):
+        fake_server.mode = mode
+        with pytest.raises(GeneratorUnavailableError) as err:
+            _gen(fake_server, api_key_env="SIRAG_TEST_KEY").generate(MESSAGES)
+        assert "sk-secret-42" not in str(err.value) and "Bearer ***" in str(err.value)
+    assert "the key in $SIRAG_TEST_KEY was refused" in str(_401(fake_server))
+
+
+def _401(fake_server):
+    from self_improving_rag.errors import GeneratorUnavailableError
+
+    fake_server.mode = "401"
+    try:
+        _gen(fake_server, api_key_env="SIRAG_TEST_KEY").generate(MESSAGES)
+    except GeneratorUnavailableError as exc:
+        return exc
+    raise AssertionError("no error")
+
+
+def test_a_rate_limited_request_waits_and_retries_then_stops_the_run(fake_server) -> None:
+    from self_improving_rag.errors import GeneratorUnavailableError
+
+    fake_server.mode, fake_server.limited = "rate_limited", 2
+    assert _gen(fake_server, retries=2).generate(MESSAGES).text == REPLY  # two 429s, then the answer
+    assert len(fake_server.requests) == 3
+    fake_server.requests.clear()
+    fake_server.limited = 10
+    with pytest.raises(GeneratorUnavailableError, match=r"HTTP 429 \(rate limited\) 2 time\(s\)"):
+        _gen(fake_server, retries=1).generate(MESSAGES)
+    assert len(fake_server.requests) == 2
+
+
+def test_a_server_that_refuses_logprobs_is_asked_without_them(fake_server) -> None:
+    fake_server.mode = "refuse_logprobs"
+    gen = _gen(fake_server)
+    assert gen.generate(MESSAGES).text == REPLY
+    assert [("logprobs" in r["body"]) for r in fake_server.requests] == [True, False]
+    gen.generate(MESSAGES)  # from then on, asked without them at once
+    assert "logprobs" not in fake_server.requests[-1]["body"] and len(fake_server.requests) == 3
+    assert gen.yes_probability(MESSAGES) is None and len(fake_server.requests) == 3  # no judge without log-probs
+
+
+def test_a_redirect_names_its_target(fake_server) -> None:
+    from self_improving_rag.errors import GeneratorUnavailableError
+
+    fake_server.mode = "redirect"
+    with pytest.raises(GeneratorUnavailableError, match=r"redirect \(HTTP 307\) to https://example.invalid/v1/chat"):
+        _gen(fake_server).generate(MESSAGES)
+
+
+def test_odd_reply_shapes_are_read_or_judged_as_unreadable(fake_server) -> None:
+    fake_server.mode = "parts"
+    assert _gen(fake_server).generate(MESSAGES).text == "Clara Venn [1]."
+    fake_server.mode = "logprobs_list"
+    out = _gen(fake_server).generate(MESSAGES)
+    assert out.text == REPLY and out.token_logprobs == ()
+    for mode in ("null_top", "null_logprob"):  # the judge's reply without usable numbers: no judgement
+        fake_server.mode = mode
+        p = _gen(fake_server).yes_probability(MESSAGES)
+        assert p is None if mode == "null_top" else p == 0.0
