@@ -814,8 +814,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  "choices are still used)")
             sp.add_argument("--stream", action="store_true",
                             help="stream each attempt's tokens to stderr, each followed by its number and "
-                                 "diagnosis (the openai backend shows each attempt's text whole, when it arrives); "
-                                 "not with --json")
+                                 "diagnosis; not with --json")
         else:
             sp.add_argument("--chunker", choices=["fixed", "section", "semantic"])
             sp.add_argument("--retriever", choices=["dense", "bm25", "hybrid"])

@@ -19,7 +19,9 @@ class OpenAIHTTPGenerator:
     return log-probs makes ``yes_probability`` return None (the lexical checks still run). A
     server that refuses requests asking for log-probs (HTTP 400 naming them) is asked without
     them from then on: the answer's ``mean_logprob`` is then undefined and the judge is skipped.
-    The whole reply arrives before ``on_token`` is called: this backend does not stream.
+    With ``on_token`` (``sirag ask --stream``) the answer is asked for as a stream (server-sent
+    events) and each piece is passed on as it arrives; a server that answers otherwise (an error
+    status, or a whole JSON reply) is handled as without streaming.
     """
 
     #: Longest wait a rate-limited request honours from the server's Retry-After header.
@@ -41,6 +43,7 @@ class OpenAIHTTPGenerator:
         self.name = f"openai:{model}"
         self._client = None
         self._logprobs = True  # False once the server refused a request for log-probs
+        self._streamed = False  # whether the last _stream call got a stream (its text already shown)
 
     def warm_up(self) -> None:
         if self._client is None:
@@ -151,6 +154,80 @@ class OpenAIHTTPGenerator:
                 return "".join(parts)
         return None
 
+    def _stream(self, payload: dict, on_token: TokenCallback) -> dict | None:
+        """Ask for ``payload`` as a stream and pass each piece of text to ``on_token`` as it comes;
+        returns the reply in the shape of a whole one, or None when the server did not stream (an
+        error status, another content type, no connection): the caller then asks as usual, with
+        its retries and messages. A stream that breaks off after text was shown is an error."""
+        import httpx
+
+        self.warm_up()
+        self._streamed = False
+        deadline = time.monotonic() + self.timeout_s
+        text: list[str] = []
+        logprobs: list = []
+        usage: dict = {}
+        finish = None
+        try:
+            with self._client.stream("POST", "/chat/completions",
+                                     json={**payload, "stream": True, "stream_options": {"include_usage": True}}) as r:
+                if r.status_code != 200:
+                    return None
+                if "text/event-stream" not in r.headers.get("content-type", ""):
+                    # A server that ignores "stream": its whole reply, read as without streaming.
+                    try:
+                        whole = json.loads(r.read())
+                    except ValueError:
+                        return None
+                    return whole if isinstance(whole, dict) else None
+                done = False
+                for line in r.iter_lines():
+                    if time.monotonic() > deadline:
+                        raise GeneratorUnavailableError(
+                            f"generator.backend=openai: {self.base_url} did not finish its reply within "
+                            f"{self.timeout_s:g} s; raise generator.timeout_s or check the server")
+                    if not line.startswith("data:"):
+                        continue  # comments, event names, keep-alives
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        done = True
+                        break
+                    try:
+                        chunk = json.loads(data)
+                    except ValueError as exc:
+                        raise GenerationError(f"generator.backend=openai: {self.base_url} sent a stream event that "
+                                              f"is not JSON: {data[:80]!r}") from exc
+                    if isinstance(chunk, dict) and isinstance(chunk.get("usage"), dict):
+                        usage = chunk["usage"]
+                    choices = chunk.get("choices") if isinstance(chunk, dict) else None
+                    if not (isinstance(choices, list) and choices and isinstance(choices[0], dict)):
+                        continue
+                    choice = choices[0]
+                    piece = self._content(choice.get("delta"))
+                    if piece:
+                        text.append(piece)
+                        on_token(piece)
+                    lp = choice.get("logprobs")
+                    if isinstance(lp, dict) and isinstance(lp.get("content"), list):
+                        logprobs.extend(lp["content"])
+                    finish = choice.get("finish_reason") or finish
+                if not done and finish is None:
+                    if text:
+                        raise GenerationError(f"generator.backend=openai: the stream from {self.base_url} ended "
+                                              "before the reply was complete")
+                    return None
+        except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            if text:
+                raise GenerationError(f"generator.backend=openai: the stream from {self.base_url} broke off "
+                                      f"({exc})") from exc
+            return None
+        except httpx.TimeoutException as exc:
+            raise GeneratorUnavailableError(f"generator.backend=openai: {self.base_url} did not answer within "
+                                            f"{self.timeout_s:g} s; raise generator.timeout_s or check the server") from exc
+        self._streamed = True
+        return {"choices": [{"message": {"content": "".join(text)}, "finish_reason": finish or "stop",
+                             "logprobs": {"content": logprobs}}], "usage": usage}
+
     def generate(self, messages, max_tokens=None, on_token: TokenCallback | None = None,
                  read=None) -> Generation:
         # ``read`` is ignored: the server gives no log-probabilities for the prompt.
@@ -159,7 +236,10 @@ class OpenAIHTTPGenerator:
                    "max_tokens": self.max_tokens if max_tokens is None else max_tokens, "seed": self.seed}
         if self._logprobs:
             payload.update(logprobs=True, top_logprobs=1)
-        data = self._post(payload)
+        data = self._stream(payload, on_token) if on_token is not None else None
+        streamed = data is not None and self._streamed
+        if data is None:
+            data = self._post(payload)
         choices = data.get("choices")
         choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
         text = self._content(choice.get("message")) if choice is not None else None
@@ -183,8 +263,8 @@ class OpenAIHTTPGenerator:
             value = usage.get(key)
             return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else estimate()
 
-        if on_token is not None and text:
-            on_token(text)
+        if on_token is not None and text and not streamed:
+            on_token(text)  # a server that did not stream: the whole text at once
         return Generation(text=text, token_logprobs=lps,
                           prompt_tokens=used("prompt_tokens", lambda: sum(self.count_tokens(m["content"]) for m in messages)),
                           completion_tokens=used("completion_tokens", lambda: len(lps) or self.count_tokens(text)),

@@ -96,6 +96,26 @@ class FakeOpenAI:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
+                if mode in ("sse", "sse_broken") and body.get("stream"):
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.end_headers()
+                    pieces = ["The lighthouse", " was built in 1852", " by Clara Venn [1]."]
+                    for i, piece in enumerate(pieces):
+                        if mode == "sse_broken" and i == 2:
+                            self.close_connection = True
+                            return  # the connection ends mid-reply
+                        event = {"choices": [{"delta": {"content": piece}, "finish_reason": None,
+                                              "logprobs": {"content": [{"token": piece, "logprob": -0.5}]}}]}
+                        self.wfile.write(b": keep-alive\n\ndata: " + json.dumps(event).encode() + b"\n\n")
+                        self.wfile.flush()
+                        time.sleep(0.3)
+                    self.wfile.write(b'data: {"choices": [{"delta": {}, "finish_reason": "stop"}]}\n\n')
+                    self.wfile.write(b'data: {"choices": [], "usage": {"prompt_tokens": 21, "completion_tokens": 3}}\n\n')
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
                 if mode in ("parts", "null_top", "null_logprob", "logprobs_list"):
                     self._send(200, json.dumps(fake.odd_reply(body)).encode())
                     return
@@ -465,3 +485,31 @@ def test_odd_reply_shapes_are_read_or_judged_as_unreadable(fake_server) -> None:
         fake_server.mode = mode
         p = _gen(fake_server).yes_probability(MESSAGES)
         assert p is None if mode == "null_top" else p == 0.0
+
+
+def test_with_on_token_the_answer_streams_piece_by_piece(fake_server) -> None:
+    fake_server.mode = "sse"
+    seen: list[tuple[float, str]] = []
+    out = _gen(fake_server).generate(MESSAGES, on_token=lambda piece: seen.append((time.monotonic(), piece)))
+    assert [p for _, p in seen] == ["The lighthouse", " was built in 1852", " by Clara Venn [1]."]
+    assert seen[-1][0] - seen[0][0] > 0.4  # shown as they came, not all at the end
+    assert out.text == REPLY and out.token_logprobs == (-0.5, -0.5, -0.5) and out.finish_reason == "stop"
+    assert out.prompt_tokens == 21 and out.completion_tokens == 3
+    (req,) = fake_server.requests
+    assert req["body"]["stream"] is True
+    # Without on_token (batches, the judge) nothing is streamed.
+    fake_server.requests.clear()
+    fake_server.mode = "ok"
+    _gen(fake_server).generate(MESSAGES)
+    assert "stream" not in fake_server.requests[0]["body"]
+
+
+def test_a_server_that_does_not_stream_answers_whole_and_a_broken_stream_is_an_error(fake_server) -> None:
+    seen: list[str] = []
+    out = _gen(fake_server).generate(MESSAGES, on_token=seen.append)  # mode ok: a whole JSON reply
+    assert seen == [REPLY] and out.text == REPLY and len(fake_server.requests) == 1
+    fake_server.mode = "sse_broken"
+    seen.clear()
+    with pytest.raises(GenerationError, match="ended before the reply was complete|broke off"):
+        _gen(fake_server).generate(MESSAGES, on_token=seen.append)
+    assert seen == ["The lighthouse", " was built in 1852"]
