@@ -163,6 +163,8 @@ def cmd_ingest(args: argparse.Namespace, config: Config) -> int:
     removed, has its chunks dropped, and the documents dropped are named. A path that does
     not exist stops the ingest with nothing changed. When no file, path or setting changed,
     nothing is written and the index is reported up to date (--rebuild builds it again).
+    Folders are walked without hidden entries (names starting with "."); other files left out
+    (unsupported types, broken links or links in a loop) are named in a warning.
     """
     from .ingestion.pipeline import ingest
     from .retrieval.embedder import embedder_from_config
@@ -307,7 +309,7 @@ def _print_stats(stats: dict) -> None:
         print(f"  {name:9s} {s['count']:6d} {s['mean']:6.1f} {s['p10']:5.0f} {s['p50']:5.0f} {s['p90']:5.0f} {s['p99']:5.0f} {s['max']:5.0f}")
     for name, docs in stats["documents"].items():
         for doc, s in docs.items():
-            print(f"  {name:9s} {doc[:40]:40s} {s['count']:5d} mean {s['mean']:.0f} max {s['max']:.0f}")
+            print(f"  {name:9s} {doc:40s} {s['count']:5d} mean {s['mean']:.0f} max {s['max']:.0f}")
     if stats.get("png"):
         print(f"histogram: {stats['png']}")
 

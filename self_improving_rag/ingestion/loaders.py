@@ -270,7 +270,13 @@ def _walk_folder(folder: Path, exclude: tuple[Path, ...] = ()) -> tuple[list[Pat
                 continue
             # sirag's own files and folders (resolved only when the name matches, or for a link, since
             # resolving costs a look-up per path part and a walk visits every file)
-            if (entry.name in excluded_names or entry.is_symlink()) and entry.resolve() in exclude:
+            try:
+                if (entry.name in excluded_names or entry.is_symlink()) and entry.resolve() in exclude:
+                    continue
+                if entry.is_symlink():
+                    entry.resolve(strict=True)  # a link in a loop: Python raises RuntimeError or ELOOP
+            except (RuntimeError, OSError) as exc:
+                skipped.append((entry, "broken link" if isinstance(exc, FileNotFoundError) else "link in a loop"))
                 continue
             if entry.is_dir():
                 if entry.is_symlink() and not entry.resolve().is_relative_to(root):
@@ -339,18 +345,59 @@ def _reject_binary(path: Path, raw: bytes) -> None:
                     "convert it to plain text or leave it out")
 
 
+# What cp1252 gives for Western European text: letters of Latin-1 and Latin Extended-A it has,
+# and its typographic marks; a byte that reads otherwise (a box, a control, "»" inside a word)
+# says the file is in another code page.
+_WESTERN_MARKS = set("€‚„…†‡‰‘’“”•–—™£©®°±²³µ·¹º½¼¾¿¡«»§¶¢¥×÷\u00a0")
+
+
+def _reads_as_western(raw: bytes) -> str | None:
+    """The text when ``raw`` reads as plausible Western European cp1252 (mostly ASCII words with
+    an accented letter here and there, and typographic marks), else None. charset-normalizer
+    often ranks another code page first for a short Western text (a "€" or "é" read as "Ç" or
+    "ķ"); Cyrillic or Greek bytes read in cp1252 as runs of accented letters, and Central European
+    ones as signs inside words ("Za¿ó³æ"): those are left to it."""
+    try:
+        text = raw.decode("cp1252")
+    except UnicodeDecodeError:
+        return None
+    letters = accented = run = 0
+    for i, ch in enumerate(text):
+        if (ord(ch) > 127 and not ch.isalpha() and ch not in "’‘–—…" and 0 < i < len(text) - 1
+                and text[i - 1].isalpha() and text[i + 1].isalpha()):
+            return None  # a sign inside a word ("Za¿ó³æ"): a letter of another code page
+        if ch.isalpha():
+            letters += 1
+            if ord(ch) > 127:
+                if not ("\u00c0" <= ch <= "\u017f" and ch not in "×÷"):
+                    return None
+                accented += 1
+                run += 1
+                if run >= 3:
+                    return None  # three accented letters in a row: not a Western word
+                continue
+        elif ord(ch) > 127 and ch not in _WESTERN_MARKS:
+            return None
+        run = 0
+    return text if letters and accented <= 0.4 * letters else None
+
+
 def _detect(path: Path, raw: bytes) -> tuple[str, str]:
     import charset_normalizer  # only needed for files that are not UTF-8
 
     matches = list(charset_normalizer.from_bytes(raw))
-    if not matches:
-        raise _fail(path, "bytes are not UTF-8 and no text encoding fits them",
-                    "re-save the file as UTF-8")
-    best = matches[0]
+    best = matches[0] if matches else None
     for match in matches:
         if match.encoding in _WESTERN and match.chaos <= best.chaos + _WESTERN_TOLERANCE:
             best = match
             break
+    if best is None or best.encoding not in _WESTERN:
+        western = _reads_as_western(raw)
+        if western is not None:
+            return western, "cp1252"
+    if best is None:
+        raise _fail(path, "bytes are not UTF-8 and no text encoding fits them",
+                    "re-save the file as UTF-8")
     return str(best), best.encoding
 
 

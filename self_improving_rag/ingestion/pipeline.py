@@ -165,7 +165,9 @@ def _doc_ids(files: list[Path], held: dict[str, dict] | None = None) -> dict[Pat
     id, so adding, removing or moving another file never renames it (the memory store and
     earlier results cite documents by id). A file is known by its absolute path as given
     (``file``; a symlink beside its target is not ingested: see :func:`iter_source_files`), or, in an index written before that was
-    recorded, by its resolved ``path`` when one held document has it. A new file gets its
+    recorded, by its resolved ``path`` when one held document has it; a file at a new path with the
+    content of a held document whose path is not among ``files`` is that document moved, and keeps
+    its id (one with the file's name first, when several hold that content). A new file gets its
     :func:`doc_slug`, with a path hash appended when that id is taken or another new file would
     get it too ("My Book.txt" and "my_book.txt" included).
     """
@@ -184,6 +186,27 @@ def _doc_ids(files: list[Path], held: dict[str, dict] | None = None) -> dict[Pat
         if old is not None and old not in assigned:
             out[f] = old
             assigned.add(old)
+    # A file at a path the index does not know, with the content of a document whose own path is
+    # not among these files, is that document moved (its folder renamed, reached through a link):
+    # it keeps its id, as a hashed id of the new path would rename it.
+    given = {str(f.absolute()) for f in files}
+    gone: dict[str, list[str]] = {}
+    for doc_id, meta in held.items():
+        if doc_id not in assigned and meta.get("sha256") and str(meta.get("file")) not in given:
+            gone.setdefault(str(meta["sha256"]), []).append(doc_id)
+    if gone:
+        for f in files:
+            if f in out:
+                continue
+            try:
+                candidates = [d for d in gone.get(_file_sha256(f), []) if d not in assigned]
+            except OSError:
+                continue  # unreadable now: the ingest reports it
+            same_name = [d for d in candidates if d == doc_slug(f) or d.startswith(doc_slug(f) + "-")]
+            pick = same_name[:1] or (candidates if len(candidates) == 1 else [])
+            if pick:
+                out[f] = pick[0]
+                assigned.add(pick[0])
     new = [f for f in files if f not in out]
     slugs = {f: doc_slug(f) for f in new}
     counts: dict[str, int] = {}

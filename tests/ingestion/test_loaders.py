@@ -483,3 +483,35 @@ def test_one_file_reached_by_two_paths_is_taken_once(tmp_path: Path) -> None:
                         f"{tmp_path / 'alias' / 'a.txt'}: the same file as {root / 'a.txt'} {same}",
                         f"{tmp_path / 'alias' / 'b.txt'}: the same file as {root / 'b.txt'} {same}",
                         f"{tmp_path / 'alias' / 'c.txt'}: the same file as {root / 'b.txt'} {same}"]
+
+
+def test_a_symlink_loop_in_a_folder_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "m.txt").write_text("hi\n", encoding="utf-8")
+    (folder / "A").symlink_to("B")
+    (folder / "B").symlink_to("A")
+    (folder / "sub").mkdir()
+    (folder / "sub" / "l1.txt").symlink_to("l2.txt")
+    (folder / "sub" / "l2.txt").symlink_to("l1.txt")
+    files, problems = iter_source_files([folder])
+    assert files == [folder / "m.txt"]
+    assert len(problems) == 1 and problems[0].count("(link in a loop)") == 4, problems
+
+
+@pytest.mark.parametrize("encoding, text", [
+    ("cp1252", "Price list: coffee €2, tea €1.50, crêpe €4."),
+    ("cp1252", "Meeting notes – Q3 budget review. The café budget was cut to €200."),
+    ("cp1252", "To do… call Bob… buy milk."),
+    ("latin_1", "Un café."),
+    ("cp1252", "Le cœur a ses raisons que la raison ne connaît point. « Déjà vu », dit-il. L’été."),
+    ("cp1251", "Привет, как дела? Это тестовый текст на русском языке, довольно длинный."),
+    ("cp1250", "Zażółć gęślą jaźń, to jest polski tekst testowy do sprawdzenia."),
+    ("cp1253", "Καλημέρα κόσμε, αυτό είναι ένα κείμενο."),
+])
+def test_short_texts_in_a_code_page_are_read_as_written(tmp_path: Path, encoding: str, text: str) -> None:
+    """A short Western text's "€" or "é" was read as "Ç" or "ķ" by another code page (cp852,
+    cp775), or refused; Cyrillic, Greek and Central European texts keep their own code page."""
+    f = tmp_path / "note.txt"
+    f.write_bytes(text.encode(encoding))
+    assert load_document(f).text.strip() == text

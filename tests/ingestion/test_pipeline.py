@@ -577,3 +577,25 @@ def test_an_index_inside_the_documents_is_not_read_as_documents(fake_config, tmp
     assert not first.problems and not again.problems, again.problems  # no "skipped ... unsupported type"
     held = set(CorpusIndex(inside).manifest()["files"])
     assert held == {"harbour", "orchard"}
+
+
+def test_a_renamed_folder_keeps_the_hashed_ids_of_its_documents(fake_config, tmp_path: Path, hash_embedder) -> None:
+    """Two files with one stem get path-hashed ids; moving their folder (or reaching it through a
+    link) changes every path, not the documents: they keep their ids and nothing is removed."""
+    folder = tmp_path / "minutes"
+    for year, text in (("2023", "The board met in March.\n"), ("2024", "The board met in April.\n")):
+        (folder / year).mkdir(parents=True)
+        (folder / year / "minutes.txt").write_text(text, encoding="utf-8")
+    (folder / "llama.txt").write_text("Llamas graze on the hill.\n", encoding="utf-8")
+    first = ingest([folder], fake_config, hash_embedder, progress=False)
+    before = {Path(d["file"]).relative_to(folder.absolute()).as_posix(): d["doc_id"] for d in first.documents}
+    assert before["2023/minutes.txt"].startswith("minutes-") and before["2024/minutes.txt"].startswith("minutes-")
+    moved_to = tmp_path / "minutes-archive"
+    folder.rename(moved_to)
+    moved = ingest([moved_to], fake_config, hash_embedder, progress=False)
+    after = {Path(d["file"]).relative_to(moved_to.absolute()).as_posix(): d["doc_id"] for d in moved.documents}
+    assert after == before and moved.removed_documents == [] and moved.reused_documents == 3
+    link = tmp_path / "via-link"
+    link.symlink_to(moved_to)
+    linked = ingest([link], fake_config, hash_embedder, progress=False)
+    assert sorted(d["doc_id"] for d in linked.documents) == sorted(before.values()) and linked.removed_documents == []
