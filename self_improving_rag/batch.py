@@ -525,20 +525,18 @@ def summarise(rows: list[dict]) -> dict:
     if ans:
         for k in ("em", "f1", "contains"):
             s[k] = sum(r["grade"].get(k, 0.0) for r in ans) / len(ans)
-        ans = [r for r in ans if "error" not in r]
     if graded:
         ref = refusal_metrics([r["refused"] for r in graded], [r["answerable"] for r in graded])
         s["refusal"] = ref
         conf = [float(r["confidence"]) for r in graded]
         ok = [1 if r["grade"]["correct"] else 0 for r in graded]
-        # Selective answering: a refusal answers nothing, so its "answer confidence" is 0.
-        ans_conf = [0.0 if r["refused"] else float(r["confidence"]) for r in ans]
-        ans_ok = [1 if r["grade"]["correct"] else 0 for r in ans]
-        if ans:
-            rc = risk_coverage(ans_conf, ans_ok)
-            s["aurc"] = rc.get("aurc")
-            s["accuracy_at_80_coverage"] = rc.get("accuracy_at_coverage")
-            s["risk_coverage_curve"] = rc.get("curve")
+        # Selective answering over every question: answers ranked by confidence, a refusal last
+        # (it answers nothing: confidence 0), each row right or wrong by its grade (an answer to an
+        # unanswerable question is wrong, a refusal of one right).
+        rc = risk_coverage([0.0 if r["refused"] else float(r["confidence"]) for r in graded], ok)
+        s["aurc"] = rc.get("aurc")
+        s["accuracy_at_80_coverage"] = rc.get("accuracy_at_coverage")
+        s["risk_coverage_curve"] = rc.get("curve")
         # Confidence is the probability that an *answer* is correct: measured on the answers
         # (what `sirag calibrate` fits and reports). The all-rows figures also count a right
         # refusal as "correct" at its (low) confidence, which no confidence can be calibrated for.
@@ -549,6 +547,7 @@ def summarise(rows: list[dict]) -> dict:
             a_ok = [1 if r["grade"]["correct"] else 0 for r in answered_rows]
             s["confidence_auroc_answered"] = auroc(a_conf, a_ok)
             s["ece_answered"] = expected_calibration_error(a_conf, a_ok)
+            s["aurc_answered"] = risk_coverage(a_conf, a_ok).get("aurc")
         s["confidence_auroc"] = auroc(conf, ok)
         s["ece"] = expected_calibration_error(conf, ok)
         s["reliability"] = reliability_bins(conf, ok)
@@ -901,8 +900,12 @@ def plain_attempt_row(row: dict) -> dict:
     """
     if not row.get("attempts"):
         return _ungraded({**row, "derived_from_first_attempt": True})
+    from .generation.prompts import is_refusal
+
     a = row["attempts"][0]
-    declined = bool(a["signals"].get("refusal")) or not (a["answer"] or "").strip()
+    # The model's own words decide, not the engine's checks (its refusal signal also marks an
+    # answer that only echoes the question, which plain RAG would return).
+    declined = not (a["answer"] or "").strip() or is_refusal(a["answer"])
     out = {**row, "attempts": [a], "answer": None if declined else a["answer"], "refused": declined,
            "confidence": float(a["signals"]["confidence"]["value"] or 0.0), "chosen_attempt": None if declined else 1,
            "timings_ms": dict(a["timings_ms"]), "derived_from_first_attempt": True, "outcome_id": None,
@@ -1228,7 +1231,8 @@ def add_batch_commands(sub, common, registry: dict, command) -> None:
                                                  "else runs/)")
             sp.add_argument("--compare-no-retry", action="store_true",
                             help="compare with the loop off: by default the first attempt of each question, "
-                                 "finished alone (what the loop-off engine answers, at no extra cost), "
+                                 "finished alone (what the loop-off engine answers with the first strategies "
+                                 "memory chose in the loop run, at no extra cost), "
                                  "written as <run>-single; and with no loop at all (the first attempt's "
                                  "answer as the model gave it: no checks, no refusal), written as <run>-plain")
             sp.add_argument("--separate-no-retry-run", action="store_true",

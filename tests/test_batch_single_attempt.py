@@ -430,3 +430,32 @@ def test_an_eval_settles_the_confidence_weights_once_before_its_runs(world, caps
     assert "confidence calibrated on the 63 labelled answers in memory" in capsys.readouterr().err
     with MemoryStore(db, read_only=True) as store:
         assert store.latest_calibration()["n"] == 63
+
+
+def test_plain_rag_returns_an_answer_that_only_echoes_the_question():
+    """The engine's refusal signal also marks an answer that echoes the question; plain RAG has no
+    such check: only the model's own decline (or nothing said) is withheld."""
+    echo = attempt(1, "Velmora [1].", 0.4, "MISSED_ANSWER")
+    echo["signals"]["refusal"] = True  # the engine's restates_question check
+    out = batch.plain_attempt_row(loop_row("u", [echo], gold=(), chosen=None))
+    assert out["refused"] is False and out["answer"] == "Velmora [1]."
+    assert batch.grade(out)["correct"] is False  # an answer to an unanswerable question
+    declined = attempt(1, "I cannot answer this from the documents.", 0.1, "MISSED_ANSWER")
+    declined["signals"]["refusal"] = True
+    out = batch.plain_attempt_row(loop_row("v", [declined], gold=(), chosen=None))
+    assert out["refused"] is True and out["refusal_reason"] == "plain RAG: the model declined"
+
+
+def test_aurc_covers_every_question_and_the_answers_alone():
+    """Selective answering over all questions: an answer to an unanswerable question is a wrong
+    answer (it used to be left out of the AURC); aurc_answered ranks the answers alone."""
+    from self_improving_rag.evaluation.metrics import risk_coverage
+
+    rows = [loop_row("a", [attempt(1, "Clara Venn [1].", 0.9, "NONE")], chosen=1),
+            loop_row("b", [attempt(1, "Clara Venn [1].", 0.97, "NONE")], gold=(), chosen=1),  # unanswerable
+            loop_row("c", [attempt(1, "Tom [1].", 0.6, "NONE")], chosen=1),
+            loop_row("d", [attempt(1, None, 0.2, "MISSED_ANSWER")], gold=(), chosen=None)]  # rightly refused
+    s = batch.summarise(rows)
+    assert s["aurc"] == pytest.approx(risk_coverage([0.9, 0.97, 0.6, 0.0], [1, 0, 0, 1])["aurc"])
+    assert s["aurc_answered"] == pytest.approx(risk_coverage([0.9, 0.97, 0.6], [1, 0, 0])["aurc"])
+    assert s["risk_coverage_curve"][-1]["coverage"] == pytest.approx(1.0)

@@ -45,11 +45,16 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _ASCII_PUNCT = frozenset(string.punctuation)
 
 
+#: Hyphens (ASCII, U+2010, and what NFKC leaves of U+2011): deleted like other punctuation, so
+#: "night‐jar" and "night-jar" both read "nightjar"; the long dashes become a space.
+_HYPHENS = frozenset("-\u2010\u2011")
+
+
 def _strip_punct_char(ch: str) -> str:
     # Long dashes join words in 19th-century prose ("Holmes—the"); deleting them would glue
     # the words together, so they become a space. Other punctuation is deleted as in SQuAD.
     cat = unicodedata.category(ch)
-    if cat == "Pd" and ch != "-":
+    if cat == "Pd" and ch not in _HYPHENS:
         return " "
     if ch in _ASCII_PUNCT or cat.startswith("P"):
         return ""

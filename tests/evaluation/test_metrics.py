@@ -366,3 +366,9 @@ def test_ece_noise_floor_shrinks_with_more_labels() -> None:
     # Seeded: the same figure every time; another seed moves it by sampling noise only.
     assert ece_noise_floor(few, seed=3) == ece_noise_floor(few, seed=3)
     assert ece_noise_floor(few, seed=3) == pytest.approx(ece_noise_floor(few, seed=4), abs=0.03)
+
+
+def test_typographic_hyphens_are_deleted_like_the_ascii_one() -> None:
+    assert normalize_answer("crested night\u2010jar") == normalize_answer("crested night-jar") == "crested nightjar"
+    assert normalize_answer("night\u2011jar") == "nightjar"
+    assert normalize_answer("Holmes\u2014the") == "holmes"  # a long dash still parts words
