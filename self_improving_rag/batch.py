@@ -530,10 +530,10 @@ def summarise(rows: list[dict]) -> dict:
         s["refusal"] = ref
         conf = [float(r["confidence"]) for r in graded]
         ok = [1 if r["grade"]["correct"] else 0 for r in graded]
-        # Selective answering over every question: answers ranked by confidence, a refusal last
-        # (it answers nothing: confidence 0), each row right or wrong by its grade (an answer to an
+        # Selective answering over every question: answers ranked by confidence, a refusal after
+        # every answer (it answers nothing: ranked at -1), each row right or wrong by its grade (an answer to an
         # unanswerable question is wrong, a refusal of one right).
-        rc = risk_coverage([0.0 if r["refused"] else float(r["confidence"]) for r in graded], ok)
+        rc = risk_coverage([-1.0 if r["refused"] else float(r["confidence"]) for r in graded], ok)
         s["aurc"] = rc.get("aurc")
         s["accuracy_at_80_coverage"] = rc.get("accuracy_at_coverage")
         s["risk_coverage_curve"] = rc.get("curve")
@@ -904,9 +904,11 @@ def plain_attempt_row(row: dict) -> dict:
 
     a = row["attempts"][0]
     # The model's own words decide, not the engine's checks (its refusal signal also marks an
-    # answer that only echoes the question, which plain RAG would return).
-    declined = not (a["answer"] or "").strip() or is_refusal(a["answer"])
-    out = {**row, "attempts": [a], "answer": None if declined else a["answer"], "refused": declined,
+    # answer that only echoes the question, which plain RAG would return). The engine withholds
+    # such an answer (answer None) and keeps the model's words as raw_answer (since session 26).
+    said = a["answer"] if a.get("answer") is not None else (a.get("raw_answer") or "")
+    declined = not said.strip() or is_refusal(said)
+    out = {**row, "attempts": [a], "answer": None if declined else said, "refused": declined,
            "confidence": float(a["signals"]["confidence"]["value"] or 0.0), "chosen_attempt": None if declined else 1,
            "timings_ms": dict(a["timings_ms"]), "derived_from_first_attempt": True, "outcome_id": None,
            "sources": row.get("sources", []) if row.get("chosen_attempt") == 1 else [],
@@ -1017,7 +1019,7 @@ def _record_gold(config: Config, run_name: str, rows: list[dict]) -> None:
 
 
 COMPARE_KEYS = ("n", "correct_or_rightly_refused", "em", "f1", "contains", "first_attempt_success",
-                "attempts_per_question", "prompt_tokens_per_question", "aurc", "ece", "confidence_auroc",
+                "attempts_per_question", "prompt_tokens_per_question", "aurc", "aurc_answered", "ece", "confidence_auroc",
                 "ece_answered", "confidence_auroc_answered", "faithfulness_mean", "evidence_in_context_first_attempt")
 
 

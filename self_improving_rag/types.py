@@ -212,6 +212,9 @@ class AttemptRecord:
             "strategy_key": self.strategy.key,
             "repair": self.repair,
             "answer": self.answer,
+            # What the model said when the engine withheld it (a refusal, an echo of the question):
+            # plain RAG (the -plain run of an evaluation) returns what the model said.
+            **({"raw_answer": self.raw_answer} if self.answer is None and self.raw_answer else {}),
             "citations": list(self.citations),
             "signals": self.signals.to_json(),
             "failure": self.attribution.failure,

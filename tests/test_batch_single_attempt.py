@@ -432,13 +432,17 @@ def test_an_eval_settles_the_confidence_weights_once_before_its_runs(world, caps
         assert store.latest_calibration()["n"] == 63
 
 
-def test_plain_rag_returns_an_answer_that_only_echoes_the_question():
-    """The engine's refusal signal also marks an answer that echoes the question; plain RAG has no
-    such check: only the model's own decline (or nothing said) is withheld."""
-    echo = attempt(1, "Velmora [1].", 0.4, "MISSED_ANSWER")
-    echo["signals"]["refusal"] = True  # the engine's restates_question check
-    out = batch.plain_attempt_row(loop_row("u", [echo], gold=(), chosen=None))
-    assert out["refused"] is False and out["answer"] == "Velmora [1]."
+def test_plain_rag_returns_an_answer_that_only_echoes_the_question(make_engine):
+    """The engine withholds an answer that only echoes the question (its refusal signal) and keeps
+    the model's words as raw_answer; plain RAG has no such check: only the model's own decline
+    (or nothing said) is withheld."""
+    engine, _, _ = make_engine(["The Greyling [1].", GOOD])
+    item = QAItem(id="e1", question=QUESTION, answers=(), answerable=False)
+    row = json.loads(json.dumps(batch._ask_row(engine, item, "r", True)))  # as stored in results.jsonl
+    first = row["attempts"][0]
+    assert first["answer"] is None and first["raw_answer"] == "The Greyling [1]."  # withheld by the engine
+    out = batch.plain_attempt_row(row)
+    assert out["refused"] is False and out["answer"] == "The Greyling [1]."
     assert batch.grade(out)["correct"] is False  # an answer to an unanswerable question
     declined = attempt(1, "I cannot answer this from the documents.", 0.1, "MISSED_ANSWER")
     declined["signals"]["refusal"] = True
@@ -459,3 +463,7 @@ def test_aurc_covers_every_question_and_the_answers_alone():
     assert s["aurc"] == pytest.approx(risk_coverage([0.9, 0.97, 0.6, 0.0], [1, 0, 0, 1])["aurc"])
     assert s["aurc_answered"] == pytest.approx(risk_coverage([0.9, 0.97, 0.6], [1, 0, 0])["aurc"])
     assert s["risk_coverage_curve"][-1]["coverage"] == pytest.approx(1.0)
+    # A refusal comes after every answer, also one at confidence 0.
+    rows[2] = loop_row("c", [attempt(1, "Tom [1].", 0.0, "NONE")], chosen=1)
+    assert batch.summarise(rows)["aurc"] == pytest.approx(risk_coverage([0.9, 0.97, 0.0, -1.0], [1, 0, 0, 1])["aurc"])
+    assert "aurc_answered" in batch.COMPARE_KEYS

@@ -53,6 +53,8 @@ _HYPHENS = frozenset("-\u2010\u2011")
 def _strip_punct_char(ch: str) -> str:
     # Long dashes join words in 19th-century prose ("Holmes—the"); deleting them would glue
     # the words together, so they become a space. Other punctuation is deleted as in SQuAD.
+    if ch == "\u00ad":  # a soft hyphen (HTML's &shy;) marks where a word may break: not a character
+        return ""
     cat = unicodedata.category(ch)
     if cat == "Pd" and ch not in _HYPHENS:
         return " "

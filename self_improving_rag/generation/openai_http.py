@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import time
@@ -10,6 +11,8 @@ import time
 from ..errors import GenerationError, GeneratorUnavailableError
 from ..types import Generation
 from .base import TokenCallback
+
+log = logging.getLogger(__name__)
 
 
 class OpenAIHTTPGenerator:
@@ -72,10 +75,11 @@ class OpenAIHTTPGenerator:
     def _shown(self, body: bytes) -> str:
         """The start of a reply body for an error message, with the API key blanked out (a proxy
         may echo the request's Authorization header)."""
-        text = body[:300].decode("utf-8", "replace")
-        if self.api_key:
-            text = text.replace(self.api_key, "***")
-        return repr(text[:200])
+        return repr(self._redacted(body.decode("utf-8", "replace"))[:200])
+
+    def _redacted(self, text: str) -> str:
+        """``text`` with the API key blanked out, wherever it stands."""
+        return text.replace(self.api_key, "***") if self.api_key else text
 
     def _retry_after(self, headers: dict[str, str], attempt: int) -> float:
         try:
@@ -110,7 +114,13 @@ class OpenAIHTTPGenerator:
                     time.sleep(self._retry_after(headers, attempt))
                 continue
             if status == 400 and "logprob" in body.decode("utf-8", "replace").lower() and "logprobs" in payload:
-                # A server that cannot give log-probs: ask without them, now and from now on.
+                if payload.get("top_logprobs", 1) > 1:
+                    # The judge's request (ten alternatives): refused, that claim is checked without it.
+                    raise GenerationError(f"{where} refused a request for {payload['top_logprobs']} alternative "
+                                          f"tokens' log-probabilities: {self._shown(body)}; the judge is skipped")
+                # A server that cannot give log-probs at all: ask without them, now and from now on.
+                log.warning("%s refused a request for log-probabilities (%s); asking without them from now on: "
+                            "answers have no mean_logprob and the judge is off", self.base_url, self._shown(body))
                 self._logprobs = False
                 return self._post({k: v for k, v in payload.items() if k not in ("logprobs", "top_logprobs")})
             if status in (401, 403):
@@ -145,7 +155,9 @@ class OpenAIHTTPGenerator:
     @staticmethod
     def _content(message) -> str | None:
         """The reply's text: a string, or the text parts of a list of content parts; None if neither."""
-        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(message, dict):
+            return None  # no message at all: not a chat completion
+        content = message.get("content")
         if content is None or isinstance(content, str):
             return content or ""
         if isinstance(content, list):
@@ -157,73 +169,104 @@ class OpenAIHTTPGenerator:
     def _stream(self, payload: dict, on_token: TokenCallback) -> dict | None:
         """Ask for ``payload`` as a stream and pass each piece of text to ``on_token`` as it comes;
         returns the reply in the shape of a whole one, or None when the server did not stream (an
-        error status, another content type, no connection): the caller then asks as usual, with
-        its retries and messages. A stream that breaks off after text was shown is an error."""
+        error status, a reply that is not JSON, no connection): the caller then asks as usual, with
+        its retries and messages. The whole reply must arrive within ``timeout_s``. An error event
+        in the stream, or a stream that breaks off after text was shown, is an error."""
         import httpx
 
         self.warm_up()
         self._streamed = False
         deadline = time.monotonic() + self.timeout_s
+        where = f"generator.backend=openai: {self.base_url}"
         text: list[str] = []
         logprobs: list = []
         usage: dict = {}
         finish = None
+        done = False
+
+        def event(data: str) -> None:
+            nonlocal usage, finish, done
+            if data == "[DONE]":
+                done = True
+                return
+            try:
+                chunk = json.loads(data)
+            except ValueError as exc:
+                raise GenerationError(f"{where} sent a stream event that is not JSON: "
+                                      f"{self._redacted(data)[:80]!r}") from exc
+            if not isinstance(chunk, dict):
+                return
+            if chunk.get("error") is not None:
+                err = chunk["error"]
+                message = err.get("message") if isinstance(err, dict) else err
+                raise GenerationError(f"{where} reported an error in its stream: {self._redacted(str(message))[:200]!r}")
+            if isinstance(chunk.get("usage"), dict):
+                usage = chunk["usage"]
+            choices = chunk.get("choices")
+            if not (isinstance(choices, list) and choices and isinstance(choices[0], dict)):
+                return
+            choice = choices[0]
+            piece = self._content(choice.get("delta"))
+            if piece:
+                text.append(piece)
+                on_token(piece)
+            lp = choice.get("logprobs")
+            if isinstance(lp, dict) and isinstance(lp.get("content"), list):
+                logprobs.extend(lp["content"])
+            finish = choice.get("finish_reason") or finish
+
         try:
             with self._client.stream("POST", "/chat/completions",
                                      json={**payload, "stream": True, "stream_options": {"include_usage": True}}) as r:
                 if r.status_code != 200:
                     return None
-                if "text/event-stream" not in r.headers.get("content-type", ""):
+                streaming = "text/event-stream" in r.headers.get("content-type", "")
+                buffer = bytearray()
+                lines: list[str] = []  # the data lines of the event being read
+                for chunk in r.iter_bytes():
+                    if time.monotonic() > deadline:
+                        raise GeneratorUnavailableError(f"{where} did not finish its reply within {self.timeout_s:g} s; "
+                                                        "raise generator.timeout_s or check the server")
+                    buffer += chunk
+                    if not streaming:
+                        continue  # a whole reply: read to its end, then parsed below
+                    while b"\n" in buffer and not done:
+                        raw, _, rest = bytes(buffer).partition(b"\n")
+                        buffer = bytearray(rest)
+                        line = raw.decode("utf-8", "replace").rstrip("\r")
+                        if not line:  # a blank line ends an event: its data lines joined
+                            if lines:
+                                event("\n".join(lines))
+                                lines = []
+                        elif line.startswith("data:"):
+                            lines.append(line[5:][1:] if line[5:].startswith(" ") else line[5:])
+                    if done:
+                        break
+                if not streaming:
                     # A server that ignores "stream": its whole reply, read as without streaming.
                     try:
-                        whole = json.loads(r.read())
+                        whole = json.loads(bytes(buffer))
                     except ValueError:
                         return None
                     return whole if isinstance(whole, dict) else None
-                done = False
-                for line in r.iter_lines():
-                    if time.monotonic() > deadline:
-                        raise GeneratorUnavailableError(
-                            f"generator.backend=openai: {self.base_url} did not finish its reply within "
-                            f"{self.timeout_s:g} s; raise generator.timeout_s or check the server")
-                    if not line.startswith("data:"):
-                        continue  # comments, event names, keep-alives
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        done = True
-                        break
-                    try:
-                        chunk = json.loads(data)
-                    except ValueError as exc:
-                        raise GenerationError(f"generator.backend=openai: {self.base_url} sent a stream event that "
-                                              f"is not JSON: {data[:80]!r}") from exc
-                    if isinstance(chunk, dict) and isinstance(chunk.get("usage"), dict):
-                        usage = chunk["usage"]
-                    choices = chunk.get("choices") if isinstance(chunk, dict) else None
-                    if not (isinstance(choices, list) and choices and isinstance(choices[0], dict)):
-                        continue
-                    choice = choices[0]
-                    piece = self._content(choice.get("delta"))
-                    if piece:
-                        text.append(piece)
-                        on_token(piece)
-                    lp = choice.get("logprobs")
-                    if isinstance(lp, dict) and isinstance(lp.get("content"), list):
-                        logprobs.extend(lp["content"])
-                    finish = choice.get("finish_reason") or finish
-                if not done and finish is None:
-                    if text:
-                        raise GenerationError(f"generator.backend=openai: the stream from {self.base_url} ended "
-                                              "before the reply was complete")
-                    return None
+                if lines and not done:
+                    event("\n".join(lines))  # the last event, without its blank line
         except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as exc:
-            if text:
+            if finish is not None:
+                pass  # the reply was complete; only the closing of the stream failed
+            elif text:
                 raise GenerationError(f"generator.backend=openai: the stream from {self.base_url} broke off "
                                       f"({exc})") from exc
-            return None
+            else:
+                return None
         except httpx.TimeoutException as exc:
-            raise GeneratorUnavailableError(f"generator.backend=openai: {self.base_url} did not answer within "
-                                            f"{self.timeout_s:g} s; raise generator.timeout_s or check the server") from exc
+            raise GeneratorUnavailableError(f"{where} did not answer within {self.timeout_s:g} s; raise "
+                                            "generator.timeout_s or check the server") from exc
+        if not done and finish is None:
+            if text:
+                raise GenerationError(f"generator.backend=openai: the stream from {self.base_url} ended before the "
+                                      "reply was complete")
+            return None
         self._streamed = True
         return {"choices": [{"message": {"content": "".join(text)}, "finish_reason": finish or "stop",
                              "logprobs": {"content": logprobs}}], "usage": usage}
@@ -284,11 +327,14 @@ class OpenAIHTTPGenerator:
             yes = no = 0.0
             for t in top:
                 token, lp = t["token"], t["logprob"]
-                if not isinstance(token, str) or not isinstance(lp, (int, float)) or isinstance(lp, bool):
+                word = token.strip().lower() if isinstance(token, str) else None
+                if word not in ("yes", "no"):
                     continue
-                if token.strip().lower() == "yes":
+                if not isinstance(lp, (int, float)) or isinstance(lp, bool) or not math.isfinite(lp):
+                    return None  # a yes or no without a usable number: no judgement, rather than a wrong one
+                if word == "yes":
                     yes += math.exp(lp)
-                elif token.strip().lower() == "no":
+                else:
                     no += math.exp(lp)
         except (KeyError, IndexError, TypeError, AttributeError, OverflowError):
             return None

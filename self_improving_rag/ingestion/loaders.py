@@ -9,6 +9,7 @@ footer. HTML headings become markdown ``#`` lines so that section detection sees
 from __future__ import annotations
 
 import codecs
+import errno
 import hashlib
 import io
 import logging
@@ -276,7 +277,8 @@ def _walk_folder(folder: Path, exclude: tuple[Path, ...] = ()) -> tuple[list[Pat
                 if entry.is_symlink():
                     entry.resolve(strict=True)  # a link in a loop: Python raises RuntimeError or ELOOP
             except (RuntimeError, OSError) as exc:
-                skipped.append((entry, "broken link" if isinstance(exc, FileNotFoundError) else "link in a loop"))
+                loop = isinstance(exc, RuntimeError) or getattr(exc, "errno", None) == errno.ELOOP
+                skipped.append((entry, "link in a loop" if loop else "broken link"))
                 continue
             if entry.is_dir():
                 if entry.is_symlink() and not entry.resolve().is_relative_to(root):
@@ -348,6 +350,9 @@ def _reject_binary(path: Path, raw: bytes) -> None:
 # What cp1252 gives for Western European text: letters of Latin-1 and Latin Extended-A it has,
 # and its typographic marks; a byte that reads otherwise (a box, a control, "»" inside a word)
 # says the file is in another code page.
+# Turkish letters cp1254 has where cp1252 has these Icelandic ones ("İ" read as "Ý"): a text
+# with them is left to charset-normalizer, which reads Turkish right more often.
+_TURKISH_IN_CP1252 = frozenset("ÐÝÞðýþ")
 _WESTERN_MARKS = set("€‚„…†‡‰‘’“”•–—™£©®°±²³µ·¹º½¼¾¿¡«»§¶¢¥×÷\u00a0")
 
 
@@ -369,7 +374,7 @@ def _reads_as_western(raw: bytes) -> str | None:
         if ch.isalpha():
             letters += 1
             if ord(ch) > 127:
-                if not ("\u00c0" <= ch <= "\u017f" and ch not in "×÷"):
+                if not ("\u00c0" <= ch <= "\u017f" and ch not in "×÷") or ch in _TURKISH_IN_CP1252:
                     return None
                 accented += 1
                 run += 1

@@ -158,7 +158,7 @@ def _ingest_lock(root: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _doc_ids(files: list[Path], held: dict[str, dict] | None = None) -> dict[Path, str]:
+def _doc_ids(files: list[Path], held: dict[str, dict] | None = None, max_bytes: int | None = None) -> dict[Path, str]:
     """Each file's document id.
 
     A file the index already holds (``held``: the manifest's ``files``, id -> metadata) keeps its
@@ -166,8 +166,9 @@ def _doc_ids(files: list[Path], held: dict[str, dict] | None = None) -> dict[Pat
     earlier results cite documents by id). A file is known by its absolute path as given
     (``file``; a symlink beside its target is not ingested: see :func:`iter_source_files`), or, in an index written before that was
     recorded, by its resolved ``path`` when one held document has it; a file at a new path with the
-    content of a held document whose path is not among ``files`` is that document moved, and keeps
-    its id (one with the file's name first, when several hold that content). A new file gets its
+    name and the content of a held document whose path is not among ``files`` is that document
+    moved (its folder renamed, reached through a link), and keeps its id (files over ``max_bytes``
+    are not read for this). A new file gets its
     :func:`doc_slug`, with a path hash appended when that id is taken or another new file would
     get it too ("My Book.txt" and "my_book.txt" included).
     """
@@ -186,9 +187,10 @@ def _doc_ids(files: list[Path], held: dict[str, dict] | None = None) -> dict[Pat
         if old is not None and old not in assigned:
             out[f] = old
             assigned.add(old)
-    # A file at a path the index does not know, with the content of a document whose own path is
-    # not among these files, is that document moved (its folder renamed, reached through a link):
-    # it keeps its id, as a hashed id of the new path would rename it.
+    # A file at a path the index does not know, with the name and content of a document whose own
+    # path is not among these files, is that document moved (its folder renamed, reached through a
+    # link): it keeps its id, which a hash of the new path would change. A renamed file (another
+    # name) is a new document, as before.
     given = {str(f.absolute()) for f in files}
     gone: dict[str, list[str]] = {}
     for doc_id, meta in held.items():
@@ -198,15 +200,19 @@ def _doc_ids(files: list[Path], held: dict[str, dict] | None = None) -> dict[Pat
         for f in files:
             if f in out:
                 continue
+            slug = doc_slug(f)
+            if not any(d == slug or d.startswith(slug + "-") for ds in gone.values() for d in ds):
+                continue  # no gone document of this name: a renamed file is a new document
             try:
+                if max_bytes is not None and f.stat().st_size > max_bytes:
+                    continue  # too large to be read: the ingest reports it
                 candidates = [d for d in gone.get(_file_sha256(f), []) if d not in assigned]
             except OSError:
                 continue  # unreadable now: the ingest reports it
-            same_name = [d for d in candidates if d == doc_slug(f) or d.startswith(doc_slug(f) + "-")]
-            pick = same_name[:1] or (candidates if len(candidates) == 1 else [])
-            if pick:
-                out[f] = pick[0]
-                assigned.add(pick[0])
+            same_name = [d for d in candidates if d == slug or d.startswith(slug + "-")]
+            if same_name:
+                out[f] = same_name[0]
+                assigned.add(same_name[0])
     new = [f for f in files if f not in out]
     slugs = {f: doc_slug(f) for f in new}
     counts: dict[str, int] = {}
@@ -343,8 +349,8 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
         try:
             all_chunks: dict[str, list[Chunk]] = {n: [] for n in chunkers}
             files_meta: dict[str, dict] = {}
-            ids = _doc_ids(files, held_files)
             max_bytes = int(config.ingestion.max_file_mb * 2**20)
+            ids = _doc_ids(files, held_files, max_bytes)
             t_chunk = time.perf_counter()
             bar = tqdm(files, desc="chunking", unit="file", disable=not progress or None, leave=False)
             sentence_embed = lambda texts: cache.embed(texts, embedder.embed)  # noqa: E731

@@ -371,4 +371,5 @@ def test_ece_noise_floor_shrinks_with_more_labels() -> None:
 def test_typographic_hyphens_are_deleted_like_the_ascii_one() -> None:
     assert normalize_answer("crested night\u2010jar") == normalize_answer("crested night-jar") == "crested nightjar"
     assert normalize_answer("night\u2011jar") == "nightjar"
+    assert normalize_answer("night\u00adjar") == "nightjar"  # a soft hyphen (&shy;) is no character
     assert normalize_answer("Holmes\u2014the") == "holmes"  # a long dash still parts words

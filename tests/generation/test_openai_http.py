@@ -39,6 +39,8 @@ class FakeOpenAI:
     def __init__(self) -> None:
         self.mode = "ok"
         self.limited = 0  # rate_limited: how many requests get HTTP 429 first
+        self.raw_events: list[bytes] = []  # sse_raw: the bytes sent, one write each
+        self.raw_pause = 0.0
         self.requests: list[dict] = []
         self.release = threading.Event()  # frees a handler held by the "slow" mode
         fake = self
@@ -114,6 +116,26 @@ class FakeOpenAI:
                     self.wfile.write(b'data: {"choices": [], "usage": {"prompt_tokens": 21, "completion_tokens": 3}}\n\n')
                     self.wfile.write(b"data: [DONE]\n\n")
                     self.wfile.flush()
+                    self.close_connection = True
+                    return
+                if mode == "no_message":
+                    self._send(200, json.dumps({"choices": [{"text": REPLY, "finish_reason": "stop"}]}).encode())
+                    return
+                if mode == "judge_limit" and body.get("top_logprobs", 0) > 5:
+                    self._send(400, b'{"error": {"message": "top_logprobs must be <= 5"}}')
+                    return
+                if mode == "long_echo":  # the key far into a long body
+                    auth = self.headers.get("Authorization", "")
+                    self._send(500, json.dumps({"error": "x" * 280 + f" you sent {auth}"}).encode())
+                    return
+                if mode.startswith("sse_raw") and body.get("stream"):
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.end_headers()
+                    for part in fake.raw_events:
+                        self.wfile.write(part)
+                        self.wfile.flush()
+                        time.sleep(fake.raw_pause)
                     self.close_connection = True
                     return
                 if mode in ("parts", "null_top", "null_logprob", "logprobs_list"):
@@ -483,8 +505,10 @@ def test_odd_reply_shapes_are_read_or_judged_as_unreadable(fake_server) -> None:
     assert out.text == REPLY and out.token_logprobs == ()
     for mode in ("null_top", "null_logprob"):  # the judge's reply without usable numbers: no judgement
         fake_server.mode = mode
-        p = _gen(fake_server).yes_probability(MESSAGES)
-        assert p is None if mode == "null_top" else p == 0.0
+        assert _gen(fake_server).yes_probability(MESSAGES) is None  # not 0.0, "unsupported"
+    fake_server.mode = "no_message"
+    with pytest.raises(GenerationError, match="unexpected reply shape"):  # not an empty answer (a decline)
+        _gen(fake_server).generate(MESSAGES)
 
 
 def test_with_on_token_the_answer_streams_piece_by_piece(fake_server) -> None:
@@ -513,3 +537,58 @@ def test_a_server_that_does_not_stream_answers_whole_and_a_broken_stream_is_an_e
     with pytest.raises(GenerationError, match="ended before the reply was complete|broke off"):
         _gen(fake_server).generate(MESSAGES, on_token=seen.append)
     assert seen == ["The lighthouse", " was built in 1852"]
+
+
+def _event(piece: str, finish=None) -> bytes:
+    return ("data: " + json.dumps({"choices": [{"delta": {"content": piece}, "finish_reason": finish}]}) + "\n\n").encode()
+
+
+def test_a_stream_is_read_as_server_sent_events_are_written(fake_server) -> None:
+    """Data lines with or without a space, CRLF line ends, an event of several data lines, and a
+    stream that ends after its finish_reason without [DONE]."""
+    fake_server.mode = "sse_raw"
+    multi = 'data: {"choices": [{"delta":\r\ndata: {"content": " Venn [1]."},\r\ndata: "finish_reason": "stop"}]}\r\n\r\n'
+    fake_server.raw_events = [b'data:{"choices": [{"delta": {"content": "Clara"}}]}\r\n\r\n', multi.encode()]
+    seen: list[str] = []
+    out = _gen(fake_server).generate(MESSAGES, on_token=seen.append)
+    assert seen == ["Clara", " Venn [1]."] and out.text == "Clara Venn [1]." and out.finish_reason == "stop"
+
+
+def test_an_error_event_in_a_stream_is_an_error_not_an_answer(fake_server) -> None:
+    fake_server.mode = "sse_raw"
+    fake_server.raw_events = [_event("The light"), b'data: {"error": {"message": "model overloaded"}}\n\n',
+                              b"data: [DONE]\n\n"]
+    with pytest.raises(GenerationError, match="reported an error in its stream: 'model overloaded'"):
+        _gen(fake_server).generate(MESSAGES, on_token=lambda piece: None)
+
+
+def test_a_stream_that_trickles_stops_at_the_deadline(fake_server) -> None:
+    from self_improving_rag.errors import GeneratorUnavailableError
+
+    fake_server.mode = "sse_raw"
+    fake_server.raw_events = [bytes([b]) for b in _event("The lighthouse was built by Clara Venn") * 3]
+    fake_server.raw_pause = 0.05  # one byte every 50 ms, never a whole line for long
+    t0 = time.monotonic()
+    with pytest.raises(GeneratorUnavailableError, match="did not finish its reply within 1 s"):
+        _gen(fake_server, timeout_s=1).generate(MESSAGES, on_token=lambda piece: None)
+    assert time.monotonic() - t0 < 3
+
+
+def test_the_key_is_blanked_wherever_it_stands_in_a_reply(fake_server, monkeypatch) -> None:
+    from self_improving_rag.errors import GeneratorUnavailableError
+
+    key = "sk-proj-" + "A" * 156
+    monkeypatch.setenv("SIRAG_TEST_KEY", key)
+    fake_server.mode = "long_echo"
+    with pytest.raises(GeneratorUnavailableError) as err:
+        _gen(fake_server, api_key_env="SIRAG_TEST_KEY").generate(MESSAGES)
+    assert "sk-proj-" not in str(err.value)
+
+
+def test_a_judge_request_refused_for_its_alternatives_keeps_log_probs_for_answers(fake_server) -> None:
+    fake_server.mode = "judge_limit"
+    gen = _gen(fake_server)
+    with pytest.raises(GenerationError, match="refused a request for 10 alternative tokens"):
+        gen.yes_probability(MESSAGES)
+    gen.generate(MESSAGES)
+    assert fake_server.requests[-1]["body"]["logprobs"] is True

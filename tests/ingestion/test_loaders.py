@@ -494,9 +494,11 @@ def test_a_symlink_loop_in_a_folder_is_skipped_with_a_warning(tmp_path: Path) ->
     (folder / "sub").mkdir()
     (folder / "sub" / "l1.txt").symlink_to("l2.txt")
     (folder / "sub" / "l2.txt").symlink_to("l1.txt")
+    (folder / "bad.txt").symlink_to("m.txt/x.txt")  # through a file: not a loop, a broken link
     files, problems = iter_source_files([folder])
     assert files == [folder / "m.txt"]
     assert len(problems) == 1 and problems[0].count("(link in a loop)") == 4, problems
+    assert "bad.txt (broken link)" in problems[0]
 
 
 @pytest.mark.parametrize("encoding, text", [
@@ -508,6 +510,7 @@ def test_a_symlink_loop_in_a_folder_is_skipped_with_a_warning(tmp_path: Path) ->
     ("cp1251", "Привет, как дела? Это тестовый текст на русском языке, довольно длинный."),
     ("cp1250", "Zażółć gęślą jaźń, to jest polski tekst testowy do sprawdzenia."),
     ("cp1253", "Καλημέρα κόσμε, αυτό είναι ένα κείμενο."),
+    ("cp1254", "Türkçe bir metin: İstanbul'da güzel bir gün."),
 ])
 def test_short_texts_in_a_code_page_are_read_as_written(tmp_path: Path, encoding: str, text: str) -> None:
     """A short Western text's "€" or "é" was read as "Ç" or "ķ" by another code page (cp852,

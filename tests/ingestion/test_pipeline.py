@@ -599,3 +599,31 @@ def test_a_renamed_folder_keeps_the_hashed_ids_of_its_documents(fake_config, tmp
     link.symlink_to(moved_to)
     linked = ingest([link], fake_config, hash_embedder, progress=False)
     assert sorted(d["doc_id"] for d in linked.documents) == sorted(before.values()) and linked.removed_documents == []
+
+
+def test_a_renamed_file_is_a_new_document_and_a_moved_one_keeps_its_id(fake_config, tmp_path: Path,
+                                                                        hash_embedder) -> None:
+    """Content alone does not carry an id: a file renamed (another name) becomes the document of
+    its new name, and beside a moved note a copy of it under another name does not take its id."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "draft.txt").write_text("The harbour wall was rebuilt in 1901.\n", encoding="utf-8")
+    ingest([folder], fake_config, hash_embedder, progress=False)
+    (folder / "draft.txt").rename(folder / "final-report.txt")
+    report = ingest([folder], fake_config, hash_embedder, progress=False)
+    assert [d["doc_id"] for d in report.documents] == ["final-report"] and report.removed_documents == ["draft"]
+    assert report.documents[0]["title"] != "draft"
+    # a/notes.txt (hashed: another notes.txt) moves to b/, where a copy named summary.txt lies too.
+    other = tmp_path / "other"
+    (other / "a").mkdir(parents=True)
+    (other / "x").mkdir()
+    (other / "a" / "notes.txt").write_text("The miller pressed cider.\n", encoding="utf-8")
+    (other / "x" / "notes.txt").write_text("The baker rose early.\n", encoding="utf-8")
+    first = ingest([other], fake_config, hash_embedder, progress=False)
+    ids = {Path(d["file"]).relative_to(other.absolute()).as_posix(): d["doc_id"] for d in first.documents}
+    (other / "b").mkdir()
+    (other / "a" / "notes.txt").rename(other / "b" / "notes.txt")
+    (other / "b" / "summary.txt").write_text("The miller pressed cider.\n", encoding="utf-8")
+    moved = ingest([other], fake_config, hash_embedder, progress=False)
+    now = {Path(d["file"]).relative_to(other.absolute()).as_posix(): d["doc_id"] for d in moved.documents}
+    assert now["b/notes.txt"] == ids["a/notes.txt"] and now["b/summary.txt"] == "summary"
