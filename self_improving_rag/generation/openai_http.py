@@ -46,6 +46,7 @@ class OpenAIHTTPGenerator:
         self.name = f"openai:{model}"
         self._client = None
         self._logprobs = True  # False once the server refused a request for log-probs
+        self._judge_ok = True  # False once it refused the judge's request for ten alternatives
         self._streamed = False  # whether the last _stream call got a stream (its text already shown)
 
     def warm_up(self) -> None:
@@ -115,9 +116,12 @@ class OpenAIHTTPGenerator:
                 continue
             if status == 400 and "logprob" in body.decode("utf-8", "replace").lower() and "logprobs" in payload:
                 if payload.get("top_logprobs", 1) > 1:
-                    # The judge's request (ten alternatives): refused, that claim is checked without it.
-                    raise GenerationError(f"{where} refused a request for {payload['top_logprobs']} alternative "
-                                          f"tokens' log-probabilities: {self._shown(body)}; the judge is skipped")
+                    # The judge's request (ten alternatives): refused, the judge is off from now on (its
+                    # claims are checked without it); the answers keep their log-probs.
+                    log.warning("%s refused a request for %d alternatives' log-probabilities (%s); the judge is "
+                                "off from now on", self.base_url, payload["top_logprobs"], self._shown(body))
+                    self._judge_ok = False
+                    return {}
                 # A server that cannot give log-probs at all: ask without them, now and from now on.
                 log.warning("%s refused a request for log-probabilities (%s); asking without them from now on: "
                             "answers have no mean_logprob and the judge is off", self.base_url, self._shown(body))
@@ -230,16 +234,10 @@ class OpenAIHTTPGenerator:
                     buffer += chunk
                     if not streaming:
                         continue  # a whole reply: read to its end, then parsed below
-                    while b"\n" in buffer and not done:
-                        raw, _, rest = bytes(buffer).partition(b"\n")
-                        buffer = bytearray(rest)
-                        line = raw.decode("utf-8", "replace").rstrip("\r")
-                        if not line:  # a blank line ends an event: its data lines joined
-                            if lines:
-                                event("\n".join(lines))
-                                lines = []
-                        elif line.startswith("data:"):
-                            lines.append(line[5:][1:] if line[5:].startswith(" ") else line[5:])
+                    for line in _sse_lines(buffer, final=False):
+                        lines = _sse_line(line, lines, event)
+                        if done:
+                            break
                     if done:
                         break
                 if not streaming:
@@ -249,6 +247,9 @@ class OpenAIHTTPGenerator:
                     except ValueError:
                         return None
                     return whole if isinstance(whole, dict) else None
+                if not done:
+                    for line in _sse_lines(buffer, final=True):  # a last line without its line end
+                        lines = _sse_line(line, lines, event)
                 if lines and not done:
                     event("\n".join(lines))  # the last event, without its blank line
         except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as exc:
@@ -316,11 +317,11 @@ class OpenAIHTTPGenerator:
     def yes_probability(self, messages) -> float | None:
         """P(yes) / (P(yes) + P(no)) from the first token's top log-probs; None when the server gives
         none (or a shape this cannot read): the claim is then checked without the judge."""
-        if not self._logprobs:
+        if not (self._logprobs and self._judge_ok):
             return None
         data = self._post({"model": self.model, "messages": messages, "temperature": 0.0, "max_tokens": 1,
                            "logprobs": True, "top_logprobs": 10})
-        if not self._logprobs:  # the server refused log-probs just now: no judgement to read
+        if not (self._logprobs and self._judge_ok):  # the server refused log-probs just now: no judgement
             return None
         try:
             top = data["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
@@ -339,3 +340,50 @@ class OpenAIHTTPGenerator:
         except (KeyError, IndexError, TypeError, AttributeError, OverflowError):
             return None
         return yes / (yes + no) if yes + no > 0 else None
+
+
+def _sse_lines(buffer: bytearray, final: bool):
+    """Take the complete lines out of ``buffer`` (ended by CRLF, LF or CR, as server-sent events
+    allow) and yield them decoded; with ``final``, what is left is a line too."""
+    while buffer:
+        cut = -1
+        for i, byte in enumerate(buffer):
+            if byte in (10, 13):
+                cut = i
+                break
+        if cut < 0:
+            if final:
+                line = bytes(buffer)
+                del buffer[:]
+                yield line.decode("utf-8", "replace")
+            return
+        if buffer[cut] == 13 and cut + 1 == len(buffer) and not final:
+            return  # a CR at the end: its LF may come with the next chunk
+        end = cut + 2 if buffer[cut] == 13 and cut + 1 < len(buffer) and buffer[cut + 1] == 10 else cut + 1
+        line = bytes(buffer[:cut])
+        del buffer[:end]
+        yield line.decode("utf-8", "replace")
+
+
+def _sse_line(line: str, lines: list[str], event) -> list[str]:
+    """Read one line of a stream: a blank line dispatches the event its data lines make; a data
+    line that is a whole event by itself ([DONE], or JSON) is dispatched at once, for servers that
+    leave out the blank lines; returns the data lines still waiting."""
+    if not line:
+        if lines:
+            event("\n".join(lines))
+        return []
+    if not line.startswith("data:"):
+        return lines  # comments (": keep-alive"), event names, ids
+    data = line[5:][1:] if line[5:].startswith(" ") else line[5:]
+    if not lines:
+        if data.strip() == "[DONE]":
+            event("[DONE]")
+            return []
+        try:
+            json.loads(data)
+        except ValueError:
+            return [data]  # the first line of an event of several
+        event(data)
+        return []
+    return [*lines, data]

@@ -350,15 +350,17 @@ def _reject_binary(path: Path, raw: bytes) -> None:
 # What cp1252 gives for Western European text: letters of Latin-1 and Latin Extended-A it has,
 # and its typographic marks; a byte that reads otherwise (a box, a control, "»" inside a word)
 # says the file is in another code page.
-# Turkish letters cp1254 has where cp1252 has these Icelandic ones ("İ" read as "Ý"): a text
-# with them is left to charset-normalizer, which reads Turkish right more often.
+# Turkish letters cp1254 has where cp1252 has these Icelandic ones ("İ" read as "Ý"): a Western
+# reading with them is read in cp1254 (Turkish is far more often written so than Icelandic).
 _TURKISH_IN_CP1252 = frozenset("ÐÝÞðýþ")
 _WESTERN_MARKS = set("€‚„…†‡‰‘’“”•–—™£©®°±²³µ·¹º½¼¾¿¡«»§¶¢¥×÷\u00a0")
 
 
-def _reads_as_western(raw: bytes) -> str | None:
-    """The text when ``raw`` reads as plausible Western European cp1252 (mostly ASCII words with
-    an accented letter here and there, and typographic marks), else None. charset-normalizer
+def _reads_as_western(raw: bytes) -> tuple[str, str] | None:
+    """(text, encoding) when ``raw`` reads as plausible Western European cp1252 (mostly ASCII
+    words with an accented letter here and there, and typographic marks), else None; when that
+    reading holds a letter cp1254 has in Turkish's place ("Ý" for "İ", "ð" for "ğ"), the text in
+    cp1254. charset-normalizer
     often ranks another code page first for a short Western text (a "€" or "é" read as "Ç" or
     "ķ"); Cyrillic or Greek bytes read in cp1252 as runs of accented letters, and Central European
     ones as signs inside words ("Za¿ó³æ"): those are left to it."""
@@ -374,17 +376,21 @@ def _reads_as_western(raw: bytes) -> str | None:
         if ch.isalpha():
             letters += 1
             if ord(ch) > 127:
-                if not ("\u00c0" <= ch <= "\u017f" and ch not in "×÷") or ch in _TURKISH_IN_CP1252:
+                if not ("\u00c0" <= ch <= "\u017f" and ch not in "×÷"):
                     return None
                 accented += 1
                 run += 1
-                if run >= 3:
-                    return None  # three accented letters in a row: not a Western word
+                if run >= 4:
+                    return None  # four accented letters in a row: not a Western (or Turkish) word
                 continue
         elif ord(ch) > 127 and ch not in _WESTERN_MARKS:
             return None
         run = 0
-    return text if letters and accented <= 0.4 * letters else None
+    if not (letters and accented <= 0.4 * letters):
+        return None
+    if any(ch in _TURKISH_IN_CP1252 for ch in text):
+        return raw.decode("cp1254"), "cp1254"  # every byte cp1252 maps, cp1254 maps too
+    return text, "cp1252"
 
 
 def _detect(path: Path, raw: bytes) -> tuple[str, str]:
@@ -396,10 +402,10 @@ def _detect(path: Path, raw: bytes) -> tuple[str, str]:
         if match.encoding in _WESTERN and match.chaos <= best.chaos + _WESTERN_TOLERANCE:
             best = match
             break
-    if best is None or best.encoding not in _WESTERN:
+    if best is None or best.encoding not in _WESTERN or any(ch in _TURKISH_IN_CP1252 for ch in str(best)):
         western = _reads_as_western(raw)
         if western is not None:
-            return western, "cp1252"
+            return western
     if best is None:
         raise _fail(path, "bytes are not UTF-8 and no text encoding fits them",
                     "re-save the file as UTF-8")

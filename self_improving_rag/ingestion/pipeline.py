@@ -6,6 +6,7 @@ import fcntl
 import hashlib
 import json
 import logging
+import re
 import shutil
 import time
 from contextlib import contextmanager
@@ -201,7 +202,8 @@ def _doc_ids(files: list[Path], held: dict[str, dict] | None = None, max_bytes: 
             if f in out:
                 continue
             slug = doc_slug(f)
-            if not any(d == slug or d.startswith(slug + "-") for ds in gone.values() for d in ds):
+            named = re.compile(re.escape(slug) + r"(-[0-9a-f]{6,64})?")  # its id, or its id with a path hash
+            if not any(named.fullmatch(d) for ds in gone.values() for d in ds):
                 continue  # no gone document of this name: a renamed file is a new document
             try:
                 if max_bytes is not None and f.stat().st_size > max_bytes:
@@ -209,7 +211,7 @@ def _doc_ids(files: list[Path], held: dict[str, dict] | None = None, max_bytes: 
                 candidates = [d for d in gone.get(_file_sha256(f), []) if d not in assigned]
             except OSError:
                 continue  # unreadable now: the ingest reports it
-            same_name = [d for d in candidates if d == slug or d.startswith(slug + "-")]
+            same_name = [d for d in candidates if named.fullmatch(d)]
             if same_name:
                 out[f] = same_name[0]
                 assigned.add(same_name[0])

@@ -124,9 +124,9 @@ class FakeOpenAI:
                 if mode == "judge_limit" and body.get("top_logprobs", 0) > 5:
                     self._send(400, b'{"error": {"message": "top_logprobs must be <= 5"}}')
                     return
-                if mode == "long_echo":  # the key far into a long body
+                if mode == "long_echo":  # the key across byte 300 of a long body
                     auth = self.headers.get("Authorization", "")
-                    self._send(500, json.dumps({"error": "x" * 280 + f" you sent {auth}"}).encode())
+                    self._send(500, json.dumps({"error": "x" * 130 + f" you sent {auth}" + "y" * 200}).encode())
                     return
                 if mode.startswith("sse_raw") and body.get("stream"):
                     self.send_response(200)
@@ -588,7 +588,26 @@ def test_the_key_is_blanked_wherever_it_stands_in_a_reply(fake_server, monkeypat
 def test_a_judge_request_refused_for_its_alternatives_keeps_log_probs_for_answers(fake_server) -> None:
     fake_server.mode = "judge_limit"
     gen = _gen(fake_server)
-    with pytest.raises(GenerationError, match="refused a request for 10 alternative tokens"):
-        gen.yes_probability(MESSAGES)
+    assert gen.yes_probability(MESSAGES) is None  # no judgement, no error (retrieval's judge asks too)
+    n = len(fake_server.requests)
+    assert gen.yes_probability(MESSAGES) is None and len(fake_server.requests) == n  # not asked again
     gen.generate(MESSAGES)
     assert fake_server.requests[-1]["body"]["logprobs"] is True
+
+
+@pytest.mark.parametrize("events", [
+    # a last line without its line end
+    [_event("Hello"), b'data: {"choices": [{"delta": {"content": " world"}, "finish_reason": "stop"}]}'],
+    # no blank lines between events
+    [b'data: {"choices": [{"delta": {"content": "Hello"}}]}\n',
+     b'data: {"choices": [{"delta": {"content": " world"}, "finish_reason": "stop"}]}\ndata: [DONE]\n'],
+    # bare CR line ends, one split between chunks
+    [b'data: {"choices": [{"delta": {"content": "Hello"}}]}\r', b'\r',
+     b'data: {"choices": [{"delta": {"content": " world"}, "finish_reason": "stop"}]}\r\rdata: [DONE]\r\r'],
+])
+def test_streams_that_bend_the_format_are_read(fake_server, events) -> None:
+    fake_server.mode = "sse_raw"
+    fake_server.raw_events = events
+    seen: list[str] = []
+    out = _gen(fake_server).generate(MESSAGES, on_token=seen.append)
+    assert seen == ["Hello", " world"] and out.text == "Hello world" and len(fake_server.requests) == 1

@@ -511,6 +511,9 @@ def test_a_symlink_loop_in_a_folder_is_skipped_with_a_warning(tmp_path: Path) ->
     ("cp1250", "Zażółć gęślą jaźń, to jest polski tekst testowy do sprawdzenia."),
     ("cp1253", "Καλημέρα κόσμε, αυτό είναι ένα κείμενο."),
     ("cp1254", "Türkçe bir metin: İstanbul'da güzel bir gün."),
+    ("cp1254", "Öğrenciler okulda ders çalışıyor."),
+    ("cp1254", "Bugün hava çok güzel, değil mi? Şimdi dışarı çıkıyorum."),
+    ("cp1254", "Öğretmen geldi."),
 ])
 def test_short_texts_in_a_code_page_are_read_as_written(tmp_path: Path, encoding: str, text: str) -> None:
     """A short Western text's "€" or "é" was read as "Ç" or "ķ" by another code page (cp852,

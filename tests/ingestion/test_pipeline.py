@@ -613,6 +613,9 @@ def test_a_renamed_file_is_a_new_document_and_a_moved_one_keeps_its_id(fake_conf
     report = ingest([folder], fake_config, hash_embedder, progress=False)
     assert [d["doc_id"] for d in report.documents] == ["final-report"] and report.removed_documents == ["draft"]
     assert report.documents[0]["title"] != "draft"
+    (folder / "final-report.txt").rename(folder / "final.txt")  # "final-report" starts like "final-": no matter
+    report = ingest([folder], fake_config, hash_embedder, progress=False)
+    assert [d["doc_id"] for d in report.documents] == ["final"] and report.removed_documents == ["final-report"]
     # a/notes.txt (hashed: another notes.txt) moves to b/, where a copy named summary.txt lies too.
     other = tmp_path / "other"
     (other / "a").mkdir(parents=True)
