@@ -773,7 +773,6 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
             # A finished run is only summarised again, whatever the settings now; a resume is
             # checked before any index is built for it.
             if todo:
-                _archive_memory_leftovers(config.paths.memory_db, run_name, todo)
                 if done:
                     _check_resume_config(run_dir, config, len(done), corpus)
                 if corpus and not guard_index:
@@ -782,6 +781,8 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
                 if corpus:
                     (run_dir / "corpus.json").write_text(json.dumps(_corpus_record(corpus)), encoding="utf-8")
                     ensure_index(config, corpus, index_dir, progress, out_root)
+                # Once the run is known to go ahead: a refused resume leaves memory as it was.
+                _archive_memory_leftovers(config.paths.memory_db, run_name, todo)
             elif shown := _run_changes(run_dir, config, corpus):
                 print(f"note: run {run_name} is finished; its results are summarised as they were made. The "
                       f"settings given now differ ({shown}) and are not used: give the run another name to run "

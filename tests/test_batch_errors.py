@@ -594,3 +594,18 @@ def test_a_run_made_with_an_unexpanded_home_folder_resumes(tmp_path, monkeypatch
     assert _changed_settings(tmp_path, config) == ""
     other = load_config(None, ["retrieval.cross_encoder_dir=~/other"])
     assert "retrieval.cross_encoder_dir" in _changed_settings(tmp_path, other)
+
+
+def test_a_refused_resume_leaves_memory_as_it_was(tmp_path):
+    """The answers a killed run recorded but did not write are moved aside only once the run goes
+    ahead: a resume refused for other settings changes nothing in memory."""
+    ov = fake_overrides(tmp_path)
+    f = _batch(tmp_path)
+    db = tmp_path / "memory" / "memory.db"
+    assert run(["batch", str(f), "--json"], tmp_path, ov).returncode == 0
+    results = tmp_path / "runs" / "t" / "results.jsonl"
+    results.write_text(results.read_text().splitlines()[0] + "\n")  # the second answer never written
+    before = _outcomes(db)
+    r = run(["batch", str(f), "--json", "--set", "strategy.top_k=3"], tmp_path, ov)
+    assert "made with other settings" in _one_error_line(r)
+    assert _outcomes(db) == before
