@@ -1170,7 +1170,7 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
             for s in loop_runs:
                 run_cfg = _run_config(out_root / s["run"])
                 summaries.append(derive_single_attempt_run(out_root / s["run"], run_cfg.loop.answer_threshold, current))
-        # No loop at all: the first attempt's answer as the model gave it, no checks, no refusal.
+        # No loop at all: the first attempt's answer as the model gave it, no checks, no refusal but its own decline.
         summaries += [derive_plain_run(out_root / s["run"], current) for s in loop_runs]
         out = _resolve(base, spec.output_dir) / f"{spec.name}-loop-vs-noloop"
         write_comparison(summaries, out)
@@ -1231,13 +1231,13 @@ def add_batch_commands(sub, common, registry: dict, command) -> None:
             sp.add_argument("--name", type=_run_name, help="run name (default: the batch file's name: field, or the "
                                                            "dataset's file name)")
             sp.add_argument("--output-dir", help="where run folders go (default: the batch file's output_dir:, "
-                                                 "else runs/)")
+                                                 "else runs/ in the batch file's folder; with --dataset, runs/ here)")
             sp.add_argument("--compare-no-retry", action="store_true",
                             help="compare with the loop off: by default the first attempt of each question, "
                                  "finished alone (what the loop-off engine answers with the first strategies "
                                  "memory chose in the loop run, at no extra cost), "
                                  "written as <run>-single; and with no loop at all (the first attempt's "
-                                 "answer as the model gave it: no checks, no refusal), written as <run>-plain")
+                                 "answer as the model gave it: no checks, no refusal but the model's own decline), written as <run>-plain")
             sp.add_argument("--separate-no-retry-run", action="store_true",
                             help="with --compare-no-retry: run the questions again with the loop off instead")
             sp.add_argument("--retrieval-only", action="store_true",
