@@ -7,6 +7,7 @@ directories are created, nothing is seeded.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -251,22 +252,13 @@ def pins_strategy(items) -> bool:
     pinned (policy.first_from_memory false), so memory does not replace what was asked for."""
     tree: dict[str, Any] = {}
     for item in items:
-        if isinstance(item, tuple):
-            key, value = str(item[0]).strip(), item[1]
-        else:
-            key, _, raw = str(item).partition("=")
-            key = key.strip()
-            try:
-                value = parse_override(f"x={raw}")["x"]
-            except ConfigError:
-                value = None  # load_config names the bad value
-        parts = [p for p in key.split(".") if p]
-        if not parts:
-            continue
-        nested: Any = value
-        for part in reversed(parts[1:]):
-            nested = {part: nested}
-        tree = _merge(tree, {parts[0]: nested})
+        text = f"{item[0]}={json.dumps(item[1])}" if isinstance(item, tuple) else str(item)
+        try:
+            tree = _merge(tree, parse_override(text))
+        except ConfigError:  # load_config names the bad item; its key still counts
+            key = text.partition("=")[0].strip()
+            if key:
+                tree = _merge(tree, {key.split(".")[0]: {}})
     policy = tree.get("policy")
     return "strategy" in tree and not (isinstance(policy, dict) and "first_from_memory" in policy)
 
@@ -467,8 +459,7 @@ def parse_override(item: str) -> dict[str, Any]:
         value = text
     elif "#" in raw and _drops_a_comment(raw, value):
         # YAML reads " #..." as a comment, which would cut a path like "runs/idx #2" short.
-        before = yaml.safe_load(text.split("#", 1)[0]) if text.split("#", 1)[0].strip() else ""
-        if isinstance(value, str) and text[:1] not in ("'", '"') or before == "":
+        if isinstance(value, str) and text[:1] not in ("'", '"') or not text.split("#", 1)[0].strip():
             value = text  # unquoted text (or text that starts with '#'): taken whole
         else:
             raise ConfigError(f"--set {item!r}: '#' after a space starts a YAML comment, so the value would "

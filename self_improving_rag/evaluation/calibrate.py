@@ -105,14 +105,11 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
         metrics = {"auroc_before": held_out.get("before", {}).get("auroc"), "auroc_after": held_out.get("after", {}).get("auroc"),
                    "ece_before": held_out.get("before", {}).get("ece"), "ece_after": held_out.get("after", {}).get("ece"),
                    "l2": strength, "last_label_id": last_label}
-        if if_latest is ANY_LATEST:
-            result["fit_id"] = store.save_calibration(weights, len(rows), metrics, corpus_fits=own or None)
-        else:
-            result["fit_id"] = store.save_calibration(weights, len(rows), metrics, corpus_fits=own or None,
-                                                      if_latest=if_latest)
-            if result["fit_id"] is None:  # another process stored a fit while this one was fitting
-                result["stored"] = False
-                result["not_stored"] = "another process stored a fit of these labels meanwhile; that one is in use"
+        result["fit_id"] = store.save_calibration(weights, len(rows), metrics, corpus_fits=own or None,
+                                                  if_latest=if_latest)
+        if result["fit_id"] is None:  # another process stored a fit while this one was fitting
+            result["stored"] = False
+            result["not_stored"] = "another process stored a fit of these labels meanwhile; that one is in use"
     return result
 
 

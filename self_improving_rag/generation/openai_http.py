@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 
 from ..errors import GenerationError, GeneratorUnavailableError
@@ -47,7 +48,6 @@ class OpenAIHTTPGenerator:
         self._client = None
         self._logprobs = True  # False once the server refused a request for log-probs
         self._judge_ok = True  # False once it refused the judge's request for ten alternatives
-        self._streamed = False  # whether the last _stream call got a stream (its text already shown)
 
     def warm_up(self) -> None:
         if self._client is None:
@@ -82,6 +82,10 @@ class OpenAIHTTPGenerator:
         """``text`` with the API key blanked out, wherever it stands."""
         return text.replace(self.api_key, "***") if self.api_key else text
 
+    def _too_slow(self, what: str = "answer") -> GeneratorUnavailableError:
+        return GeneratorUnavailableError(f"generator.backend=openai: {self.base_url} did not {what} within "
+                                         f"{self.timeout_s:g} s; raise generator.timeout_s or check the server")
+
     def _retry_after(self, headers: dict[str, str], attempt: int) -> float:
         try:
             wait = float(headers.get("retry-after", ""))
@@ -104,8 +108,7 @@ class OpenAIHTTPGenerator:
                     time.sleep(min(4.0, 0.5 * 2 ** attempt))
                 continue
             except httpx.TimeoutException as exc:
-                raise GeneratorUnavailableError(f"{where} did not answer within {self.timeout_s:g} s; raise "
-                                                "generator.timeout_s or check the server") from exc
+                raise self._too_slow() from exc
             status, body, headers = r
             if status == 429:
                 last = GeneratorUnavailableError(f"{where} answered HTTP 429 (rate limited) {self.retries + 1} time(s): "
@@ -170,16 +173,16 @@ class OpenAIHTTPGenerator:
                 return "".join(parts)
         return None
 
-    def _stream(self, payload: dict, on_token: TokenCallback) -> dict | None:
+    def _stream(self, payload: dict, on_token: TokenCallback) -> tuple[dict, bool] | None:
         """Ask for ``payload`` as a stream and pass each piece of text to ``on_token`` as it comes;
-        returns the reply in the shape of a whole one, or None when the server did not stream (an
+        returns the reply in the shape of a whole one and whether it came as a stream (its text
+        then already shown), or None when the server did not answer usably (an
         error status, a reply that is not JSON, no connection): the caller then asks as usual, with
         its retries and messages. The whole reply must arrive within ``timeout_s``. An error event
         in the stream, or a stream that breaks off after text was shown, is an error."""
         import httpx
 
         self.warm_up()
-        self._streamed = False
         deadline = time.monotonic() + self.timeout_s
         where = f"generator.backend=openai: {self.base_url}"
         text: list[str] = []
@@ -229,8 +232,7 @@ class OpenAIHTTPGenerator:
                 lines: list[str] = []  # the data lines of the event being read
                 for chunk in r.iter_bytes():
                     if time.monotonic() > deadline:
-                        raise GeneratorUnavailableError(f"{where} did not finish its reply within {self.timeout_s:g} s; "
-                                                        "raise generator.timeout_s or check the server")
+                        raise self._too_slow("finish its reply")
                     buffer += chunk
                     if not streaming:
                         continue  # a whole reply: read to its end, then parsed below
@@ -246,7 +248,7 @@ class OpenAIHTTPGenerator:
                         whole = json.loads(bytes(buffer))
                     except ValueError:
                         return None
-                    return whole if isinstance(whole, dict) else None
+                    return (whole, False) if isinstance(whole, dict) else None
                 if not done:
                     for line in _sse_lines(buffer, final=True):  # a last line without its line end
                         lines = _sse_line(line, lines, event)
@@ -261,16 +263,14 @@ class OpenAIHTTPGenerator:
             else:
                 return None
         except httpx.TimeoutException as exc:
-            raise GeneratorUnavailableError(f"{where} did not answer within {self.timeout_s:g} s; raise "
-                                            "generator.timeout_s or check the server") from exc
+            raise self._too_slow() from exc
         if not done and finish is None:
             if text:
                 raise GenerationError(f"generator.backend=openai: the stream from {self.base_url} ended before the "
                                       "reply was complete")
             return None
-        self._streamed = True
         return {"choices": [{"message": {"content": "".join(text)}, "finish_reason": finish or "stop",
-                             "logprobs": {"content": logprobs}}], "usage": usage}
+                             "logprobs": {"content": logprobs}}], "usage": usage}, True
 
     def generate(self, messages, max_tokens=None, on_token: TokenCallback | None = None,
                  read=None) -> Generation:
@@ -280,10 +280,8 @@ class OpenAIHTTPGenerator:
                    "max_tokens": self.max_tokens if max_tokens is None else max_tokens, "seed": self.seed}
         if self._logprobs:
             payload.update(logprobs=True, top_logprobs=1)
-        data = self._stream(payload, on_token) if on_token is not None else None
-        streamed = data is not None and self._streamed
-        if data is None:
-            data = self._post(payload)
+        got = self._stream(payload, on_token) if on_token is not None else None
+        data, streamed = got if got is not None else (self._post(payload), False)
         choices = data.get("choices")
         choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
         text = self._content(choice.get("message")) if choice is not None else None
@@ -299,13 +297,12 @@ class OpenAIHTTPGenerator:
         logprobs = choice.get("logprobs")
         content = logprobs.get("content") if isinstance(logprobs, dict) else None
         lps = tuple(float(t["logprob"]) for t in (content if isinstance(content, list) else [])
-                    if isinstance(t, dict) and isinstance(t.get("logprob"), (int, float))
-                    and not isinstance(t.get("logprob"), bool) and math.isfinite(t["logprob"]))
+                    if isinstance(t, dict) and _finite(t.get("logprob")))
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
 
         def used(key: str, estimate) -> int:  # a server may leave usage out, or send null
             value = usage.get(key)
-            return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else estimate()
+            return int(value) if _finite(value) else estimate()
 
         if on_token is not None and text and not streamed:
             on_token(text)  # a server that did not stream: the whole text at once
@@ -331,7 +328,7 @@ class OpenAIHTTPGenerator:
                 word = token.strip().lower() if isinstance(token, str) else None
                 if word not in ("yes", "no"):
                     continue
-                if not isinstance(lp, (int, float)) or isinstance(lp, bool) or not math.isfinite(lp):
+                if not _finite(lp):
                     return None  # a yes or no without a usable number: no judgement, rather than a wrong one
                 if word == "yes":
                     yes += math.exp(lp)
@@ -346,22 +343,17 @@ def _sse_lines(buffer: bytearray, final: bool):
     """Take the complete lines out of ``buffer`` (ended by CRLF, LF or CR, as server-sent events
     allow) and yield them decoded; with ``final``, what is left is a line too."""
     while buffer:
-        cut = -1
-        for i, byte in enumerate(buffer):
-            if byte in (10, 13):
-                cut = i
-                break
-        if cut < 0:
+        end = _LINE_END.search(buffer)
+        if end is None:  # no line end yet
             if final:
                 line = bytes(buffer)
                 del buffer[:]
                 yield line.decode("utf-8", "replace")
             return
-        if buffer[cut] == 13 and cut + 1 == len(buffer) and not final:
+        if end.group() == b"\r" and end.end() == len(buffer) and not final:
             return  # a CR at the end: its LF may come with the next chunk
-        end = cut + 2 if buffer[cut] == 13 and cut + 1 < len(buffer) and buffer[cut + 1] == 10 else cut + 1
-        line = bytes(buffer[:cut])
-        del buffer[:end]
+        line = bytes(buffer[:end.start()])
+        del buffer[:end.end()]
         yield line.decode("utf-8", "replace")
 
 
@@ -387,3 +379,11 @@ def _sse_line(line: str, lines: list[str], event) -> list[str]:
         event(data)
         return []
     return [*lines, data]
+
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+def _finite(value) -> bool:
+    """Whether a JSON value is a usable number (not a bool, NaN or infinity)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

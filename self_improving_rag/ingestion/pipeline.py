@@ -159,7 +159,8 @@ def _ingest_lock(root: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _doc_ids(files: list[Path], held: dict[str, dict] | None = None, max_bytes: int | None = None) -> dict[Path, str]:
+def _doc_ids(files: list[Path], held: dict[str, dict] | None = None, max_bytes: int | None = None,
+             sha_of=None) -> dict[Path, str]:
     """Each file's document id.
 
     A file the index already holds (``held``: the manifest's ``files``, id -> metadata) keeps its
@@ -169,7 +170,7 @@ def _doc_ids(files: list[Path], held: dict[str, dict] | None = None, max_bytes: 
     recorded, by its resolved ``path`` when one held document has it; a file at a new path with the
     name and the content of a held document whose path is not among ``files`` is that document
     moved (its folder renamed, reached through a link), and keeps its id (files over ``max_bytes``
-    are not read for this). A new file gets its
+    are not read for this; ``sha_of`` hashes a file, default :func:`_file_sha256`). A new file gets its
     :func:`doc_slug`, with a path hash appended when that id is taken or another new file would
     get it too ("My Book.txt" and "my_book.txt" included).
     """
@@ -208,7 +209,7 @@ def _doc_ids(files: list[Path], held: dict[str, dict] | None = None, max_bytes: 
             try:
                 if max_bytes is not None and f.stat().st_size > max_bytes:
                     continue  # too large to be read: the ingest reports it
-                candidates = [d for d in gone.get(_file_sha256(f), []) if d not in assigned]
+                candidates = [d for d in gone.get((sha_of or _file_sha256)(f), []) if d not in assigned]
             except OSError:
                 continue  # unreadable now: the ingest reports it
             same_name = [d for d in candidates if named.fullmatch(d)]
@@ -352,14 +353,21 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
             all_chunks: dict[str, list[Chunk]] = {n: [] for n in chunkers}
             files_meta: dict[str, dict] = {}
             max_bytes = int(config.ingestion.max_file_mb * 2**20)
-            ids = _doc_ids(files, held_files, max_bytes)
+            shas: dict[Path, str] = {}
+
+            def sha_of(f: Path) -> str:  # a file moved since the last ingest is hashed once, not twice
+                if f not in shas:
+                    shas[f] = _file_sha256(f)
+                return shas[f]
+
+            ids = _doc_ids(files, held_files, max_bytes, sha_of)
             t_chunk = time.perf_counter()
             bar = tqdm(files, desc="chunking", unit="file", disable=not progress or None, leave=False)
             sentence_embed = lambda texts: cache.embed(texts, embedder.embed)  # noqa: E731
             for f in bar:
                 doc_id = ids[f]
                 try:
-                    sha = _file_sha256(f) if f.stat().st_size <= max_bytes else None
+                    sha = sha_of(f) if f.stat().st_size <= max_bytes else None
                 except OSError as exc:
                     report.problems.append(f"{f}: cannot be read ({exc.strerror}); check the path and its permissions")
                     continue
