@@ -329,6 +329,10 @@ def _format_answer(ans: dict, verbose: bool) -> str:
             caveat = f"; its checks flagged {chosen['failure']}: {chosen['failure_reason']}"
         lines.append(f"confidence {ans['confidence']:.2f}   (attempt {ans['chosen_attempt']} of {len(ans['attempts'])}"
                      f"{caveat})")
+        reason = (chosen or {}).get("signals", {}).get("faithfulness", {}).get("reason") or ""
+        if "cited elsewhere than stated: " in reason:
+            # The sources below include the passages that state those claims.
+            lines.append("note: " + reason.split("cited elsewhere than stated: ", 1)[1])
         lines.append("sources:")
     for s in ans["sources"]:
         snippet = textwrap.shorten(s["text"], 220, placeholder=" …")
@@ -762,6 +766,15 @@ def _doc(fn: Callable) -> str:
     return inspect.cleandoc(fn.__doc__ or "")  # the first line is not indented, the rest are
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with its errors as the rest of sirag gives them: one ``error:`` line
+    that names the command and where to read its options, and exit code 2 (argparse would print
+    the command's whole usage block first, burying the line that says what is wrong)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message}; see `{self.prog} --help`\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .batch import int_at_least
 
@@ -781,7 +794,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true",
                         help="show tracebacks: of unexpected errors (raised), and of path errors (printed)")
 
-    p = argparse.ArgumentParser(prog="sirag", description=(
+    p = _Parser(prog="sirag", description=(
         "A self-correcting RAG engine: answers questions from your documents with a local model, "
         "checks each answer, retries with another strategy or refuses, and remembers what worked."),
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -294,12 +294,15 @@ class Engine:
         timings["total"] = (time.perf_counter() - t_start) * 1000
         if answered:
             best = max(answered, key=lambda a: a.signals.confidence.value or 0.0)
-            cited = [p for p in best.passages if p.number in best.citations] or list(best.passages)
+            cited = [p for p in best.passages if p.number in _source_numbers(best)] or list(best.passages)
             return Answer(question=question, answer=best.answer, refused=False, refusal_reason=None,
                           confidence=float(best.signals.confidence.value or 0.0), sources=tuple(cited),
                           attempts=tuple(attempts), timings_ms=timings, query_class=query_class,
                           chosen_attempt=best.number)
-        best = max(attempts, key=lambda a: ((a.signals.grounding.value or 0.0), (a.signals.coverage.value or 0.0)))
+        # The closest passages: from the attempt whose passages were most relevant, and never from
+        # one that found none while another did (all tie at grounding 0 then).
+        best = max(attempts, key=lambda a: (bool(a.passages), (a.signals.grounding.value or 0.0),
+                                            (a.signals.coverage.value or 0.0)))
         last = attempts[-1]
         conf = max(float(a.signals.confidence.value or 0.0) for a in attempts)
         if all(a.signals.refusal for a in attempts):
@@ -326,13 +329,29 @@ class Engine:
         self.searcher.close()
 
 
+def _source_numbers(attempt: AttemptRecord) -> set[int]:
+    """The passages an answer shows as its sources: those it cites, and for each supported claim
+    that cites none or whose cited passages do not hold it, the passage that does (the claim check
+    looks there next, so the answer was accepted on that passage's words: the reader must see it).
+    An answer that cites nothing shows every passage (the caller's fallback)."""
+    numbers = set(attempt.citations)
+    if not numbers:
+        return numbers  # nothing cited: every passage is shown
+    for claim in attempt.signals.faithfulness.detail.get("claims") or []:
+        if claim.get("supported") and claim.get("found_in") is not None and claim["found_in"] not in claim.get("cited", ()):
+            numbers.add(int(claim["found_in"]))
+    return numbers
+
+
 def rewrite_query(generator, question: str) -> tuple[str, Generation]:
     """The search query of ``query_rewrite: keywords``: the question followed by up to ten
-    keywords the generator writes for it (the question alone if it writes none)."""
+    keywords the generator writes for it (the question alone if it writes none, or declines)."""
     t = load_template("keywords")
     msgs = [{"role": "system", "content": t.system}, {"role": "user", "content": t.user.format(question=question)}]
     gen = generator.generate(msgs, max_tokens=24)
-    words = " ".join(gen.text.replace(",", " ").split()[:10])
+    # A declining reply ("I cannot answer this ...") holds no keywords: searching for its words
+    # would only pull in passages about answering.
+    words = "" if is_refusal(gen.text) else " ".join(gen.text.replace(",", " ").split()[:10])
     return (f"{question} {words}" if words else question), gen
 
 

@@ -271,7 +271,7 @@ def test_batch_yaml_offset_key_and_cli_override(world, capsys):
 
 
 def test_negative_cli_offset_is_a_user_error(world, capsys):
-    with pytest.raises(SystemExit) as exc:  # argparse rejects it: usage line + one error line, exit 2
+    with pytest.raises(SystemExit) as exc:  # argparse rejects it: one error line, exit 2
         sirag(world, "batch", str(world / "five.yaml"), "--offset", "-1")
     assert exc.value.code == 2
     err = capsys.readouterr().err

@@ -626,3 +626,65 @@ def test_after_a_reset_the_confidence_says_it_uses_the_default_weights(tmp_path,
     engine, gen, store = make_engine([GOOD], config=cfg)
     ans = engine.ask("Who saved the sailors of the Greyling in the storm?")
     assert ans.attempts[0].signals.confidence.reason.endswith("(default weights)")
+
+
+def _passages_of(messages) -> dict[int, str]:
+    import re
+
+    return {int(n): text for n, text in re.findall(r"^\[(\d+)\] (.*)$", messages[-1]["content"], re.MULTILINE)}
+
+
+def test_a_claim_cited_to_the_wrong_passage_shows_the_passage_that_states_it(make_engine):
+    """The claim check falls back to all passages when the cited one does not hold the claim; the
+    answer is then accepted on another passage's words, so that passage is among the sources shown,
+    and the faithfulness reason says which claim cites what."""
+    seen = {}
+
+    def miscite(messages):
+        passages = _passages_of(messages)
+        right = next(n for n, text in passages.items() if "eleven sailors" in text)
+        wrong = next(n for n, text in passages.items() if "eleven" not in text and "Lune" not in text)
+        seen.update(right=right, wrong=wrong)
+        return f"Tobias Lune saved eleven sailors from the wreck [{wrong}]."
+
+    engine, _, _ = make_engine([miscite])
+    ans = engine.ask("Who saved the sailors of the Greyling in the storm?", loop=False)
+    assert not ans.refused, ans.refusal_reason
+    shown = {p.number for p in ans.sources}
+    assert {seen["right"], seen["wrong"]} <= shown
+    reason = ans.attempts[0].signals.faithfulness.reason
+    assert f"cites [{seen['wrong']}], stated in [{seen['right']}]" in reason
+    claims = ans.attempts[0].signals.faithfulness.detail["claims"]
+    assert claims[0]["found_in"] == seen["right"]
+
+
+def test_a_rightly_cited_answer_shows_only_what_it_cites(make_engine):
+    def cite_right(messages):
+        right = next(n for n, text in _passages_of(messages).items() if "eleven sailors" in text)
+        return f"Tobias Lune saved eleven sailors from the wreck [{right}]."
+
+    engine, _, _ = make_engine([cite_right])
+    ans = engine.ask("Who saved the sailors of the Greyling in the storm?", loop=False)
+    assert [p.number for p in ans.sources] == list(ans.attempts[0].citations)
+    assert "cited elsewhere" not in ans.attempts[0].signals.faithfulness.reason
+
+
+def test_a_refusal_shows_passages_when_only_a_later_attempt_found_any(tmp_path, make_engine):
+    """BM25 finds no word of the question, so the first attempts have no passages; a later hybrid
+    attempt does. The refusal shows the closest passages found, not the empty first attempt's."""
+    cfg = load_config(None, fake_overrides(tmp_path) + ["strategy.retriever=bm25", "loop.max_attempts=4"])
+    engine, _, _ = make_engine([REFUSE], config=cfg)
+    ans = engine.ask("Zebra quantum xylophone?")
+    assert ans.refused
+    assert not ans.attempts[0].passages and any(a.passages for a in ans.attempts)
+    assert ans.sources
+
+
+def test_a_keyword_rewrite_that_declines_adds_nothing_to_the_query():
+    from self_improving_rag.engine import rewrite_query
+    from self_improving_rag.generation.scripted import ScriptedGenerator
+
+    query, _ = rewrite_query(ScriptedGenerator([REFUSE]), "When was the lamp changed?")
+    assert query == "When was the lamp changed?"
+    query, _ = rewrite_query(ScriptedGenerator(["lamp, paraffin, burner"]), "When was the lamp changed?")
+    assert query == "When was the lamp changed? lamp paraffin burner"

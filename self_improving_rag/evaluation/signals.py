@@ -166,6 +166,9 @@ class ClaimCheck:
     judge: float | None
     support: float
     supported: bool
+    #: The passage whose words back the claim best, in the passages the check settled on (the
+    #: cited ones, or all of them when the cited ones fall short); None without passages.
+    found_in: int | None = None
 
 
 def claim_support(lexical: float, similarity: float, judge: float | None) -> float:
@@ -182,6 +185,10 @@ def claim_support(lexical: float, similarity: float, judge: float | None) -> flo
     return support
 
 
+def _cites(numbers: tuple[int, ...]) -> str:
+    return "".join(f"[{n}]" for n in numbers)
+
+
 def faithfulness_score(checks: list[ClaimCheck], refused: bool, method: str) -> Signal:
     """Share of the answer's claims supported by the passages."""
     name = "faithfulness"
@@ -194,11 +201,18 @@ def faithfulness_score(checks: list[ClaimCheck], refused: bool, method: str) -> 
     reason = f"{len(ok)}/{len(checks)} claims supported ({method})"
     if bad:
         reason += "; unsupported: " + "; ".join(repr(b[:80]) for b in bad[:3])
+    # A supported claim whose cited passages do not hold it: the sources shown must include the
+    # passage that does (Engine._finish), and the reader should know the citation is off.
+    miscited = [c for c in ok if c.cited and c.found_in is not None and c.found_in not in c.cited]
+    if miscited:
+        reason += "; cited elsewhere than stated: " + "; ".join(
+            f"{c.claim[:60]!r} cites {_cites(c.cited)}, stated in [{c.found_in}]" for c in miscited[:3])
     return Signal(name, len(ok) / len(checks), reason, {
         "method": method, "unsupported": bad,
         "claims": [{"claim": c.claim, "cited": list(c.cited), "lexical": round(c.lexical, 3),
                     "similarity": round(c.similarity, 3), "judge": None if c.judge is None else round(c.judge, 3),
-                    "support": round(c.support, 3), "supported": c.supported} for c in checks],
+                    "support": round(c.support, 3), "supported": c.supported, "found_in": c.found_in}
+                   for c in checks],
     })
 
 
@@ -601,13 +615,16 @@ class SignalScorer:
             pools = [cited, tuple(by_num)] if cited else [tuple(by_num)]
             best = None
             for pool in pools:
-                lex = max(lexical_support(claim, evidence[n]) for n in pool)
+                lexes = {n: lexical_support(claim, evidence[n]) for n in pool}
                 idx = [i for i, o in enumerate(owner) if o in pool]
                 sim = float(sims[ci, idx].max()) if idx else 0.0
-                cand = (lex, sim)
-                if best is None or claim_support(*cand, None) > claim_support(*best, None):
+                # The passage that backs it: the most of its words, then its closest sentence.
+                where = max(pool, key=lambda n: (lexes[n], max((float(sims[ci, i]) for i, o in enumerate(owner)
+                                                                 if o == n), default=0.0)))
+                cand = (max(lexes.values()), sim, where)
+                if best is None or claim_support(*cand[:2], None) > claim_support(*best[:2], None):
                     best = cand
-                if claim_support(*best, None) >= self.config.claim_support_threshold:
+                if claim_support(*best[:2], None) >= self.config.claim_support_threshold:
                     break
             judge = None
             if use_judge and judged < self.config.judge_max_claims:
@@ -615,7 +632,7 @@ class SignalScorer:
                 judged += 1
             support = claim_support(best[0], best[1], judge)
             checks.append(ClaimCheck(claim, cited, best[0], best[1], judge, support,
-                                     support >= self.config.claim_support_threshold))
+                                     support >= self.config.claim_support_threshold, best[2]))
         return checks
 
     def _judge(self, question: str, claim: str, passages: list[Passage], prompt: str) -> float | None:

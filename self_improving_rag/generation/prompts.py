@@ -19,7 +19,10 @@ from ..types import Passage
 PROMPTS = ("base", "cite_then_answer", "strict")
 REFUSAL_PHRASE = "I cannot answer this from the documents."
 
-_CITATION = re.compile(r"\[(\d{1,3}(?:\s*[,;-]\s*\d{1,3})*)\]")
+# "[2]", "[1, 3]", "[1-3]", and the same with the prompts' own word for a passage ("[Passage 2]",
+# "[passages 1, 2]"), which small models copy from the numbered list they were given.
+_CITE_WORD = r"(?:(?i:passages?)\s*)?"
+_CITATION = re.compile(rf"\[{_CITE_WORD}(\d{{1,3}}(?:\s*[,;-]\s*{_CITE_WORD}\d{{1,3}})*)\]")
 _REFUSAL_PATTERNS = re.compile(
     r"(cannot answer|can't answer|can not answer|unable to answer|not (?:stated|mentioned|contained|provided|given|found|answerable)"
     r"|no (?:information|mention|answer)|(?:do|does|did)(?:n't| not) (?:contain|mention|say|state|provide|specify|have enough)"
@@ -142,13 +145,14 @@ def build_relevance_messages(question: str, passage_text: str) -> list[dict[str,
 
 
 def parse_citations(text: str, n_passages: int | None = None) -> tuple[int, ...]:
-    """Passage numbers cited as [n], [n, m] or [n-m], in order of first mention, deduplicated.
+    """Passage numbers cited as [n], [n, m] or [n-m] (each number may follow the word "Passage"),
+    in order of first mention, deduplicated.
 
     Numbers outside 1..n_passages (when given) are dropped: a model may invent them.
     """
     out: list[int] = []
     for m in _CITATION.finditer(text):
-        for part in re.split(r"\s*[,;]\s*", m.group(1)):
+        for part in re.split(r"\s*[,;]\s*", re.sub(r"(?i)passages?", "", m.group(1))):
             if "-" in part:
                 ends = [int(x) for x in re.split(r"\s*-\s*", part) if x.strip().isdigit()]
                 a_i, b_i = ends[0], ends[-1]

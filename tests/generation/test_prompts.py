@@ -43,6 +43,11 @@ def _passage(number: int, text: str, section: str = "Harbour > Chapter 1") -> Pa
         ("[3] first, then [1], then [3] again and [1, 2].", None, (3, 1, 2)),
         ("[2-4] then [3].", 3, (2, 3)),
         ("No citations, only [a] and [] and [1a].", None, ()),
+        # Small models copy the prompt's own word for a passage.
+        ("Clara Venn [Passage 1].", 3, (1,)),
+        ("Both [passages 1, 3] and [Passage 2-3].", 3, (1, 3, 2)),
+        ("[Passage 1, Passage 2]", None, (1, 2)),
+        ("A [Passage] without a number, or [Page 2], cites nothing.", None, ()),
         ("", 4, ()),
     ],
 )
@@ -55,7 +60,8 @@ def test_parse_citations_chained_range_does_not_crash() -> None:
 
 
 _CITATION_LIKE = st.from_regex(r"\[\s?\d{1,4}(\s?[,;-]\s?\d{1,4}){0,3}\s?\]", fullmatch=True)
-_FRAGMENTS = st.one_of(st.text(max_size=30), _CITATION_LIKE, st.sampled_from(["[", "]", "-", ",", " ", "[1", "2]"]))
+_FRAGMENTS = st.one_of(st.text(max_size=30), _CITATION_LIKE,
+                       st.sampled_from(["[", "]", "-", ",", " ", "[1", "2]", "[Passage ", "passages", "[Passage 2]"]))
 _ANSWERS = st.lists(_FRAGMENTS, max_size=8).map("".join)
 
 
@@ -77,6 +83,7 @@ def test_parse_citations_never_raises(text: str, n: int) -> None:
 
 def test_strip_citations() -> None:
     assert strip_citations("Clara Venn built it [1]. In 1852 [1, 2] , yes.") == "Clara Venn built it. In 1852, yes."
+    assert strip_citations("Clara Venn [Passage 1].") == "Clara Venn."
 
 
 # ---------------------------------------------------------------- refusals

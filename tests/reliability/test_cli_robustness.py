@@ -483,10 +483,26 @@ def test_the_command_list_shows_each_summary_whole():
 
 def test_an_option_of_another_command_is_named_with_the_command_it_belongs_to(tmp_path):
     r = run(["batch", "b.yaml", "--name", "x"], tmp_path)
-    assert r.returncode == 2 and r.stderr.startswith("usage: sirag batch "), r.stderr
-    assert "unrecognized arguments: --name x (--name is an option of `sirag eval`)" in r.stderr
+    assert r.returncode == 2 and r.stderr == (
+        "error: sirag batch: unrecognized arguments: --name x (--name is an option of `sirag eval`); "
+        "see `sirag batch --help`\n"), r.stderr
     r = run(["ask", "Who?", "--bogus"], tmp_path)
-    assert r.returncode == 2 and r.stderr.startswith("usage: sirag ask ") and "--bogus\n" in r.stderr
+    assert r.returncode == 2 and r.stderr == "error: sirag ask: unrecognized arguments: --bogus; see `sirag ask --help`\n"
+
+
+@pytest.mark.parametrize("args, problem", [
+    (["search", "x", "--top-k", "0"], "argument --top-k: must be from 1 to 100, got 0"),
+    (["search", "x", "--retriever", "foo"], "argument --retriever: invalid choice: 'foo'"),
+    (["batch", "b.yaml", "--offset", "-1"], "argument --offset: must be 0 or more, got -1"),
+    (["no-such-command"], "argument COMMAND: invalid choice: 'no-such-command'"),
+])
+def test_a_bad_option_value_is_one_error_line_naming_the_help(tmp_path, args, problem):
+    """An option argparse refuses is one `error:` line that names the command and its --help, as
+    every other bad input is, not the command's usage block with the error at its end."""
+    r = run(args, tmp_path)
+    lines = r.stderr.splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: sirag"), r.stderr
+    assert problem in lines[0] and "--help`" in lines[0] and "Traceback" not in r.stderr
 
 
 def test_a_folder_given_as_the_memory_store_is_named_as_a_folder(tmp_path):
