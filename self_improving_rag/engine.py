@@ -187,9 +187,26 @@ class Engine:
         tried = {strategy.key}
         repair: str | None = None
         stop_note = ""
+        prompts: dict[str, int] = {}  # each prompt sent so far, with its attempt's number
         while True:
             try:
-                attempt = self._attempt(question, strategy, repair, len(attempts) + 1, on_token)
+                attempt = self._attempt(question, strategy, repair, len(attempts) + 1, on_token, prompts)
+            except _SamePrompt as same:
+                # A repair that changes nothing the model reads (a larger budget when every passage
+                # already fits, neighbours of a passage that has none) would get the same reply at
+                # temperature 0: take the next repair instead of paying for the same answer again.
+                log.info("repair %s gives the prompt of attempt %d again: skipped", repair, same.number)
+                if self._out_of_time(t_start, len(attempts)):
+                    break
+                # The next repair starts from the strategy the last attempt used: the skipped one
+                # changed nothing worth keeping (and stays in ``tried``, so it is not chosen again).
+                nxt = self.policy.repair(question, attempts[-1].attribution.failure, attempts[-1].strategy, tried,
+                                         features)
+                if nxt is None:
+                    break
+                repair, strategy = nxt
+                tried.add(strategy.key)
+                continue
             except GeneratorUnavailableError:
                 raise  # the generator is gone: nothing more can be answered, so the caller must know
             except GenerationError as exc:
@@ -207,11 +224,7 @@ class Engine:
             elapsed = time.perf_counter() - t_start
             if failure == "NONE" or len(attempts) >= max_attempts:
                 break
-            # Another attempt is expected to take as long as the mean so far: do not start one that
-            # would end past the budget.
-            if elapsed + elapsed / len(attempts) > self.config.loop.max_seconds:
-                log.info("time budget of %.0f s would be spent by another attempt after %d attempt(s) in %.1f s",
-                         self.config.loop.max_seconds, len(attempts), elapsed)
+            if self._out_of_time(t_start, len(attempts)):
                 break
             futile = self.policy.futile(failure, question, features)
             if futile is not None:
@@ -236,11 +249,26 @@ class Engine:
             answer = replace(answer, outcome_id=outcome_id, timings_ms=timings)
         return answer
 
+    def _out_of_time(self, t_start: float, made: int) -> bool:
+        """Whether another attempt, expected to take as long as the mean of the ``made`` ones so
+        far (repairs skipped as repeats count in the time, not in the attempts), would end past
+        ``loop.max_seconds``."""
+        elapsed = time.perf_counter() - t_start
+        if elapsed + elapsed / max(1, made) <= self.config.loop.max_seconds:
+            return False
+        log.info("time budget of %.0f s would be spent by another attempt after %d attempt(s) in %.1f s",
+                 self.config.loop.max_seconds, made, elapsed)
+        return True
+
     def _rewrite(self, question: str) -> tuple[str, Generation | None]:
         return rewrite_query(self.generator, question)
 
     def _attempt(self, question: str, strategy: Strategy, repair: str | None, number: int,
-                 on_token) -> AttemptRecord:
+                 on_token, prompts: dict[str, int] | None = None) -> AttemptRecord:
+        """One attempt with ``strategy``. ``prompts`` maps the prompts sent by earlier attempts of
+        this question to their numbers: with a greedy generator (temperature 0) a prompt sent
+        again raises :class:`_SamePrompt` before the model is called, since its reply would be
+        the same; a new prompt is added to it."""
         timings: dict[str, float] = {}
         prompt_tokens = completion_tokens = 0
         query = None
@@ -257,6 +285,11 @@ class Engine:
         generation: Generation | None = None
         if retrieval.passages:
             messages = build_messages(strategy.prompt, question, retrieval.passages)
+            if prompts is not None and self.config.generator.temperature == 0:
+                sent = "\x00".join(m["content"] for m in messages)
+                if sent in prompts:
+                    raise _SamePrompt(prompts[sent])
+                prompts[sent] = number
             t = time.perf_counter()
             # The question's tokens are read while the prompt is evaluated (question_prior).
             read = (question_span(question), question_prior_needs) if self.config.scoring.question_prior else None
@@ -327,6 +360,14 @@ class Engine:
 
     def close(self) -> None:
         self.searcher.close()
+
+
+class _SamePrompt(Exception):
+    """A repair whose prompt an earlier attempt of the question already sent (``number``)."""
+
+    def __init__(self, number: int) -> None:
+        super().__init__(number)
+        self.number = number
 
 
 def _source_numbers(attempt: AttemptRecord) -> set[int]:

@@ -56,8 +56,9 @@ def test_time_budget_does_not_start_an_attempt_that_would_overrun_it(tmp_path, m
     loading the models (1 s here) is not counted against the question."""
     import time
 
+    # Sampling (temperature > 0), so that a repair whose prompt repeats an earlier one is still tried.
     cfg = load_config(None, fake_overrides(tmp_path) + [f"loop.max_seconds={budget}", "loop.max_attempts=5",
-                                                         "policy.stop_below=0"])
+                                                         "policy.stop_below=0", "generator.temperature=0.5"])
     engine, gen, _ = make_engine([REFUSE], config=cfg)
     engine.warm_up()
     real_attempt = engine._attempt
@@ -688,3 +689,22 @@ def test_a_keyword_rewrite_that_declines_adds_nothing_to_the_query():
     assert query == "When was the lamp changed?"
     query, _ = rewrite_query(ScriptedGenerator(["lamp, paraffin, burner"]), "When was the lamp changed?")
     assert query == "When was the lamp changed? lamp paraffin burner"
+
+
+def test_a_repair_that_repeats_a_prompt_is_skipped_at_temperature_0(tmp_path, make_engine):
+    """In the small corpus every passage already fits the first budget, so more_context (the
+    first repair of a decline with good evidence) would send the first prompt again: at
+    temperature 0 the model would repeat its reply, so the next repair is taken instead, and no
+    two attempts send one prompt. Sampling (temperature > 0) may reply otherwise, so it retries."""
+    cfg = load_config(None, fake_overrides(tmp_path) + ["loop.max_attempts=3", "policy.stop_below=0"])
+    engine, gen, _ = make_engine([REFUSE], config=cfg)
+    ans = engine.ask("Who saved the sailors of the Greyling in the storm?")
+    sent = ["\x00".join(m["content"] for m in messages) for messages in gen.history]
+    assert len(sent) == len(ans.attempts) == 3 and len(set(sent)) == 3
+    assert "more_context" not in [a.repair for a in ans.attempts]
+
+    cfg = load_config(None, fake_overrides(tmp_path) + ["loop.max_attempts=3", "policy.stop_below=0",
+                                                         "generator.temperature=0.7"])
+    engine, gen, _ = make_engine([REFUSE], config=cfg, memory=False)
+    ans = engine.ask("Who saved the sailors of the Greyling in the storm?")
+    assert ans.attempts[1].repair == "more_context"
