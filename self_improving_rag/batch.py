@@ -585,14 +585,15 @@ def _evidence_hit(item: QAItem, answer_json: dict) -> bool | None:
 _ENGINE = None
 
 
-def _worker_init(config_json: dict, index_dir: str, loop: bool) -> None:
+def _worker_init(config_json: dict, index_dir: str, loop: bool, fit_id: Any = None) -> None:
     global _ENGINE
     from .engine import Engine
     from .memory import MemoryStore
 
     try:
         config = config_from_dict(config_json)
-        engine = Engine(config, memory=MemoryStore(config.paths.memory_db), index_dir=index_dir)
+        engine = Engine(config, memory=MemoryStore(config.paths.memory_db), index_dir=index_dir,
+                        fit_id=_engine_fit(fit_id))
         engine.warm_up()
         _ENGINE = (engine, loop)
     except SiragError as exc:  # raised by the first question: an initializer error only breaks the pool
@@ -772,9 +773,11 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
             todo = [it for it in items if it.id not in done]
             # A finished run is only summarised again, whatever the settings now; a resume is
             # checked before any index is built for it.
+            fit_id: Any = None
             if todo:
                 if done:
                     _check_resume_config(run_dir, config, len(done), corpus)
+                fit_id = _pin_fit(run_dir, config.paths.memory_db, run_name, resumed=bool(done))
                 if corpus and not guard_index:
                     _check_index_keeps_documents(index_dir, corpus)  # only when it would be ingested into
                 (run_dir / "config.yaml").write_text(to_yaml(config), encoding="utf-8")
@@ -800,7 +803,8 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
                 from .engine import Engine
                 from .memory import MemoryStore
 
-                engine = Engine(config, memory=MemoryStore(config.paths.memory_db), index_dir=index_dir)
+                engine = Engine(config, memory=MemoryStore(config.paths.memory_db), index_dir=index_dir,
+                                fit_id=_engine_fit(fit_id))
                 try:
                     engine.warm_up()  # a missing index or model stops the run before any question
                     for it in todo:
@@ -812,7 +816,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
 
                 with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
                                          initializer=_worker_init,
-                                         initargs=(config.model_dump(mode="json"), index_dir, loop)) as pool:
+                                         initargs=(config.model_dump(mode="json"), index_dir, loop, fit_id)) as pool:
                     drain([pool.submit(_worker_ask, it, run_name) for it in todo], keep)
             failed = False
         finally:
@@ -971,6 +975,61 @@ def _fit_calibration_once(db: str, config: Config) -> None:
         store.close()
     if done:
         print(f"note: {done}", file=sys.stderr)
+
+
+#: The run folder's record of the calibration fit its answers are scored with.
+FIT_FILE = "calibration.json"
+#: ``_pin_fit``'s answer for a run that predates FIT_FILE: memory's latest fit, as then.
+_LATEST = "latest"
+
+
+def _pin_fit(run_dir: Path, memory_db: str, run_name: str, resumed: bool) -> Any:
+    """The calibration fit a run's answers are scored with: memory's latest when the run starts,
+    recorded in its folder (:data:`FIT_FILE`), and the recorded one when it resumes, so that a run
+    split over several commands (``--limit``, a Ctrl-C, a fit stored meanwhile by another command)
+    is scored by one confidence model, as its summary's AUROC and ECE assume. Returns the fit's id
+    (see :func:`_engine_fit`), None for the default weights, or :data:`_LATEST` (memory's latest
+    fit, as before) for a run started before fits were recorded: nothing to hold it to."""
+    from .memory import MemoryStore
+
+    path = run_dir / FIT_FILE
+    store = MemoryStore(memory_db)
+    try:
+        latest = store.latest_calibration()
+        latest_id = latest["id"] if latest else None
+        if not resumed:
+            path.write_text(json.dumps({"fit_id": latest_id, "created_at": latest and latest["created_at"]}) + "\n",
+                            encoding="utf-8")
+            return latest_id
+        if not path.is_file():
+            return _LATEST
+        try:
+            recorded = json.loads(path.read_text(encoding="utf-8"))
+            fit_id = recorded["fit_id"]
+            if fit_id is not None and (isinstance(fit_id, bool) or not isinstance(fit_id, int)):
+                raise ValueError(fit_id)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BatchError(f"{path} is damaged ({exc}); it records which confidence weights run {run_name} was "
+                             "scored with: restore it, or give the run another name to start afresh") from exc
+        if fit_id is not None and store.calibration_fit(fit_id) is None:
+            raise BatchError(f"run {run_name} was scored with calibration fit #{fit_id}, which memory {memory_db} does "
+                             "not hold; resume it with the memory store it was started with (--memory), or give the "
+                             "run another name")
+        if fit_id != latest_id:
+            print(f"note: run {run_name} goes on with the confidence weights its answers so far were scored with ("
+                  + (f"calibration fit #{fit_id}" if fit_id is not None else "the default weights")
+                  + f"); memory's newer fit #{latest_id} scores runs started from now on", file=sys.stderr)
+        return fit_id
+    finally:
+        store.close()
+
+
+def _engine_fit(fit_id: Any) -> Any:
+    """``Engine(fit_id=...)`` for what :func:`_pin_fit` returned (a worker gets it pickled, so the
+    engine's own sentinel cannot travel: :data:`_LATEST` stands for it)."""
+    from .engine import LATEST_FIT
+
+    return LATEST_FIT if fit_id == _LATEST else fit_id
 
 
 def _archive_memory_leftovers(memory_db: str, run_name: str, todo: list[QAItem]) -> None:

@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Callable
 
 from .config import Config
-from .errors import GenerationError, GeneratorUnavailableError, InputError
+from .errors import GenerationError, GeneratorUnavailableError, InputError, MemoryStoreError
 from .evaluation.calibrate import weights_for
 from .evaluation.signals import SignalScorer, question_prior_needs
 from .feedback.attribution import attribute
@@ -82,12 +82,20 @@ def restates_question(question: str, answer: str) -> bool:
     return not offers_choice and query_features(question).query_class != "yes-no"
 
 
+#: ``Engine(fit_id=...)``'s default: score with memory's latest calibration fit.
+LATEST_FIT = object()
+
+
 class Engine:
     """Answers questions over one corpus index. Re-entrant: ``ask`` never swaps its stages."""
 
     def __init__(self, config: Config, *, embedder: Embedder | None = None, generator=None, memory=None,
-                 index_dir: str | None = None, record: bool = True) -> None:
+                 index_dir: str | None = None, record: bool = True, fit_id: int | None | object = LATEST_FIT) -> None:
+        """``fit_id``: the calibration fit in memory whose weights score the answers, None for the
+        default weights; by default (:data:`LATEST_FIT`) memory's latest fit. A batch resumed
+        after a fit was stored pins the fit its first answers were scored with."""
         self.config = config
+        self._fit_id = fit_id
         self.embedder = embedder if embedder is not None else embedder_from_config(config)
         self._generator = generator
         self.memory = memory
@@ -128,7 +136,7 @@ class Engine:
         if self.memory is not None:
             if self.config.calibration.auto_fit and self.record:
                 self._auto_calibrate()
-            fit = self.memory.latest_calibration()
+            fit = self._stored_fit()
             # This corpus's own fit when the stored fit made one (calibration.per_corpus).
             weights = weights_for(fit, self.corpus if self.config.calibration.per_corpus else None)
             if fit and weights is not fit.get("weights"):
@@ -151,10 +159,21 @@ class Engine:
         # retried by the next call instead of leaving an engine without a scorer.
         self._policy = policy
 
+    def _stored_fit(self) -> dict | None:
+        if self._fit_id is LATEST_FIT:
+            return self.memory.latest_calibration()
+        if self._fit_id is None:
+            return None
+        fit = self.memory.calibration_fit(self._fit_id)
+        if fit is None:
+            raise MemoryStoreError(f"memory {self.config.paths.memory_db} holds no calibration fit #{self._fit_id}, "
+                                   "the one these answers are to be scored with; use the memory store they "
+                                   "were started with")
+        return fit
+
     def _auto_calibrate(self) -> None:
         """Fit the confidence weights on memory's labels when enough new ones arrived
         (``calibration.auto_fit``); a store that cannot be written keeps its weights."""
-        from .errors import MemoryStoreError
         from .evaluation.calibrate import auto_calibrate_with
 
         try:

@@ -609,3 +609,46 @@ def test_a_refused_resume_leaves_memory_as_it_was(tmp_path):
     r = run(["batch", str(f), "--json", "--set", "strategy.top_k=3"], tmp_path, ov)
     assert "made with other settings" in _one_error_line(r)
     assert _outcomes(db) == before
+
+
+def test_a_run_resumed_after_a_fit_is_scored_with_the_weights_it_started_with(tmp_path):
+    """A run split over two commands, with a fit stored in between (by another command, or the
+    automatic one), scores its later answers with the weights its first were scored with: its
+    summary's AUROC and ECE pool the confidences of one model. A new run takes the new fit."""
+    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS
+    from self_improving_rag.memory import MemoryStore
+
+    f = _batch(tmp_path)
+    ov = fake_overrides(tmp_path)
+    assert run(["batch", str(f), "--limit", "1"], tmp_path, ov).returncode == 0
+    pinned = json.loads((tmp_path / "runs" / "t" / "calibration.json").read_text())
+    assert pinned["fit_id"] is None  # no fit yet: the default weights
+    with MemoryStore(tmp_path / "memory" / "memory.db") as store:
+        fit_id = store.save_calibration({**DEFAULT_WEIGHTS, "bias": DEFAULT_WEIGHTS["bias"] - 3.0}, 2, {})
+    r = run(["batch", str(f)], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert f"memory's newer fit #{fit_id} scores runs started from now on" in r.stderr
+    rows = [json.loads(ln) for ln in (tmp_path / "runs" / "t" / "results.jsonl").read_text().splitlines()]
+    reasons = [row["attempts"][0]["signals"]["confidence"]["reason"] for row in rows]
+    assert len(reasons) == 2 and all("(default weights)" in why for why in reasons), reasons
+    # A run started now is scored with the fit, and records it.
+    spec = yaml.safe_load(f.read_text())
+    f2 = tmp_path / "batch2.yaml"
+    f2.write_text(yaml.safe_dump({**spec, "name": "t2"}))
+    assert run(["batch", str(f2)], tmp_path, ov).returncode == 0
+    assert json.loads((tmp_path / "runs" / "t2" / "calibration.json").read_text())["fit_id"] == fit_id
+    rows = [json.loads(ln) for ln in (tmp_path / "runs" / "t2" / "results.jsonl").read_text().splitlines()]
+    assert all("(fitted weights)" in row["attempts"][0]["signals"]["confidence"]["reason"] for row in rows)
+
+
+def test_a_resume_whose_recorded_fit_memory_lacks_is_refused(tmp_path):
+    f = _batch(tmp_path)
+    ov = fake_overrides(tmp_path)
+    assert run(["batch", str(f), "--limit", "1"], tmp_path, ov).returncode == 0
+    (tmp_path / "runs" / "t" / "calibration.json").write_text(json.dumps({"fit_id": 99}))
+    r = run(["batch", str(f)], tmp_path, ov)
+    line = _one_error_line(r)
+    assert "calibration fit #99" in line and "--memory" in line
+    assert len((tmp_path / "runs" / "t" / "results.jsonl").read_text().splitlines()) == 1
+    (tmp_path / "runs" / "t" / "calibration.json").write_text("{not json")
+    assert "calibration.json is damaged" in _one_error_line(run(["batch", str(f)], tmp_path, ov))

@@ -1112,7 +1112,15 @@ class MemoryStore:
     def latest_calibration(self) -> dict[str, Any] | None:
         """The most recent calibration fit (weights and metrics parsed), or None. ``corpus_fits``
         maps a corpus to the fit made for it with this one (empty when there is none)."""
-        row = self._one("SELECT * FROM calibration_fits ORDER BY created_at DESC, id DESC LIMIT 1")
+        return self._fit_of(self._one("SELECT * FROM calibration_fits ORDER BY created_at DESC, id DESC LIMIT 1"))
+
+    def calibration_fit(self, fit_id: int) -> dict[str, Any] | None:
+        """The calibration fit stored with id ``fit_id``, as :meth:`latest_calibration` gives it,
+        or None when this store holds no such fit."""
+        return self._fit_of(self._one("SELECT * FROM calibration_fits WHERE id = :id", {"id": int(fit_id)}))
+
+    @staticmethod
+    def _fit_of(row: dict[str, Any] | None) -> dict[str, Any] | None:
         if row is None:
             return None
         metrics = _loads(row.pop("metrics_json")) or {}
