@@ -675,12 +675,21 @@ def check_documents(spec: BatchSpec, index_dir: str, corpus: list[Path]) -> None
 
 
 def squad_corpus(squad_file: Path, out_dir: Path) -> Path:
-    """Write the SQuAD paragraphs as one text file each (the corpus of a SQuAD evaluation)."""
+    """Write the SQuAD paragraphs as one text file each (the corpus of a SQuAD evaluation), and
+    remove the folder's other paragraph files: the folder is named after the file's stem, so
+    another dataset of that name (``a/sq.json``, then ``b/sq.json``), or this one before an edit
+    (a paragraph removed, a title changed), left paragraphs there that questions of this file
+    would otherwise be answered from."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    written = set()
     for doc_id, text in squad_contexts(squad_file):
         p = out_dir / f"{doc_id}.txt"
+        written.add(p.name)
         if not p.exists() or p.read_text(encoding="utf-8") != text:
             p.write_text(text, encoding="utf-8")
+    for stale in out_dir.glob("*.txt"):
+        if stale.name not in written:
+            stale.unlink()
     return out_dir
 
 

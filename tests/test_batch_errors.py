@@ -652,3 +652,29 @@ def test_a_resume_whose_recorded_fit_memory_lacks_is_refused(tmp_path):
     assert len((tmp_path / "runs" / "t" / "results.jsonl").read_text().splitlines()) == 1
     (tmp_path / "runs" / "t" / "calibration.json").write_text("{not json")
     assert "calibration.json is damaged" in _one_error_line(run(["batch", str(f)], tmp_path, ov))
+
+
+def test_a_squad_corpus_holds_only_its_own_file_s_paragraphs(tmp_path):
+    """Two SQuAD files with one name in different folders share runs/corpora/<stem>: the second
+    run must not answer from the first one's paragraphs (nor an edited file from its old ones)."""
+    def squad(folder, title, context, question, answer):
+        (tmp_path / folder).mkdir(exist_ok=True)
+        doc = {"version": "v2.0", "data": [{"title": title, "paragraphs": [{"context": context, "qas": [
+            {"id": folder + "1", "question": question, "is_impossible": False,
+             "answers": [{"text": answer, "answer_start": context.index(answer)}]}]}]}]}
+        path = tmp_path / folder / "sq.json"
+        path.write_text(json.dumps(doc))
+        return path
+
+    a = squad("a", "Varno", "Varno exports salted cod and tin.", "What does Varno export?", "salted cod")
+    b = squad("b", "Mars", "Mars has two small moons.", "How many moons does Mars have?", "two")
+    ov = fake_overrides(tmp_path)
+    common = ["--output-dir", str(tmp_path / "runs"), "--retrieval-only", "--json"]
+    assert run(["eval", "--dataset", str(a), *common], tmp_path, ov).returncode == 0
+    r = run(["eval", "--dataset", str(b), "--name", "mars", *common], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert [p.name for p in (tmp_path / "runs" / "corpora" / "sq").iterdir()] == ["mars_p00.txt"]
+    from self_improving_rag.retrieval.index import CorpusIndex
+
+    docs = {c.doc_id for c in CorpusIndex(tmp_path / "runs" / "mars" / "index").load_chunks("section")}
+    assert docs == {"mars_p00"}
