@@ -1240,6 +1240,7 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
                 summaries.append(derive_single_attempt_run(out_root / s["run"], run_cfg.loop.answer_threshold, current))
         # No loop at all: the first attempt's answer as the model gave it, no checks, no refusal but its own decline.
         summaries += [derive_plain_run(out_root / s["run"], current) for s in loop_runs]
+        summaries = _on_common_questions(summaries, out_root, current)
         out = _resolve(base, spec.output_dir) / f"{spec.name}-loop-vs-noloop"
         write_comparison(summaries, out)
     if args.json:
@@ -1250,6 +1251,27 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
         if len(summaries) > 1:
             print(markdown_table([{"run": s["run"], **{k: s.get(k) for k in COMPARE_KEYS}} for s in summaries]))
     return 0
+
+
+def _on_common_questions(summaries: list[dict], out_root: Path, items: dict[str, Any]) -> list[dict]:
+    """The summaries of runs to be compared, each over the questions every one of them answered.
+    A run's summary covers all the questions it has answered, over every command that ran it; a
+    separate loop-off run made with another --offset/--limit than the loop run's earlier slices
+    holds other questions, and its figures would be set beside figures of other questions. When
+    the runs' questions differ, each is summarised again over the shared ones (its own
+    summary.json keeps all of its questions), with a note; the summaries are returned as they are
+    otherwise."""
+    rows = {s["run"]: _current_rows(s["run"], read_done(out_root / s["run"] / "results.jsonl"), items, quiet=True)
+            for s in summaries}
+    ids = {run: {r["id"] for r in rs} for run, rs in rows.items()}
+    common = set.intersection(*ids.values()) if ids else set()
+    if all(len(v) == len(common) for v in ids.values()):
+        return summaries
+    counts = ", ".join(f"{run} {len(v)}" for run, v in ids.items())
+    print(f"note: the runs compared answered different questions ({counts}); the comparison covers the "
+          f"{len(common)} they all answered (each run's summary.json keeps all of its own)", file=sys.stderr)
+    return [{**s, **summarise([r for r in rows[s["run"]] if r["id"] in common]), "compared_on": len(common)}
+            for s in summaries]
 
 
 def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
@@ -1297,7 +1319,8 @@ def add_batch_commands(sub, common, registry: dict, command) -> None:
             sp.add_argument("--corpus", action="append",
                             help="documents to ingest (repeatable; replaces a batch file's corpus:)")
             sp.add_argument("--name", type=_run_name, help="run name (default: the batch file's name: field, or the "
-                                                           "dataset's file name)")
+                                                           "dataset's file name); a run with the loop off is written "
+                                                           "as NAME-noloop")
             sp.add_argument("--output-dir", help="where run folders go (default: the batch file's output_dir:, "
                                                  "else runs/ in the batch file's folder; with --dataset, runs/ here)")
             sp.add_argument("--compare-no-retry", action="store_true",
@@ -1307,7 +1330,8 @@ def add_batch_commands(sub, common, registry: dict, command) -> None:
                                  "written as <run>-single; and with no loop at all (the first attempt's "
                                  "answer as the model gave it: no checks, no refusal but the model's own decline), written as <run>-plain")
             sp.add_argument("--separate-no-retry-run", action="store_true",
-                            help="with --compare-no-retry: run the questions again with the loop off instead")
+                            help="with --compare-no-retry: run the questions again with the loop off instead, "
+                                 "as <run>-noloop; the comparison covers the questions every run compared answered")
             sp.add_argument("--retrieval-only", action="store_true",
                             help="evidence recall@k and MRR per chunker x retriever, no generation")
         registry[name] = fn

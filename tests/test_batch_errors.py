@@ -678,3 +678,22 @@ def test_a_squad_corpus_holds_only_its_own_file_s_paragraphs(tmp_path):
 
     docs = {c.doc_id for c in CorpusIndex(tmp_path / "runs" / "mars" / "index").load_chunks("section")}
     assert docs == {"mars_p00"}
+
+
+def test_a_separate_loop_off_run_of_another_slice_is_compared_on_the_shared_questions(tmp_path):
+    """The loop run answered questions 1-2 earlier; a separate loop-off run with --limit 1 answers
+    question 1 only: the comparison is made over question 1, for every run, and says so."""
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    ov = fake_overrides(tmp_path) + ["generator.replies=[\"Clara Venn built it [1].\"]"]
+    common = ["eval", "--dataset", str(qa), "--corpus", str(write_corpus(tmp_path / "docs")),
+              "--output-dir", str(tmp_path / "runs"), "--name", "cmp"]
+    assert run(common, tmp_path, ov).returncode == 0
+    r = run([*common, "--compare-no-retry", "--separate-no-retry-run", "--limit", "1", "--json"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert "the comparison covers the 1 they all answered" in r.stderr
+    by_run = {s["run"]: s for s in json.loads(r.stdout)}
+    assert sorted(by_run) == ["cmp", "cmp-noloop", "cmp-plain"]
+    assert {s["n"] for s in by_run.values()} == {1}
+    # Each run's own summary keeps all of its questions.
+    assert json.loads((tmp_path / "runs" / "cmp" / "summary.json").read_text())["n"] == 2
