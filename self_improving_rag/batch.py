@@ -270,6 +270,10 @@ def _changed_settings(run_dir: Path, config: Config) -> str:
         if isinstance(a.get(key), str):
             a[key] = os.path.expanduser(a[key])
     changed = sorted(k for k in a if k in b and k not in _RESUME_FREE and a[k] != b[k])
+    if any(k.startswith("strategy.") for k in changed) and b.get("policy.first_from_memory") is False:
+        # Set by sirag itself when a strategy.* setting is given (the pinned strategy goes first):
+        # naming it would blame a setting the user never touched.
+        changed = [k for k in changed if k != "policy.first_from_memory"]
     shown = ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in changed[:4])
     return shown + (", ..." if len(changed) > 4 else "")
 
@@ -460,7 +464,7 @@ def _remove_unused_run(run_dir: Path) -> None:
     results = run_dir / "results.jsonl"
     if results.exists() and results.stat().st_size > 0:
         return
-    for name in ("results.jsonl", "config.yaml", "corpus.json", ".lock"):
+    for name in ("results.jsonl", "config.yaml", "corpus.json", FIT_FILE, ".lock"):
         (run_dir / name).unlink(missing_ok=True)
     try:
         run_dir.rmdir()

@@ -103,6 +103,8 @@ def test_a_finished_run_says_that_new_settings_are_not_used(tmp_path):
     assert run(["batch", str(f)], tmp_path, ov).returncode == 0
     r = run(["batch", str(f), "--json"], tmp_path, ov + ["strategy.top_k=7"])
     assert r.returncode == 0 and "finished" in r.stderr and "strategy.top_k: 5 -> 7" in r.stderr
+    # policy.first_from_memory follows from the pinned strategy: sirag set it, not the user.
+    assert "first_from_memory" not in r.stderr
     assert json.loads(r.stdout)[0]["n"] == 2
 
 

@@ -211,6 +211,15 @@ def _string_tuple(path: Path, where: str, key: str, value: Any) -> tuple[str, ..
         # wrong labels stored in memory, where calibration and the strategy policy read them).
         hint = (" (an unanswerable question has \"answers\": [] or \"answerable\": false)" if key == "answers" else "")
         raise InputError(f"{path}: {where}: '{key}' item {blank} is empty; remove it or write its text{hint}")
+    if key == "answers":
+        from self_improving_rag.evaluation.metrics import normalize_answer
+
+        # Graded after punctuation and articles are removed: "." or "the" would match no answer.
+        hollow = next((i for i, v in enumerate(value, 1) if not normalize_answer(v)), None)
+        if hollow is not None:
+            raise InputError(f"{path}: {where}: '{key}' item {hollow} ({value[hollow - 1]!r}) has no word once "
+                             "punctuation and articles are removed, so no answer could match it; write the answer's "
+                             "words, or remove it")
     return tuple(dict.fromkeys(value))
 
 

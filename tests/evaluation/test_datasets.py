@@ -287,6 +287,11 @@ def test_an_empty_gold_answer_is_refused(tmp_path: Path) -> None:
             load_qa(_write_jsonl(tmp_path / "q.jsonl", [{"id": "a", "question": "Q?", "answers": answers}]))
     with pytest.raises(InputError, match="'evidence' item 1 is empty"):
         load_qa(_write_jsonl(tmp_path / "e.jsonl", [{"id": "a", "question": "Q?", "answers": ["x"], "evidence": [""]}]))
+    # Graded without punctuation and articles: "." or "the" would match no answer either.
+    for answers, n in ((["."], 1), (["blue", "The"], 2), (["a ..."], 1)):
+        with pytest.raises(InputError, match=rf"'answers' item {n} \(.*\) has no word once punctuation"):
+            load_qa(_write_jsonl(tmp_path / "p.jsonl", [{"id": "a", "question": "Q?", "answers": answers}]))
+    assert load_qa(_write_jsonl(tmp_path / "ok.jsonl", [{"id": "a", "question": "Q?", "answers": ["1.5", "A4"]}]))
     doc = {"version": "v2.0", "data": [{"title": "T", "paragraphs": [{"context": "Rollo led.", "qas": [
         {"id": "q1", "question": "Who led?", "is_impossible": False, "answers": [{"text": " ", "answer_start": 0}]}]}]}]}
     path = tmp_path / "squad.json"
