@@ -55,10 +55,16 @@ def _existing_memory(config: Config, command: str, read_only: bool = False):
     error (a typo must not create an empty store), not a new database."""
     from .errors import MemoryStoreError
 
-    if not Path(config.paths.memory_db).exists():
+    path = Path(config.paths.memory_db)
+    if not path.exists():
         raise MemoryStoreError(f"no memory store at {config.paths.memory_db} yet, so `sirag {command}` has "
                                "nothing to work on; it is created by the first `sirag ask` or `sirag batch` "
                                "(or pass --memory with an existing database)")
+    if not read_only and path.is_file() and path.stat().st_size == 0:
+        # An empty file (a `touch`, a failed copy) would be made a store before the command found
+        # nothing in it: opened read-only first, it is said to be empty, as `sirag memory` says, and
+        # left as it is (one whose records are all still in its -wal file opens and goes on).
+        _memory(config, read_only=True).close()
     return _memory(config, read_only=read_only)
 
 
@@ -456,6 +462,22 @@ def cmd_search(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+class _MemoryParser(argparse.ArgumentParser):
+    """The parser of `sirag memory`: words given after its options, or after ``--``, are its words
+    (``memory search --limit 5 Holmes``, ``memory search --config c.yaml -- -Marsh``, ``memory show
+    --json -- ID``). argparse fills the ``nargs="*"`` positional, empty, together with the action
+    before it, and returns every later word as unrecognized. An option it does not know (a word
+    that begins with - before any --, as in every CLI) is still reported, with what followed it."""
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        namespace, extra = super().parse_known_args(args, namespace)
+        cut = extra.index("--") if "--" in extra else len(extra)
+        if any(w.startswith("-") for w in extra[:cut]):
+            return namespace, extra
+        namespace.arg = [*(getattr(namespace, "arg", None) or []), *extra[:cut], *extra[cut + 1:]]
+        return namespace, []
+
+
 @command
 def cmd_memory(args: argparse.Namespace, config: Config) -> int:
     """Analyse the memory store: stats, strategies, failures, show ID, search TEXT, export, report;
@@ -518,8 +540,8 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
             else:
                 checked = [_output_file(path, "--csv" if fmt == "csv" else "--json-file", config)
                            for fmt, path in targets]
-                for (fmt, _), path in zip(targets, checked):
-                    n = store.export(fmt, path)
+                # Both files or neither: a JSON file that cannot be written leaves no CSV behind.
+                n = store.export_files([(fmt, path) for (fmt, _), path in zip(targets, checked)])
                 data = {"exported_outcomes": n,
                         "files": [{"path": str(path), "format": fmt} for fmt, path in targets]}
         elif action == "report":
@@ -614,7 +636,7 @@ def _short(v: Any) -> str:
     elif isinstance(v, list):
         s = "; ".join(_short(x) for x in v)
     else:
-        s = str(v)
+        s = " ".join(str(v).split())  # an answer's newlines and tabs would spread one row over lines
     return s if len(s) < 120 else s[:117] + "..."
 
 
@@ -836,10 +858,13 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--top-k", type=int_at_least(1, 100))
             sp.add_argument("--no-rerank", action="store_true", help="rank by retrieval score only")
 
+    sub._parser_class, default_class = _MemoryParser, sub._parser_class  # its words may follow options
     sp = add("memory", cmd_memory)
+    sub._parser_class = default_class
     sp.add_argument("action", choices=["stats", "strategies", "failures", "show", "search", "export", "report",
                                        "merge"])
-    sp.add_argument("arg", nargs="*", help="outcome id for show, text for search, other stores' files for merge")
+    sp.add_argument("arg", nargs="*", help="outcome id for show, text for search, other stores' files for merge "
+                                           "(after --, a word may begin with -: memory search -- -Marsh)")
     sp.add_argument("--limit", type=int_at_least(1), default=20,
                     help="matches shown by `memory search` (default 20); the other actions show everything")
     sp.add_argument("--csv", metavar="FILE", help="export: write CSV here")

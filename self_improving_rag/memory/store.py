@@ -30,7 +30,7 @@ from typing import Any, NoReturn, TypeVar
 
 from sqlite_utils import Database
 
-from ..errors import MemoryStoreError, OlderSchemaError
+from ..errors import InputError, MemoryStoreError, OlderSchemaError
 from ..evaluation.calibrate import ANY_LATEST, NOT_RECORDED
 from ..evaluation.calibration import (FEATURES, LOGPROB_FLOOR, NEUTRAL_VALUES, QUESTION_FEATURES, QUESTION_FIT_FLOOR,
                                       answer_words, complete_weights, sigmoid)
@@ -57,7 +57,8 @@ _TOKEN_RE = re.compile(r"\w+", re.UNICODE)
 #: A possessive or contraction ending ("Holmes's", "don't" stays): its lone letter would have to
 #: occur as a word of its own, so "lighthouse's" would miss a question that says "lighthouse".
 _POSSESSIVE_RE = re.compile(r"(?<=\w)['’]s\b", re.UNICODE)
-# FTS5 query strings grow with every token; a pasted page must not become a huge query.
+# FTS5 query strings grow with every token; a pasted page must not become a huge query (more
+# different words than this are refused: every word must occur, so none may be left out).
 _MAX_SEARCH_TOKENS = 64
 
 
@@ -73,6 +74,18 @@ def question_id(text: str) -> str:
 
 def _utcnow() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _after(newest: str | None, now: str) -> str:
+    """``now``, or 1 ms after ``newest`` when that is not earlier (a row merged from a machine whose
+    clock runs ahead), so that a row written now is the newest by time; a date sirag did not write
+    is left to order by as it is."""
+    if newest and newest >= now:
+        try:
+            return (datetime.fromisoformat(newest) + timedelta(milliseconds=1)).isoformat(timespec="milliseconds")
+        except ValueError:
+            pass
+    return now
 
 
 def _json_default(obj: Any) -> Any:
@@ -766,7 +779,14 @@ class MemoryStore:
         """Label an outcome correct or wrong (``source`` 'user' or 'gold').
 
         The current label is the newest user label, else the newest gold label (see
-        ``_LATEST_LABEL``).
+        ``_LATEST_LABEL``). Newest by time, not by id: :meth:`merge_from` appends the labels of
+        other stores, with new ids, in whatever order they are merged, and keeps when each was
+        given, the one order all stores share (an older label merged later must not win). So that
+        a label given now is the label in use, it is dated no earlier than 1 ms after the newest
+        label of its outcome, as :meth:`save_calibration` dates a fit: one merged from a machine
+        whose clock ran ahead would otherwise outrank every label given here until that date. The
+        later date goes with the label into any store it is merged into, where it then also comes
+        after the label it replaced.
 
         ``outcome_id`` may be a unique prefix of at least 6 characters. With ``keep_settled``
         (how evaluations write gold labels) nothing is written when a user has labelled the
@@ -790,7 +810,9 @@ class MemoryStore:
                                          f"ORDER BY {self._LABEL_ORDER} LIMIT 1", [full_id]).fetchone()
                     if current is not None and (current[1] == "user" or current[0] == int(correct)):
                         return False
-                self._insert(db, "feedback", row)
+                newest = db.execute("SELECT MAX(created_at) FROM feedback WHERE outcome_id = ?",
+                                    [full_id]).fetchone()[0]
+                self._insert(db, "feedback", {**row, "created_at": _after(newest, row["created_at"])})
                 return True
 
         return self._write(write)
@@ -846,12 +868,7 @@ class MemoryStore:
                 # ahead would stay newer than any fit made here, which would then never be used
                 # (and the engine would fit again at every start): a new fit is dated after it.
                 newest = db.execute("SELECT MAX(created_at) FROM calibration_fits").fetchone()[0]
-                if newest and newest >= row["created_at"]:
-                    try:
-                        after = datetime.fromisoformat(newest) + timedelta(milliseconds=1)
-                        row["created_at"] = after.isoformat(timespec="milliseconds")
-                    except ValueError:
-                        pass  # a date sirag did not write: order by it as it is
+                row["created_at"] = _after(newest, row["created_at"])
                 cursor = self._insert(db, "calibration_fits", row)
             return int(cursor.lastrowid)
 
@@ -1303,14 +1320,20 @@ class MemoryStore:
 
         Every word of ``text`` must occur (porter stemming; a possessive "'s" is dropped); FTS
         operators and quotes in the input are treated as plain words, so no input can break the query.
+        A word repeated (in any case) counts once; more than ``_MAX_SEARCH_TOKENS`` different words
+        are an InputError, not a query cut short (which would find outcomes without the words cut).
         """
         if not isinstance(text, str):
             raise ValueError(f"text must be a str, got {text!r}")
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise ValueError(f"limit must be a positive int, got {limit!r}")
-        tokens = _TOKEN_RE.findall(_POSSESSIVE_RE.sub("", text))[:_MAX_SEARCH_TOKENS]
+        words = _TOKEN_RE.findall(_POSSESSIVE_RE.sub("", text))
+        tokens = list({w.casefold(): w for w in words}.values())  # a word repeated, in any case, once
         if not tokens:
             return []
+        if len(tokens) > _MAX_SEARCH_TOKENS:
+            raise InputError(f"the search text has {len(tokens)} different words; it reads at most "
+                             f"{_MAX_SEARCH_TOKENS}, and every word must occur in a match: search with fewer words")
         # Each token is a quoted FTS5 string; \w+ tokens never contain a quote.
         match = " ".join(f'"{t}"' for t in tokens)
         return self._rows(
@@ -1351,28 +1374,48 @@ class MemoryStore:
         Each outcome carries its current label (``label`` 1/0 and ``label_source``; empty when
         unlabelled).
         """
-        if fmt not in ("csv", "json"):
-            raise ValueError(f"fmt must be 'csv' or 'json', got {fmt!r}")
-        path = Path(path)
+        return self.export_files([(fmt, path)])
+
+    def export_files(self, targets: list[tuple[str, str | Path]]) -> int:
+        """Write several exports (``(fmt, path)`` pairs, formats as in :meth:`export`) from one
+        reading of the store, all or nothing: each is written to a temporary file beside its target,
+        and the temporaries are renamed into place only once every one was written (and removed
+        when one was not), so a failed export never leaves half a file, nor one file of two.
+        Returns the number of outcomes."""
+        for fmt, _ in targets:
+            if fmt not in ("csv", "json"):
+                raise ValueError(f"fmt must be 'csv' or 'json', got {fmt!r}")
         ocols, acols, rows = self._export_rows()
         n_outcomes = len({r["outcome_id"] for r in rows})
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Write beside the target and rename, so a failed export never leaves half a file.
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+        staged: list[tuple[Path, Path]] = []  # (temporary, target)
         try:
-            with tmp.open("w", encoding="utf-8", newline="") as fh:
-                if fmt == "csv":
-                    fields = [f"outcome_{c}" for c in ocols] + [f"attempt_{c}" for c in acols]
-                    writer = csv.DictWriter(fh, fieldnames=fields)
-                    writer.writeheader()
-                    writer.writerows(rows)
-                else:
-                    json.dump(self._nest(ocols, acols, rows), fh, ensure_ascii=False, indent=1)
-            os.replace(tmp, path)
-        except OSError as exc:  # name the file the user asked for, not the temporary one
-            raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
+            for fmt, target in targets:
+                path = Path(target)
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+                    staged.append((tmp, path))
+                    with tmp.open("w", encoding="utf-8", newline="") as fh:
+                        if fmt == "csv":
+                            fields = [f"outcome_{c}" for c in ocols] + [f"attempt_{c}" for c in acols]
+                            writer = csv.DictWriter(fh, fieldnames=fields)
+                            writer.writeheader()
+                            writer.writerows(rows)
+                        else:
+                            json.dump(self._nest(ocols, acols, rows), fh, ensure_ascii=False, indent=1)
+                except OSError as exc:  # name the file the user asked for, not the temporary one
+                    raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
+            done: list[Path] = []
+            for tmp, path in staged:
+                try:
+                    os.replace(tmp, path)
+                except OSError as exc:  # seldom (the folder was writable a moment ago): say what was written
+                    written = f" ({', '.join(map(str, done))} was written all the same)" if done else ""
+                    raise type(exc)(exc.errno, f"{exc.strerror or exc}{written}", str(path)) from exc
+                done.append(path)
         finally:
-            tmp.unlink(missing_ok=True)
+            for tmp, _ in staged:
+                tmp.unlink(missing_ok=True)
         return n_outcomes
 
     @staticmethod

@@ -220,3 +220,34 @@ def test_merging_labels_says_how_to_fit_on_them(tmp_path):
     r = _sirag(["memory", "merge", "a.db", "--memory", "third.db", "--set", "calibration.auto_min_labels=2",
                 "--set", "calibration.auto_refit_after=1"], tmp_path)
     assert r.returncode == 0 and "labels added" in r.stdout and "after 1 more labelled answer" in r.stdout, r.stdout
+
+
+def test_a_label_given_here_is_in_use_after_one_merged_from_a_clock_ahead(tmp_path, monkeypatch):
+    """A label merged from a machine whose clock ran ahead stayed the newest by time, so every label
+    given here later was recorded and never used: a label given now is dated after it."""
+    import self_improving_rag.memory.store as store_module
+
+    main, ids = _shard(tmp_path / "main.db", "run-a", ["Who found the hound?", "Where is the moor?"])
+    main.close()
+    copy = tmp_path / "copy.db"
+    copy.write_bytes((tmp_path / "main.db").read_bytes())
+    with monkeypatch.context() as m:
+        m.setattr(store_module, "_utcnow", lambda: "2030-01-01T00:00:00.000+00:00")
+        other = MemoryStore(copy)
+        other.add_feedback(ids[0], correct=False)
+        other.add_feedback(ids[1], correct=False, source="gold")
+        other.close()
+    main = MemoryStore(tmp_path / "main.db")
+    assert main.merge_from(copy)["feedback_added"] == 2
+    main.add_feedback(ids[0], correct=True)
+    assert main.add_feedback(ids[1], correct=True, source="gold", keep_settled=True)  # a corrected gold answer
+    current = {i: main.show(i)["current_label"] for i in ids}
+    assert [(c["label"], c["source"]) for c in current.values()] == [(1, "user"), (1, "gold")]
+    assert all(c["created_at"] > "2030-01-01T00:00:00.000+00:00" for c in current.values())
+    assert main.stats()["feedback"]["correct"] == 2
+    main.close()
+    # Merged back, the labels given later win there too: time is the order every store shares.
+    other = MemoryStore(copy)
+    other.merge_from(tmp_path / "main.db")
+    assert [other.show(i)["current_label"]["label"] for i in ids] == [1, 1]
+    other.close()

@@ -29,7 +29,7 @@ from memory_testkit import (  # noqa: E402
     repaired_answer,
 )
 
-from self_improving_rag.errors import MemoryStoreError  # noqa: E402
+from self_improving_rag.errors import InputError, MemoryStoreError  # noqa: E402
 from self_improving_rag.memory import MemoryStore  # noqa: E402
 from self_improving_rag.memory.store import question_id  # noqa: E402
 
@@ -659,6 +659,18 @@ def test_search_finds_questions_and_answers(store: MemoryStore) -> None:
     assert "[" in store.search("stapleton")[0]["snippet"]
     with pytest.raises(ValueError):
         store.search("x", limit=0)
+
+
+def test_search_counts_a_repeated_word_once_and_refuses_more_words_than_it_reads(store: MemoryStore) -> None:
+    """Words past the 64th were dropped without a word: "lighthouse" × 64 + "Martians" found an
+    outcome without Martians."""
+    store.record(make_answer("Who kept the lighthouse?", answer="Tobias Lune [1]"))
+    assert store.search(" ".join(["lighthouse"] * 64 + ["Martians"])) == []
+    assert len(store.search(" ".join(["Lighthouse", "LIGHTHOUSE"] * 40 + ["Tobias"]))) == 1
+    words = " ".join(f"w{i}" for i in range(65))
+    with pytest.raises(InputError, match="65 different words; it reads at most 64"):
+        store.search(words)
+    assert store.search(" ".join(f"w{i}" for i in range(64))) == []  # the limit itself is fine
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

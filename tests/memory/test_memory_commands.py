@@ -1,0 +1,139 @@
+"""`sirag memory`, `feedback` and `calibrate` as a user meets them: words after options, labels merged
+from a clock ahead, exports that fail half-way, empty files and answers spread over lines.
+
+The CLI runs in-process (``main``) on stores built with the test kit; no model is loaded."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+_HERE = Path(__file__).resolve().parent
+for _p in (str(_HERE), str(_HERE.parents[1])):
+    if _p not in sys.path:
+        sys.path.append(_p)
+
+from memory_testkit import make_answer  # noqa: E402
+
+from self_improving_rag.cli import main  # noqa: E402
+from self_improving_rag.memory import MemoryStore  # noqa: E402
+from tests.conftest import fake_overrides  # noqa: E402
+
+AHEAD = "2030-01-01T00:00:00.000+00:00"
+
+
+def sirag(tmp_path: Path, command: list[str], *rest: str) -> int:
+    """``sirag COMMAND --set ... REST`` in-process with the test settings (before REST, which may
+    hold ``--``), logging restored afterwards."""
+    root = logging.getLogger()
+    saved = list(root.handlers), root.level
+    sets = [x for s in fake_overrides(tmp_path) for x in ("--set", s)]
+    try:
+        return main([*command, *sets, *rest])
+    finally:
+        for h in root.handlers:
+            if h not in saved[0]:
+                h.close()
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """The store the test settings name (paths.memory_db), with two outcomes."""
+    path = tmp_path / "memory" / "memory.db"
+    with MemoryStore(path) as store:
+        store.record(make_answer("Who owns Marsh House?", answer="The Alder family [1]"))
+        store.record(make_answer("Who kept the lighthouse?", answer="Tobias Lune kept it.\n\n  For forty\tyears [1]"))
+    return path
+
+
+def _ids(db: Path) -> dict[str, str]:
+    with MemoryStore(db, read_only=True) as store:
+        return {r["question"]: r["id"] for r in store.search("who")}
+
+
+def test_words_after_options_and_after_a_double_dash_are_search_words(db, tmp_path, capsys):
+    """argparse filled `arg` (nargs="*"), empty, as soon as the action was read: every word after an
+    option, even after --, was an unrecognized argument."""
+    marsh = _ids(db)["Who owns Marsh House?"]
+    for command, rest in ((["memory", "search"], ["--", "-Marsh"]), (["memory", "search"], ["Marsh"]),
+                          (["memory", "search", "Marsh"], ["--limit", "3", "--", "-House"]),
+                          (["memory", "--json", "search"], ["--", "-Marsh"])):
+        assert sirag(tmp_path, command, "--json", *rest) == 0, (command, rest)
+        assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [marsh], (command, rest)
+    assert sirag(tmp_path, ["memory", "show"], "--json", "--", marsh[:10]) == 0
+    assert json.loads(capsys.readouterr().out)["id"] == marsh
+    # Words after -- are words, even when they look like options.
+    assert sirag(tmp_path, ["memory", "search"], "--", "Marsh", "--json") == 0
+    assert "(no outcome matches 'Marsh --json')" in capsys.readouterr().out
+    # A word that begins with - before any --, as in every CLI, is an option, and unknown.
+    with pytest.raises(SystemExit) as info:
+        sirag(tmp_path, ["memory", "search", "-Marsh"])
+    assert info.value.code == 2 and "unrecognized arguments: -Marsh" in capsys.readouterr().err
+
+
+def test_a_search_over_the_word_limit_is_an_error_not_cut(db, tmp_path, capsys):
+    # Repeated words count once: this is two words, and Martians occurs nowhere.
+    assert sirag(tmp_path, ["memory", "search", *["lighthouse"] * 64, "Martians"], "--json") == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert sirag(tmp_path, ["memory", "search", *[f"w{i}" for i in range(65)]]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "64" in err and "65" in err, err
+
+
+def test_search_results_are_one_line_each_in_the_text_view(db, tmp_path, capsys):
+    assert sirag(tmp_path, ["memory", "search", "forty"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "answer=Tobias Lune kept it. For forty years [1]" in out, out
+    assert sirag(tmp_path, ["memory", "search", "forty"], "--json") == 0  # JSON keeps the text as it is
+    assert json.loads(capsys.readouterr().out)[0]["answer"] == "Tobias Lune kept it.\n\n  For forty\tyears [1]"
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, where no file can be made")
+def test_an_export_that_fails_for_one_file_writes_neither(db, tmp_path, capsys):
+    csv_path = tmp_path / "p.csv"
+    assert sirag(tmp_path, ["memory", "export", "--csv", str(csv_path), "--json-file", "/proc/p.json"]) == 2
+    assert "/proc/p.json" in capsys.readouterr().err
+    assert not csv_path.exists() and not list(tmp_path.glob(".p.csv.*"))
+    csv_path.write_text("mine\n")
+    assert sirag(tmp_path, ["memory", "export", "--csv", str(csv_path), "--json-file", "/proc/p.json"]) == 2
+    assert csv_path.read_text() == "mine\n" and not list(tmp_path.glob(".p.csv.*"))
+    # Both written when both can be, from one reading of the store.
+    assert sirag(tmp_path, ["memory", "export", "--csv", str(csv_path), "--json-file", str(tmp_path / "p.json")]) == 0
+    assert csv_path.read_text().startswith("outcome_id,")
+    assert len(json.loads((tmp_path / "p.json").read_text())) == 2
+
+
+@pytest.mark.parametrize("command", [["calibrate"], ["calibrate", "--reset"], ["calibrate", "--dry-run"],
+                                     ["feedback", "abcdef123456", "--correct"], ["memory", "stats"]])
+def test_an_empty_file_is_left_as_it_is_and_said_to_be_empty(tmp_path, capsys, command):
+    empty = tmp_path / "zz.db"
+    empty.write_bytes(b"")
+    assert sirag(tmp_path, command, "--memory", str(empty)) == 2
+    err = capsys.readouterr().err
+    assert f"memory database {empty} is empty: nothing has been recorded in it yet" in err, err
+    assert empty.read_bytes() == b"" and sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("zz")) == [
+        "zz.db"]
+
+
+def test_a_label_given_now_wins_over_one_merged_from_a_clock_ahead(db, tmp_path, capsys):
+    oid = _ids(db)["Who kept the lighthouse?"]
+    copy = tmp_path / "copy.db"
+    copy.write_bytes(db.read_bytes())
+    with mock.patch("self_improving_rag.memory.store._utcnow", return_value=AHEAD), MemoryStore(copy) as other:
+        other.add_feedback(oid, correct=False)
+    assert sirag(tmp_path, ["memory", "merge", str(copy)]) == 0
+    assert sirag(tmp_path, ["feedback", oid[:10], "--correct"]) == 0
+    assert "replaces the earlier user label (wrong)" in capsys.readouterr().err
+    assert sirag(tmp_path, ["memory", "show", oid[:10]], "--json") == 0
+    label = json.loads(capsys.readouterr().out)["current_label"]
+    assert label["label"] == 1 and label["created_at"] > AHEAD
+    assert sirag(tmp_path, ["memory", "stats"], "--json") == 0
+    feedback = json.loads(capsys.readouterr().out)["feedback"]
+    assert (feedback["correct"], feedback["wrong"]) == (1, 0)
