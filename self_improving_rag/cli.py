@@ -462,7 +462,16 @@ def cmd_search(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-class _MemoryParser(argparse.ArgumentParser):
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with its errors as the rest of sirag gives them: one ``error:`` line
+    that names the command and where to read its options, and exit code 2 (argparse would print
+    the command's whole usage block first, burying the line that says what is wrong)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message}; see `{self.prog} --help`\n")
+
+
+class _MemoryParser(_Parser):
     """The parser of `sirag memory`: words given after its options, or after ``--``, are its words
     (``memory search --limit 5 Holmes``, ``memory search --config c.yaml -- -Marsh``, ``memory show
     --json -- ID``). argparse fills the ``nargs="*"`` positional, empty, together with the action
@@ -786,15 +795,6 @@ def _print_calibration(result: dict) -> None:
 
 def _doc(fn: Callable) -> str:
     return inspect.cleandoc(fn.__doc__ or "")  # the first line is not indented, the rest are
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse's parser with its errors as the rest of sirag gives them: one ``error:`` line
-    that names the command and where to read its options, and exit code 2 (argparse would print
-    the command's whole usage block first, burying the line that says what is wrong)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"error: {self.prog}: {message}; see `{self.prog} --help`\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
