@@ -201,8 +201,9 @@ def cmd_ingest(args: argparse.Namespace, config: Config) -> int:
               f"({report.reused_documents} unchanged, {report.embedded_texts} texts embedded, "
               f"{report.cached_texts} reused from the cache or this run) in {report.timings_ms['total'] / 1000:.1f} s")
         for name, n in report.chunks.items():
-            print(f"  {name:9s} {n:6d} chunks" + ("  (re-chunked: the index held other settings)"
-                                                   if name in report.changed_settings else ""))
+            why = ("  (re-chunked: the index was made by an older sirag)" if name in report.older_chunking
+                   else "  (re-chunked: the index held other settings)" if name in report.changed_settings else "")
+            print(f"  {name:9s} {n:6d} chunks{why}")
         if stats:
             _print_stats(stats)
     for line in report.notices():

@@ -446,6 +446,26 @@ def test_ingest_marks_the_chunkers_it_re_chunked_for_new_settings(tmp_path):
     assert "re-chunked" not in lines["fixed"] + lines["section"]
 
 
+def test_ingest_says_an_index_of_an_older_sirag_was_re_chunked(tmp_path):
+    import json
+
+    from self_improving_rag.retrieval.index import CorpusIndex
+
+    docs = write_corpus(tmp_path / "docs")
+    ov = fake_overrides(tmp_path)
+    assert run(["ingest", str(docs)], tmp_path, ov).returncode == 0
+    path = CorpusIndex(tmp_path / "index").current_dir() / "manifest.json"
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    for params in manifest["chunkers"].values():
+        params["algorithm"] -= 1
+    path.write_text(json.dumps(manifest), encoding="utf-8")
+    r = run(["ingest", str(docs)], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    lines = {ln.split()[0]: ln for ln in r.stdout.splitlines()[1:]}
+    for name in ("fixed", "section", "semantic"):
+        assert "(re-chunked: the index was made by an older sirag)" in lines[name]
+
+
 def test_debug_keeps_a_path_errors_line_and_code_and_the_log_keeps_user_errors(tmp_path):
     docs = write_corpus(tmp_path / "docs")
     ov = fake_overrides(tmp_path)

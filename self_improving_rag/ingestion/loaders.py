@@ -2,8 +2,11 @@
 
 Every problem with a file raises ``IngestionError`` with one line naming the file, the
 problem and the fix. Cleaning gives LF line ends, no byte-order mark, no trailing spaces,
-at most two blank lines in a row, and for Project Gutenberg books no licence header or
-footer. HTML headings become markdown ``#`` lines so that section detection sees them.
+at most two blank lines in a row, no invisible format characters that split words (soft
+hyphen, zero-width space, word joiner, a byte-order mark inside the text), and for Project
+Gutenberg books no licence header or footer. HTML headings become markdown ``#`` lines so that
+section detection sees them; a page's navigation and footer are not text. A markdown file's YAML
+front matter is not text either: its ``title:`` and ``author:`` name the document.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from self_improving_rag.errors import IngestionError
-from self_improving_rag.ingestion.sections import detect_sections
+from self_improving_rag.ingestion.sections import detect_sections, markdown_title
 from self_improving_rag.types import Document
 
 SUPPORTED_SUFFIXES = (".txt", ".md", ".markdown", ".html", ".htm", ".pdf")
@@ -61,12 +64,36 @@ _GUTENBERG_END_NOTE = re.compile(r"^\s*End of (?:the )?Project Gutenberg", re.IG
 _END_NOTE_LOOKBACK = 10
 _HEADER_FIELD = re.compile(r"^(Title|Author):[ \t]*(.*)$", re.IGNORECASE)
 _MD_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
-_MD_H1 = re.compile(r"^ {0,3}#[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
 _MD_HEADING_LIKE = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")
-# Marks heading lines made from h1..h6 until the text is tidied (a private-use character).
+# A YAML block between "---" lines at the very top of a markdown file (Jekyll, Hugo, Pandoc).
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?\n)?(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL)
+# Format characters that hide inside words: the soft hyphen (HTML "&shy;"), the zero-width space,
+# the word joiner and a byte-order mark inside the text (U+FEFF as a zero-width no-break space).
+# Kept inside a word they split it for search ("extra\u00adordinary" is not "extraordinary").
+# The zero-width non-joiner and joiner (U+200C, U+200D) stay: Persian and Indic spelling and
+# emoji sequences need them.
+_INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\u2060\ufeff"))
+# A hyphen (or soft hyphen) at a line end between letters (see _join_line_end_hyphens).
+_LINE_END_HYPHEN = re.compile(r"(?<=[^\W\d_])([-\u00ad])[ \t]*\n[ \t]*(?=[^\W\d_])")
+# Private-use characters marking, until the HTML text is tidied, the heading lines made from
+# h1..h6 and the fence lines around <pre> blocks: only lines so marked are headings or fences,
+# whatever the page's own text holds. They are removed from the page's text before the walk.
 _HEADING_MARK = "\ue000"
+_CODE_MARK = "\ue001"
+_MARKS = (_HEADING_MARK, _CODE_MARK)
+_NO_MARKS = dict.fromkeys(map(ord, _MARKS))
 _HTML_HEADINGS = {f"h{level}": level for level in range(1, 7)}
 _HTML_DROPPED = frozenset({"script", "style", "noscript", "template", "head", "svg", "iframe"})
+# Site furniture repeated on every page, not the page's content: indexed, a menu or a copyright
+# line would match questions on every page, and a page of only these would be a document.
+_HTML_FURNITURE = frozenset({"nav", "footer"})
+_HTML_FURNITURE_ROLES = frozenset({"navigation", "contentinfo"})
+# A header or aside is furniture (a site banner, a sidebar of links) only outside the page's
+# marked content (<main>, <article>): inside it, a header holds the article's title and byline
+# and an aside a note or warning on the text. A page that marks no content keeps them both.
+_HTML_PAGE_LEVEL = frozenset({"header", "aside"})
+_HTML_PAGE_LEVEL_ROLES = frozenset({"banner", "complementary"})
+_HTML_CONTENT = frozenset({"main", "article"})
 _HTML_BLOCKS = frozenset(
     "address article aside blockquote body dd div dl dt fieldset figcaption figure footer form"
     " header hr html li main nav ol p section table tbody thead tfoot tr ul".split()
@@ -434,9 +461,10 @@ def _normalise_newlines(text: str) -> str:
 
 
 def _clean(text: str) -> str:
-    """NFC, no BOM or stray controls, no trailing spaces, at most two blank lines in a row."""
+    """NFC, no BOM, invisible format characters or stray controls, no trailing spaces, at most two
+    blank lines in a row."""
     text = unicodedata.normalize("NFC", _normalise_newlines(text))
-    text = text.lstrip("\ufeff").replace("\f", "\n")
+    text = text.translate(_INVISIBLE).replace("\f", "\n")
     text = "".join(
         ch for ch in text if ch in "\t\n" or unicodedata.category(ch) != "Cc"
     )
@@ -458,18 +486,26 @@ def _parse_text(
     _require_text(path, decoded)
     if fmt == "html":
         text, title = _html_to_markdown(decoded)
-        text = _require_text(path, _clean(text), "HTML page has no visible text")
+        text = _require_text(path, _clean(text), "HTML page has no visible text (its navigation, "
+                             "footer, page header, scripts and styles are left out)")
         return text, title, None
     text = _normalise_newlines(decoded).lstrip("\ufeff")
     title = author = None
+    if fmt == "markdown":
+        text, fields = _split_front_matter(text)
+        if fields is not None:
+            meta["front_matter"] = True
+            title, author = _field_text(fields.get("title")), _field_text(fields.get("author"))
+            text = _require_text(path, text, "file holds only YAML front matter (the --- block at its top), no text")
     body = _strip_gutenberg(text)
     if body is not None:
         meta["gutenberg"] = True
-        title, author = _gutenberg_fields(text)
+        pg_title, pg_author = _gutenberg_fields(text)
+        title, author = title or pg_title, author or pg_author
         text = _require_text(path, body, "no text left after removing the Project Gutenberg header")
     text = _require_text(path, _clean(text))
     if fmt == "markdown" and title is None:
-        title = _markdown_title(text)
+        title = markdown_title(text)
     return text, title, author
 
 
@@ -508,22 +544,36 @@ def _gutenberg_fields(text: str) -> tuple[str | None, str | None]:
 # ---------------------------------------------------------------- markdown and HTML
 
 
-def _markdown_title(text: str) -> str | None:
-    fence = ""
-    for line in text.split("\n"):
-        fence_match = _MD_FENCE.match(line)
-        if fence:
-            stripped = line.strip()
-            if stripped and set(stripped) == {fence[0]} and len(stripped) >= len(fence):
-                fence = ""
-            continue
-        if fence_match:
-            fence = fence_match.group(1)
-            continue
-        match = _MD_H1.match(line)
-        if match and match.group(1).strip():
-            return " ".join(match.group(1).split())
-    return None
+def _split_front_matter(text: str) -> tuple[str, dict | None]:
+    """(text without its front matter, the front matter's fields), or (text, None) when the text
+    has none. Front matter is a "---" line at the very top, a YAML mapping, and a closing "---" or
+    "..." line; a block that does not read as a mapping ("---", a paragraph, "---") is a thematic
+    break and a setext heading, and stays text."""
+    match = _FRONT_MATTER.match(text)
+    if match is None:
+        return text, None
+    import yaml  # a dependency already (config files)
+
+    block = match.group(1) or ""
+    try:
+        fields = yaml.safe_load(block)
+    except yaml.YAMLError:
+        return text, None
+    if fields is None and not block.strip():
+        fields = {}  # "---" twice: empty front matter
+    if not isinstance(fields, dict):
+        return text, None
+    return text[match.end():], fields
+
+
+def _field_text(value: Any) -> str | None:
+    """A front matter field as one line of text: a string or number, or a list of them joined
+    by commas (several authors); None for anything else or nothing."""
+    if isinstance(value, (list, tuple)):
+        value = ", ".join(str(v) for v in value if isinstance(v, (str, int, float)) and not isinstance(v, bool))
+    elif not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        return None
+    return " ".join(str(value).split()) or None
 
 
 def _html_to_markdown(html: str) -> tuple[str, str | None]:
@@ -539,19 +589,24 @@ def _html_to_markdown(html: str) -> tuple[str, str | None]:
         if first_h1 and first_h1.get_text(strip=True):
             title = " ".join(first_h1.get_text().split())
     pieces: list[str] = []
-    _html_walk(soup, pieces)
+    # A page that marks its content drops the header and aside outside it (see _HTML_PAGE_LEVEL).
+    _html_walk(soup, pieces, outside_content=soup.find(_HTML_CONTENT) is not None)
     return _tidy_html_lines("".join(pieces)), title
 
 
 def _tidy_html_lines(text: str) -> str:
     """Outside code: strip indentation, keep one blank line between blocks, and escape "#"
-    lines that did not come from headings."""
+    and fence lines that did not come from headings or <pre> blocks. Only the lines the walk
+    marked open or close a code block, so a "```" line in a <pre> block or a paragraph cannot
+    turn the rest of the page into code (or code into text)."""
     lines: list[str] = []
     in_code = False
     for line in text.split("\n"):
-        if line == "```":
+        if line.startswith(_CODE_MARK):
             in_code = not in_code
-        if in_code or line == "```":
+            lines.append(line[len(_CODE_MARK) :])
+            continue
+        if in_code:
             lines.append(line)
             continue
         line = line.strip()
@@ -562,21 +617,38 @@ def _tidy_html_lines(text: str) -> str:
         elif _MD_HEADING_LIKE.match(line) or _MD_FENCE.match(line):
             line = "\\" + line
         lines.append(line)
-    return "\n".join(lines)
+    # Every mark made starts a line and is consumed above; this only makes sure of it.
+    return "\n".join(lines).translate(_NO_MARKS)
 
 
-def _html_walk(node: Any, out: list[str]) -> None:
+def _is_furniture(tag: Any, outside_content: bool) -> bool:
+    """Whether an element is site furniture, not page text (see _HTML_FURNITURE)."""
+    role = str(tag.get("role") or "").strip().lower()
+    if tag.name in _HTML_FURNITURE or role in _HTML_FURNITURE_ROLES:
+        return True
+    return outside_content and (tag.name in _HTML_PAGE_LEVEL or role in _HTML_PAGE_LEVEL_ROLES)
+
+
+def _code_fence(code: str) -> str:
+    """A backtick fence longer than any run of backticks in ``code``, so no line of the code
+    closes it (the rule section detection follows)."""
+    longest = max((len(run) for run in re.findall(r"`+", code)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def _html_walk(node: Any, out: list[str], outside_content: bool = False) -> None:
     from bs4 import Comment, Declaration, Doctype, NavigableString, ProcessingInstruction, Tag
 
     for child in node.children:
         if isinstance(child, (Comment, Declaration, Doctype, ProcessingInstruction)):
             continue
         if isinstance(child, NavigableString):
-            out.append(re.sub(r"\s+", " ", str(child).replace(_HEADING_MARK, "")))
+            out.append(re.sub(r"\s+", " ", str(child).translate(_NO_MARKS)))
             continue
-        if not isinstance(child, Tag) or child.name in _HTML_DROPPED:
+        if not isinstance(child, Tag) or child.name in _HTML_DROPPED or _is_furniture(child, outside_content):
             continue
         name = child.name
+        inner = outside_content and name not in _HTML_CONTENT
         if name in _HTML_HEADINGS:
             heading = " ".join(child.get_text(" ").split())
             if heading:
@@ -585,19 +657,29 @@ def _html_walk(node: Any, out: list[str]) -> None:
             out.append("\n")
         elif name == "pre":
             # Fenced so that "#" lines in code are not taken for headings.
-            out.append("\n\n```\n" + child.get_text().strip("\n") + "\n```\n\n")
+            code = child.get_text().translate(_NO_MARKS).strip("\n")
+            fence = _code_fence(code)
+            out.append(f"\n\n{_CODE_MARK}{fence}\n{code}\n{_CODE_MARK}{fence}\n\n")
         elif name == "li":
-            out.append("\n- ")
-            _html_walk(child, out)
+            # "- " goes before the item's first text, also when that text is in a <p> of its own;
+            # an item that opens with a heading or code block keeps it at a line start, unbulleted.
+            item: list[str] = []
+            _html_walk(child, item, inner)
+            body = "".join(item)
+            first = body.lstrip()
+            if first.startswith(_MARKS):
+                out.append("\n" + body)
+            elif first:
+                out.append("\n- " + first)
         elif name in ("td", "th"):
-            _html_walk(child, out)
+            _html_walk(child, out, inner)
             out.append(" ")
         elif name in _HTML_BLOCKS:
             out.append("\n\n")
-            _html_walk(child, out)
+            _html_walk(child, out, inner)
             out.append("\n\n")
         else:
-            _html_walk(child, out)
+            _html_walk(child, out, inner)
 
 
 # ---------------------------------------------------------------- PDF
@@ -608,6 +690,19 @@ def doc_slug(path: Path) -> str:
     whitespace control (tab, newline, ...) an underscore. Other characters, no-break spaces
     included, stay as they are, so ids made by earlier versions do not change."""
     return re.sub(r"[ \t\n\r\f\v]", "_", path.stem.lower())
+
+
+def _join_line_end_hyphens(text: str) -> str:
+    """Join a word a PDF's typesetting hyphenated at a line end ("labora-" / "tory" reads
+    "laboratory"): a hyphen between a letter and a next line that starts in lower case, or a soft
+    hyphen before any letter. The trade-off: a compound that happens to break at its own hyphen
+    ("well-" / "known") loses it ("wellknown"); a line-end break inside a word is far more common
+    in justified text, and unjoined it splits the word for search. A next line starting with a
+    capital, a digit or a sign ("Page 12-" / "13") is left as it is."""
+    def join(match: re.Match[str]) -> str:
+        return "" if match.group(1) == "\u00ad" or text[match.end()].islower() else match.group()
+
+    return _LINE_END_HYPHEN.sub(join, text)
 
 
 def _load_pdf(path: Path, raw: bytes, meta: dict[str, Any]) -> tuple[str, str | None, str]:
@@ -632,7 +727,7 @@ def _load_pdf(path: Path, raw: bytes, meta: dict[str, Any]) -> tuple[str, str | 
         raise _fail(path, problem, "check that the file is a valid PDF") from exc
     meta["pages"] = len(pages)
     meta["encoding_detected"] = False
-    text = _clean("\n\n".join(page.strip("\n") for page in pages))
+    text = _clean(_join_line_end_hyphens(_normalise_newlines("\n\n".join(page.strip("\n") for page in pages))))
     if not text.strip():
         raise _fail(path, "PDF has no extractable text (scanned images?)",
                     "run OCR on it first (e.g. ocrmypdf) or leave it out")

@@ -48,6 +48,9 @@ class IngestReport:
     # Chunkers the index held with other settings (or with another embedder), re-chunked for
     # every document; empty for a new index or a rebuild.
     changed_settings: list[str] = field(default_factory=list)
+    # Those of changed_settings whose settings are the same but were chunked by an older sirag
+    # (another CHUNKING_VERSION): its loaders or chunkers read the same files differently.
+    older_chunking: list[str] = field(default_factory=list)
     embedded_texts: int = 0
     cached_texts: int = 0
     # True when nothing changed (same files, settings and paths): the live index was left as it is.
@@ -66,10 +69,15 @@ class IngestReport:
         if self.changed_documents:
             lines.append(f"indexed {self.changed_documents} new or changed document(s) of {len(self.documents)} "
                          f"into {self.index_dir}")
-        if self.changed_settings:
+        other = [n for n in self.changed_settings if n not in self.older_chunking]
+        if other:
             lines.append(f"re-chunked all {len(self.documents)} document(s) of {self.index_dir} with chunker(s) "
-                         f"{', '.join(self.changed_settings)}: the index held them with other settings (or none); "
+                         f"{', '.join(other)}: the index held them with other settings (or none); "
                          "it now holds chunks made with the settings given")
+        if self.older_chunking:
+            lines.append(f"re-chunked all {len(self.documents)} document(s) of {self.index_dir} with chunker(s) "
+                         f"{', '.join(self.older_chunking)}: the index was made by an older sirag, which reads or "
+                         f"chunks some files differently (chunking version {CHUNKING_VERSION} now); same settings")
         return lines
 
     def notices(self) -> list[str]:
@@ -327,6 +335,9 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
                 previous = m.get("files", {})
                 report.changed_settings = [name for name in chunkers
                                            if not same_embedder or m.get("chunkers", {}).get(name) != params[name]]
+                report.older_chunking = [name for name in report.changed_settings
+                                         if same_embedder and _only_version_differs(m.get("chunkers", {}).get(name),
+                                                                                    params[name])]
                 if same_embedder:
                     for name in chunkers:
                         if name not in report.changed_settings:
@@ -344,7 +355,7 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
             except (SiragError, OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
                 # The index is derived from the documents: a damaged one is built again from them.
                 previous, prev_chunks, prev_manifest = {}, {}, None
-                report.changed_settings = []  # everything is built again: no setting to name
+                report.changed_settings, report.older_chunking = [], []  # everything is built again: no setting to name
                 report.problems.append(f"the index in {root} is damaged ({type(exc).__name__}: {exc}); "
                                        "it is built again from the documents")
         cache = EmbeddingCache(root / "embeddings.sqlite", embedder.name)
@@ -474,6 +485,15 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
     report.removed_documents = sorted(held_before - set(files_meta))
     report.timings_ms["total"] = (time.perf_counter() - t0) * 1000
     return report
+
+
+def _only_version_differs(held: object, params: dict) -> bool:
+    """Whether a chunker's recorded parameters differ from ``params`` only in the chunking version
+    (a missing "algorithm" is version 1, as the index reader takes it)."""
+    if not isinstance(held, dict):
+        return False
+    keys = set(held) | set(params)
+    return {k for k in keys if held.get(k, 1 if k == "algorithm" else None) != params.get(k)} == {"algorithm"}
 
 
 def _same(a: dict, b: dict) -> bool:

@@ -6,6 +6,15 @@ Formats
                         are not headings. Level = number of ``#``; the path element is the
                         heading text. A first heading whose text equals the document title
                         is the title itself, not a section.
+    "markdown" only     Setext headings too: a paragraph underlined by a line of ``=`` (level
+                        1) or ``-`` (level 2); its text is the paragraph's lines joined, and
+                        it starts at the paragraph's first line. A ``---`` line after a blank
+                        line is a thematic break, after a list item or quote it ends that
+                        block, and inside fenced code it is code. Heading text is made plain:
+                        emphasis markers and code backticks dropped, links and images read as
+                        their text, backslash escapes resolved ("**Bold** [a link](u)" gives
+                        "Bold a link"). (HTML headings are plain text already, and text files
+                        keep the ATX-only reading so that "----" rules in prose stay text.)
     "text", "pdf"       Book structure (below). When a text has no book heading at all,
                         markdown headings are used instead, so a README saved as .txt works.
 
@@ -79,6 +88,25 @@ _SPECIAL = re.compile(
 )
 _ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_SETEXT_UNDERLINE = re.compile(r"^ {0,3}(?:=+|-+)[ \t]*$")
+_THEMATIC_BREAK = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
+# Lines that open a block of their own (a list item, a quote), which no underline makes a heading;
+# indented code is such a block only when it opens the paragraph (it cannot interrupt one).
+_BLOCK_OPENER = re.compile(r"^ {0,3}(?:[-*+]|\d{1,9}[.)])(?:[ \t]|$)|^ {0,3}>")
+_INDENTED_CODE = re.compile(r"^(?: {4}|\t)")
+# Inline markup, for plain heading text. Links and images first (their text may hold code spans).
+_MD_IMAGE_OR_LINK = re.compile(r"!?(?<!\\)\[([^\[\]]*)\](?:\([^)]*\)|\[[^\]]*\])")
+_MD_AUTOLINK = re.compile(r"<((?:https?|ftp|mailto):[^<>\s]+)>", re.IGNORECASE)
+_MD_HTML_TAG = re.compile(r"</?[A-Za-z][^<>]*>")
+_MD_CODE_SPAN = re.compile(r"(?<!\\)(`+)(.+?)(?<!`)\1(?!`)")
+_MD_EMPHASIS = (
+    re.compile(r"(?<!\\)(\*\*)(?=\S)(.+?)(?<=\S)(?<!\\)\*\*"),
+    re.compile(r"(?<![\w\\])(__)(?=\S)(.+?)(?<=\S)(?<!\\)__(?!\w)"),
+    re.compile(r"(?<!\\)(~~)(?=\S)(.+?)(?<=\S)(?<!\\)~~"),
+    re.compile(r"(?<!\\)(\*)(?=\S)(.+?)(?<=\S)(?<!\\)\*"),
+    re.compile(r"(?<![\w\\])(_)(?=\S)(.+?)(?<=\S)(?<!\\)_(?!\w)"),  # not inside snake_case_words
+)
+_MD_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
 _FOOTNOTE = re.compile(r"\s*\[\d+\]\s*$")
 _ABBREVIATION_END = re.compile(r"(?:\b\w\.){2,}$")  # "M.D." keeps its final stop
 _WORD = re.compile(r"[^\W\d_][\w'’-]*")
@@ -122,11 +150,29 @@ def detect_sections(text: str, fmt: str, title: str) -> tuple[Section, ...]:
         raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
     lines = _split_lines(text)
     if fmt in ("markdown", "html"):
-        headings = _markdown_headings(lines, title)
+        headings = _markdown_headings(lines, title, markdown=fmt == "markdown")
     else:
         # PDF extraction drops blank lines, so there a heading needs only its own line.
         headings = _book_headings(lines, spaced=fmt == "text") or _markdown_headings(lines, title)
     return _to_sections(headings, len(text))
+
+
+def markdown_title(text: str) -> str | None:
+    """The title a markdown text gives itself: its first heading, when that is level 1 (``#`` or
+    underlined with ``=``) and nothing but blank lines, HTML tags and images (a logo, a row of
+    badges) stands above it; else None. A level-1 heading after body text or after other
+    headings (an "Appendix" near the end) is a section, not the title of what comes before it."""
+    lines = _split_lines(text)
+    headings = _markdown_headings(lines, "", markdown=True)
+    if not headings or headings[0].level != 1 or not _plain_inline(headings[0].title):
+        return None  # (a heading of only an image, a logo, names nothing)
+    for line in lines:
+        if line.start >= headings[0].start:
+            break
+        stripped = line.text.strip()
+        if stripped and not stripped.startswith(("<", "![", "[![")):
+            return None
+    return headings[0].title
 
 
 def breadcrumb(doc_title: str, sections: Sequence[Section], offset: int) -> str:
@@ -219,10 +265,14 @@ def _normalise_space(text: str) -> str:
 # ---------------------------------------------------------------- markdown
 
 
-def _markdown_headings(lines: list[_Line], doc_title: str) -> list[_Heading]:
+def _markdown_headings(lines: list[_Line], doc_title: str, markdown: bool = False) -> list[_Heading]:
+    """ATX headings outside fenced code; with ``markdown``, setext headings too and plain
+    heading text (see the module docstring)."""
+    plain = _plain_inline if markdown else _normalise_space
     headings = []
     fence = ""
-    for line in lines:
+    paragraph: int | None = None  # index of the first line of the paragraph running so far
+    for index, line in enumerate(lines):
         fence_match = _FENCE.match(line.text)
         if fence:
             stripped = line.text.strip()
@@ -230,15 +280,69 @@ def _markdown_headings(lines: list[_Line], doc_title: str) -> list[_Heading]:
                 fence = ""
             continue
         if fence_match:
-            fence = fence_match.group(1)
+            fence, paragraph = fence_match.group(1), None
             continue
         match = _ATX.match(line.text)
-        if match and match.group(2) and match.group(2).strip():
-            title = _normalise_space(match.group(2))
-            headings.append(_Heading(line.start, len(match.group(1)), title))
+        if match:
+            if match.group(2) and match.group(2).strip():
+                # A heading of only markup ("# ![](logo.png)") keeps its text as written.
+                title = plain(match.group(2)) or _normalise_space(match.group(2))
+                headings.append(_Heading(line.start, len(match.group(1)), title))
+            paragraph = None
+            continue
+        if not line.text.strip():
+            paragraph = None
+            continue
+        if markdown and paragraph is not None and _SETEXT_UNDERLINE.match(line.text):
+            heading = _setext_heading(lines[paragraph:index], line.text)
+            if heading is not None:
+                headings.append(heading)
+                paragraph = None
+                continue
+        if markdown and _THEMATIC_BREAK.match(line.text):
+            paragraph = None  # "---" ends a list item or quote; it is no underline for what follows
+            continue
+        if paragraph is None:
+            paragraph = index
     if headings and _same_title(headings[0].title, doc_title):
         headings = headings[1:]  # the document's own title heading is not a section
     return headings
+
+
+def _setext_heading(block: list[_Line], underline: str) -> _Heading | None:
+    """The heading a paragraph ``block`` makes with its ``underline``, or None when the block is
+    a list item, a quote or indented code (where the underline is a rule or plain text)."""
+    if _INDENTED_CODE.match(block[0].text) or any(_BLOCK_OPENER.match(line.text) for line in block):
+        return None
+    written = " ".join(line.text.strip() for line in block)
+    return _Heading(block[0].start, 1 if "=" in underline else 2, _plain_inline(written) or written)
+
+
+def _plain_inline(text: str) -> str:
+    """Markdown heading text as a reader sees it: "**Bold** and [a link](https://x.org)" gives
+    "Bold and a link"; code spans keep their text as written, without the backticks."""
+    previous = None
+    while previous != text:  # a badge is an image inside a link: the image first, then the link
+        previous, text = text, _MD_IMAGE_OR_LINK.sub(r"\1", text)
+    text = _MD_AUTOLINK.sub(r"\1", text)
+    parts = []
+    position = 0
+    for match in _MD_CODE_SPAN.finditer(text):
+        parts.append(_plain_prose(text[position : match.start()]))
+        parts.append(match.group(2).strip() or match.group(2))
+        position = match.end()
+    parts.append(_plain_prose(text[position:]))
+    return _normalise_space("".join(parts))
+
+
+def _plain_prose(text: str) -> str:
+    """Inline markup outside code spans removed: HTML tags, emphasis, backslash escapes."""
+    text = _MD_HTML_TAG.sub("", text)
+    for pattern in _MD_EMPHASIS:
+        previous = None
+        while previous != text:  # nested emphasis ("***both***") takes one pass per level
+            previous, text = text, pattern.sub(r"\2", text)
+    return _MD_ESCAPE.sub(r"\1", text)
 
 
 def _same_title(a: str, b: str) -> bool:

@@ -96,8 +96,11 @@ def _check_within_sections(doc: Document, chunks: list[Chunk], min_tokens: int) 
 
 
 def _check_breadcrumb(chunks: list[Chunk]) -> None:
+    """The embedded text is the breadcrumb, a line break and the text; the breadcrumb in full, or
+    shortened (with "…") when it would take too much of the embedder's window."""
     for c in chunks:
-        assert c.embed_text == f"{c.section}\n{c.text}"
+        crumb, _, text = c.embed_text.partition("\n")
+        assert text == c.text and (crumb == c.section or "…" in crumb), (crumb, c.section)
 
 
 # ---------------------------------------------------------------- the test corpus, from files
@@ -550,3 +553,51 @@ def test_a_merged_span_leaves_room_for_its_longest_chunk_label(name: str) -> Non
     assert any(c.section.endswith(f"S – {long_title}") for c in chunks), [c.section for c in chunks]
     for c in chunks:
         assert TOK.count(c.embed_text) <= 70 - 2, (c.section, TOK.count(c.embed_text))
+
+
+@pytest.mark.parametrize("name", ["section", "semantic"])
+@pytest.mark.parametrize("embed_limit", [256, 64, 16])
+def test_embedded_text_fits_the_window_under_deep_long_headings(name: str, embed_limit: int) -> None:
+    """Six nested headings of 50 words each made a breadcrumb longer than the embedder's window
+    (the text budget had a floor of 16 tokens): the body was cut off from its vector."""
+    headings = "".join(f"{'#' * level} " + " ".join(f"h{level}w{i}" for i in range(50)) + f"\n\nBody {level}. "
+                       + " ".join(SENTENCES[:3]) + "\n\n" for level in range(1, 7))
+    doc = _doc(headings + "\n\n".join(SENTENCES) + " Innermost bodyword.\n", title="Deep Manual")
+    max_tokens = 220 if embed_limit == 256 else 16
+    chunks = _chunk(name, doc, {"max_tokens": max_tokens, "min_tokens": 0}, embed_limit=embed_limit)
+    _check_common(doc, chunks, name, max_tokens)
+    for c in chunks:
+        assert TOK.count(c.embed_text) <= embed_limit - 2, (TOK.count(c.embed_text), c.embed_text[:80])
+        crumb, _, text = c.embed_text.partition("\n")
+        assert text == c.text and crumb.startswith("Deep")
+    deepest = next(c for c in chunks if "bodyword" in c.text)
+    assert len(doc.sections[-1].path) == 6
+    assert deepest.section == " > ".join(("Deep Manual", *doc.sections[-1].path))  # shown in full
+    if embed_limit == 256:  # room for the title and the innermost heading, the middle cut out
+        crumb = deepest.embed_text.partition("\n")[0]
+        assert crumb.startswith("Deep Manual > … > ") and crumb.endswith("h6w49"), crumb
+
+
+def test_split_long_cuts_at_spaces_not_inside_addresses_or_links() -> None:
+    from self_improving_rag.ingestion.chunkers.base import Unit, split_long
+
+    text = " ".join(f"first.last{i}@mail.example.org, see https://example.com/a/b{i}?q=1 and" for i in range(12))
+    pieces = split_long(text, Unit(0, len(text), TOK.count(text)), 40, TOK)
+    assert len(pieces) > 1
+    for p in pieces:
+        assert p.start == 0 or text[p.start - 1].isspace(), text[p.start - 10:p.start + 10]
+        assert p.end == len(text) or text[p.end].isspace(), text[p.end - 10:p.end + 10]
+        assert p.n_tokens == TOK.count(text[p.start:p.end]) <= 40
+    # A run with no space that fits a piece is not cut, even where the balanced cut falls inside it.
+    words = " ".join(f"w{i}" for i in range(10))
+    url = "https://example.org/" + "/".join(f"d{i}" for i in range(14))  # 35 tokens
+    text = f"{words} {url} {words}"
+    pieces = split_long(text, Unit(0, len(text), TOK.count(text)), 40, TOK)
+    assert any(url in text[p.start:p.end].split() for p in pieces), [text[p.start:p.end] for p in pieces]
+    assert all(p.n_tokens <= 40 for p in pieces) and " ".join(text[p.start:p.end] for p in pieces) == text
+    # A run with no space longer than the limit is still cut, at punctuation between its words.
+    run = "/".join(f"part{i}" for i in range(60))
+    cut = split_long(run, Unit(0, len(run), TOK.count(run)), 40, TOK)
+    assert len(cut) > 1 and all(p.n_tokens <= 40 for p in cut)
+    assert "".join(run[p.start:p.end] for p in cut) == run
+    assert all(run[p.end - 1] == "/" or run[p.end] == "/" for p in cut[:-1])

@@ -247,6 +247,32 @@ def test_removing_a_file_removes_its_chunks(fake_config, built_index: Path, corp
     assert set(CorpusIndex(built_index).manifest()["files"]) == {"harbour"}
 
 
+def test_an_index_of_an_older_chunking_version_is_read_again_from_the_files(fake_config, built_index: Path,
+                                                                           corpus_dir: Path, hash_embedder,
+                                                                           monkeypatch) -> None:
+    """A loader change alters the text of unchanged files: only the chunking version recorded in the
+    manifest tells an ingest not to reuse their chunks, and the report says it was an older sirag,
+    not other settings, that made the index."""
+    import json
+
+    path = CorpusIndex(built_index).current_dir() / "manifest.json"
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    for params in manifest["chunkers"].values():
+        params["algorithm"] -= 1
+    path.write_text(json.dumps(manifest), encoding="utf-8")
+    loaded: list[str] = []
+    real_load = pipeline.load_document
+    monkeypatch.setattr(pipeline, "load_document",
+                        lambda p, *a, **k: loaded.append(Path(p).name) or real_load(p, *a, **k))
+    report = ingest([corpus_dir], fake_config, hash_embedder, progress=False)
+    assert sorted(loaded) == ["harbour.md", "orchard.txt"] and report.reused_documents == 0
+    assert report.changed_settings == report.older_chunking == list(CHUNKERS)
+    assert report.changed_documents == 0 and not report.unchanged
+    (note,) = report.summary_notes()
+    assert "made by an older sirag" in note and "other settings" not in note
+    assert ingest([corpus_dir], fake_config, hash_embedder, progress=False).unchanged
+
+
 def test_changed_chunker_params_rechunk_everything(tmp_path: Path, built_index: Path, corpus_dir: Path,
                                                    hash_embedder) -> None:
     config = load_config(None, [*fake_overrides(tmp_path), "ingestion.fixed.size=24"])

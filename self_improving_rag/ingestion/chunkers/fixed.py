@@ -32,5 +32,5 @@ class FixedChunker:
         chunks = []
         for pos, (s, e, n) in enumerate(pack(units, size, self.overlap)):
             path = next((p for a, b, p in spans if a <= s < b), ())
-            chunks.append(make_chunk(doc, self.name, s, e, n, path, pos, with_breadcrumb=False))
+            chunks.append(make_chunk(doc, self.name, s, e, n, path, pos, embed_crumb=None))
         return chunks

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ...types import Chunk, Document
 from ..sentences import split_paragraphs
-from .base import EmbedFn, TokenCounter, Unit, leaf_spans, make_chunk, pack, sentence_units, split_long, text_budget
+from .base import (EmbedFn, TokenCounter, Unit, embed_breadcrumb, leaf_spans, make_chunk, pack, sentence_units,
+                   split_long, text_budget)
 
 
 class SectionChunker:
@@ -50,8 +51,9 @@ class SectionChunker:
             budget = span_budget(doc, pieces, e, self.max_tokens, tokenizer, self.embed_limit)
             units = self._units(doc.text, s, e, budget, tokenizer)
             for cs, ce, n in pack(units, budget):
-                chunks.append(make_chunk(doc, self.name, cs, ce, n, chunk_path(pieces, cs, ce), len(chunks),
-                                         with_breadcrumb=True))
+                path = chunk_path(pieces, cs, ce)
+                crumb = embed_breadcrumb(doc, path, tokenizer, self.embed_limit)
+                chunks.append(make_chunk(doc, self.name, cs, ce, n, path, len(chunks), embed_crumb=crumb))
         return chunks
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...types import Chunk, Document
-from .base import EmbedFn, TokenCounter, Unit, make_chunk, pack, sentence_units, split_long
+from .base import EmbedFn, TokenCounter, Unit, embed_breadcrumb, make_chunk, pack, sentence_units, split_long
 from .section import chunk_path, merge_small_spans, span_budget
 from .base import leaf_spans
 
@@ -62,8 +62,9 @@ class SemanticChunker:
             offset += len(units)
             for group in self._groups(units, d, threshold, budget):
                 for cs, ce, n in pack(group, budget):
-                    chunks.append(make_chunk(doc, self.name, cs, ce, n, chunk_path(pieces, cs, ce), len(chunks),
-                                             with_breadcrumb=True))
+                    path = chunk_path(pieces, cs, ce)
+                    crumb = embed_breadcrumb(doc, path, tokenizer, self.embed_limit)
+                    chunks.append(make_chunk(doc, self.name, cs, ce, n, path, len(chunks), embed_crumb=crumb))
         return chunks
 
     def _groups(self, units: list[Unit], d: np.ndarray, threshold: float, budget: int) -> list[list[Unit]]:
