@@ -270,7 +270,8 @@ def _changed_settings(run_dir: Path, config: Config) -> str:
         if isinstance(a.get(key), str):
             a[key] = os.path.expanduser(a[key])
     changed = sorted(k for k in a if k in b and k not in _RESUME_FREE and a[k] != b[k])
-    if any(k.startswith("strategy.") for k in changed) and b.get("policy.first_from_memory") is False:
+    if any(k.startswith("strategy.") for k in changed) and False in (a.get("policy.first_from_memory"),
+                                                                    b.get("policy.first_from_memory")):
         # Set by sirag itself when a strategy.* setting is given (the pinned strategy goes first):
         # naming it would blame a setting the user never touched.
         changed = [k for k in changed if k != "policy.first_from_memory"]
@@ -692,23 +693,30 @@ def squad_corpus(squad_file: Path, out_dir: Path) -> Path:
         if not p.exists() or p.read_text(encoding="utf-8") != text:
             p.write_text(text, encoding="utf-8")
     for stale in out_dir.glob("*.txt"):
-        if stale.name not in written:
+        # Only paragraph files ("<title slug>_p<NN>.txt", as squad_contexts names them): any other
+        # file there was not written by sirag.
+        if stale.name not in written and _PARAGRAPH_FILE.fullmatch(stale.name):
             stale.unlink()
     return out_dir
+
+
+_PARAGRAPH_FILE = re.compile(r"[a-z0-9_]+_p\d{2,}\.txt")
 
 
 def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | None = None, workers: int = 1,
               loop: bool | None = None, progress: bool = True, suffix: str = "",
               on_row: Callable[[dict], None] | None = None, offset: int | None = None,
               cli_overrides: tuple[str, ...] | list[str] = (), guard_index: bool = False,
-              derived: tuple[str, ...] = (), calibrate: bool = True) -> list[dict]:
+              derived: tuple[str, ...] = (), calibrate: bool = True, fits: dict[str, Any] | None = None) -> list[dict]:
     """Run every grid point; returns one summary per run. ``cli_overrides`` are the command
     line's ``--set`` items, applied over the batch file's overrides. ``guard_index``: the index
     was named on the command line, so one built from other documents is refused, not re-ingested.
     ``derived``: suffixes of the runs to be derived from each loop run afterwards (``-plain``),
     whose folders are checked first: another run there stops this one before it starts.
     ``calibrate``: fit the confidence weights first when memory's labels call for it
-    (``calibration.auto_fit``); the runs themselves never fit."""
+    (``calibration.auto_fit``); the runs themselves never fit. ``fits``: for a run (by name) that
+    starts now, the calibration fit to score it with instead of memory's latest (a separate
+    loop-off run takes its loop run's, see :func:`_pin_fit`)."""
     from tqdm import tqdm
 
     items = load_items(spec, base)
@@ -790,7 +798,8 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
             if todo:
                 if done:
                     _check_resume_config(run_dir, config, len(done), corpus)
-                fit_id = _pin_fit(run_dir, config.paths.memory_db, run_name, resumed=bool(done))
+                fit_id = _pin_fit(run_dir, config.paths.memory_db, run_name, resumed=bool(done),
+                                  start_with=(fits or {}).get(run_name, _LATEST))
                 if corpus and not guard_index:
                     _check_index_keeps_documents(index_dir, corpus)  # only when it would be ingested into
                 (run_dir / "config.yaml").write_text(to_yaml(config), encoding="utf-8")
@@ -992,17 +1001,19 @@ def _fit_calibration_once(db: str, config: Config) -> None:
 
 #: The run folder's record of the calibration fit its answers are scored with.
 FIT_FILE = "calibration.json"
-#: ``_pin_fit``'s answer for a run that predates FIT_FILE: memory's latest fit, as then.
+#: No fit recorded or asked for: memory's latest (the engine's own default, ``LATEST_FIT``).
 _LATEST = "latest"
 
 
-def _pin_fit(run_dir: Path, memory_db: str, run_name: str, resumed: bool) -> Any:
+def _pin_fit(run_dir: Path, memory_db: str, run_name: str, resumed: bool, start_with: Any = _LATEST) -> Any:
     """The calibration fit a run's answers are scored with: memory's latest when the run starts,
     recorded in its folder (:data:`FIT_FILE`), and the recorded one when it resumes, so that a run
     split over several commands (``--limit``, a Ctrl-C, a fit stored meanwhile by another command)
-    is scored by one confidence model, as its summary's AUROC and ECE assume. Returns the fit's id
-    (see :func:`_engine_fit`), None for the default weights, or :data:`_LATEST` (memory's latest
-    fit, as before) for a run started before fits were recorded: nothing to hold it to."""
+    is scored by one confidence model, as its summary's AUROC and ECE assume. A run that starts
+    with ``start_with`` (a fit id, or None for the default weights) records that one instead of
+    the latest: a separate loop-off run is scored as the loop run it is compared with. A run
+    started before fits were recorded gets memory's latest at its first resume, recorded then.
+    Returns the fit's id (see :func:`_engine_fit`), or None for the default weights."""
     from .memory import MemoryStore
 
     path = run_dir / FIT_FILE
@@ -1011,11 +1022,18 @@ def _pin_fit(run_dir: Path, memory_db: str, run_name: str, resumed: bool) -> Any
         latest = store.latest_calibration()
         latest_id = latest["id"] if latest else None
         if not resumed:
+            fit = store.calibration_fit(start_with) if start_with not in (_LATEST, None) else None
+            if start_with is None or fit is not None:  # the fit of the run this one is compared with
+                latest_id, latest = start_with, fit
             path.write_text(json.dumps({"fit_id": latest_id, "created_at": latest and latest["created_at"]}) + "\n",
                             encoding="utf-8")
             return latest_id
         if not path.is_file():
-            return _LATEST
+            # A run started before fits were recorded: what scored its earlier answers is not known,
+            # but from here on one fit does (memory's latest now), whatever is stored meanwhile.
+            path.write_text(json.dumps({"fit_id": latest_id, "created_at": latest and latest["created_at"],
+                                        "from_resume": True}) + "\n", encoding="utf-8")
+            return latest_id
         try:
             recorded = json.loads(path.read_text(encoding="utf-8"))
             fit_id = recorded["fit_id"]
@@ -1035,6 +1053,17 @@ def _pin_fit(run_dir: Path, memory_db: str, run_name: str, resumed: bool) -> Any
         return fit_id
     finally:
         store.close()
+
+
+def pinned_fit(run_dir: Path) -> Any:
+    """The calibration fit a run's answers were scored with, as its :data:`FIT_FILE` records it
+    (None for the default weights), or :data:`_LATEST` when it records none (a run of an older
+    sirag) or cannot be read."""
+    try:
+        fit_id = json.loads((run_dir / FIT_FILE).read_text(encoding="utf-8"))["fit_id"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return _LATEST
+    return fit_id if fit_id is None or (isinstance(fit_id, int) and not isinstance(fit_id, bool)) else _LATEST
 
 
 def _engine_fit(fit_id: Any) -> Any:
@@ -1234,10 +1263,12 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
         loop_runs = [s for s in summaries if s["loop"]]  # a grid point with the loop off is its own loop-off run
         current = {it.id: it for it in load_items(spec, base)}  # the derived runs summarise what the loop run did
         if args.separate_no_retry_run:
-            # calibrate=False: the loop run's gold labels must not calibrate its own comparison.
+            # calibrate=False: the loop run's gold labels must not calibrate its own comparison; and
+            # each loop-off run is scored with the confidence weights of the loop run it is set beside.
             summaries += run_batch(spec, base, config, limit=args.limit, workers=args.workers, loop=False,
                                    progress=progress, offset=args.offset, cli_overrides=args.overrides,
-                                   guard_index=bool(args.index), calibrate=False)
+                                   guard_index=bool(args.index), calibrate=False,
+                                   fits={s["run"] + "-noloop": pinned_fit(out_root / s["run"]) for s in loop_runs})
         else:
             for s in loop_runs:
                 run_cfg = _run_config(out_root / s["run"])
@@ -1272,10 +1303,16 @@ def _on_common_questions(summaries: list[dict], out_root: Path, items: dict[str,
     if all(len(v) == len(common) for v in ids.values()):
         return summaries
     counts = ", ".join(f"{run} {len(v)}" for run, v in ids.items())
+    if not common:
+        raise BatchError(f"the runs compared share no question ({counts}); each run's results are kept, but "
+                         "there is nothing to compare: give the loop-off run the --offset/--limit of the loop run")
     print(f"note: the runs compared answered different questions ({counts}); the comparison covers the "
           f"{len(common)} they all answered (each run's summary.json keeps all of its own)", file=sys.stderr)
-    return [{**s, **summarise([r for r in rows[s["run"]] if r["id"] in common]), "compared_on": len(common)}
-            for s in summaries]
+    # Only the run's identity is kept: every figure comes from the shared questions (a figure the
+    # subset cannot give must be absent, not the whole run's).
+    keep = ("run", "grid_point", "loop", "derived_from")
+    return [{**{k: s[k] for k in keep if k in s}, **summarise([r for r in rows[s["run"]] if r["id"] in common]),
+             "compared_on": len(common)} for s in summaries]
 
 
 def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:

@@ -214,7 +214,9 @@ class Engine:
                 # A repair that changes nothing the model reads (a larger budget when every passage
                 # already fits, neighbours of a passage that has none) would get the same reply at
                 # temperature 0: take the next repair instead of paying for the same answer again.
+                # What it spent (a keywords rewrite, the search) is counted with the last attempt.
                 log.info("repair %s gives the prompt of attempt %d again: skipped", repair, same.number)
+                attempts[-1] = _with_cost_of(attempts[-1], same)
                 if self._out_of_time(t_start, len(attempts)):
                     break
                 # The next repair starts from the strategy the last attempt used: the skipped one
@@ -307,7 +309,7 @@ class Engine:
             if prompts is not None and self.config.generator.temperature == 0:
                 sent = "\x00".join(m["content"] for m in messages)
                 if sent in prompts:
-                    raise _SamePrompt(prompts[sent])
+                    raise _SamePrompt(prompts[sent], prompt_tokens, completion_tokens, timings)
                 prompts[sent] = number
             t = time.perf_counter()
             # The question's tokens are read while the prompt is evaluated (question_prior).
@@ -382,11 +384,27 @@ class Engine:
 
 
 class _SamePrompt(Exception):
-    """A repair whose prompt an earlier attempt of the question already sent (``number``)."""
+    """A repair whose prompt an earlier attempt of the question already sent (``number``), with
+    what it spent before that was found (a keywords rewrite's tokens, the stages' times)."""
 
-    def __init__(self, number: int) -> None:
+    def __init__(self, number: int, prompt_tokens: int = 0, completion_tokens: int = 0,
+                 timings_ms: dict[str, float] | None = None) -> None:
         super().__init__(number)
         self.number = number
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = completion_tokens
+        self.timings_ms = dict(timings_ms or {})
+
+
+def _with_cost_of(attempt: AttemptRecord, skipped: _SamePrompt) -> AttemptRecord:
+    """``attempt`` with a skipped repair's tokens and times added (under ``skipped_repairs`` in
+    its timings), so that a question's costs still sum every model call and search it made."""
+    timings = dict(attempt.timings_ms)
+    spent = sum(skipped.timings_ms.values())
+    timings["skipped_repairs"] = timings.get("skipped_repairs", 0.0) + spent
+    timings["total"] = timings.get("total", 0.0) + spent
+    return replace(attempt, prompt_tokens=attempt.prompt_tokens + skipped.prompt_tokens,
+                   completion_tokens=attempt.completion_tokens + skipped.completion_tokens, timings_ms=timings)
 
 
 def _source_numbers(attempt: AttemptRecord) -> set[int]:
@@ -410,8 +428,10 @@ def rewrite_query(generator, question: str) -> tuple[str, Generation]:
     msgs = [{"role": "system", "content": t.system}, {"role": "user", "content": t.user.format(question=question)}]
     gen = generator.generate(msgs, max_tokens=24)
     # A declining reply ("I cannot answer this ...") holds no keywords: searching for its words
-    # would only pull in passages about answering.
-    words = "" if is_refusal(gen.text) else " ".join(gen.text.replace(",", " ").split()[:10])
+    # would only pull in passages about answering. Only a reply that reads as a sentence is taken
+    # for one: a list of keywords may hold "not mentioned" or "no information" as keywords.
+    declined = REFUSAL_PHRASE.lower().rstrip(".") in gen.text.lower() or ("," not in gen.text and is_refusal(gen.text))
+    words = "" if declined else " ".join(gen.text.replace(",", " ").split()[:10])
     return (f"{question} {words}" if words else question), gen
 
 

@@ -699,3 +699,82 @@ def test_a_separate_loop_off_run_of_another_slice_is_compared_on_the_shared_ques
     assert {s["n"] for s in by_run.values()} == {1}
     # Each run's own summary keeps all of its questions.
     assert json.loads((tmp_path / "runs" / "cmp" / "summary.json").read_text())["n"] == 2
+
+
+def test_runs_compared_are_summarised_on_their_shared_questions_only(tmp_path):
+    """Every figure of a run compared on fewer questions comes from those questions (none is the
+    whole run's), and runs that share no question are not compared."""
+    from self_improving_rag.batch import _on_common_questions, summarise
+    from self_improving_rag.errors import BatchError
+    from self_improving_rag.evaluation.datasets import QAItem
+
+    items = {k: QAItem(id=k, question=f"Q {k}?", answers=("x",), answerable=True) for k in "abcd"}
+
+    def write(name, ids, answer):
+        (tmp_path / name).mkdir()
+        rows = [{"id": k, "question": f"Q {k}?", "answer": answer, "refused": False, "confidence": 0.9,
+                 "gold_answers": ["x"], "answerable": True, "attempts": [], "timings_ms": {"total": 1.0},
+                 "refusal_reason": None, "sources": []} for k in ids]
+        (tmp_path / name / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return {"run": name, "grid_point": {}, "loop": True, **summarise(rows)}
+
+    full = write("r", "ab", "x")
+    half = write("r-noloop", "b", "y")
+    out = {s["run"]: s for s in _on_common_questions([full, half], tmp_path, items)}
+    assert out["r"]["n"] == 1 and out["r"]["compared_on"] == 1 and out["r"]["correct_or_rightly_refused"] == 1.0
+    assert out["r-noloop"]["correct_or_rightly_refused"] == 0.0
+    other = write("s", "cd", "x")
+    with pytest.raises(BatchError, match="share no question"):
+        _on_common_questions([full, other], tmp_path, items)
+
+
+def test_a_separate_loop_off_run_is_scored_with_its_loop_runs_fit(tmp_path):
+    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS
+    from self_improving_rag.memory import MemoryStore
+
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    ov = fake_overrides(tmp_path)
+    common = ["eval", "--dataset", str(qa), "--corpus", str(write_corpus(tmp_path / "docs")),
+              "--output-dir", str(tmp_path / "runs"), "--name", "cmp", "--set", "calibration.auto_fit=false"]
+    assert run(common, tmp_path, ov).returncode == 0
+    with MemoryStore(tmp_path / "memory" / "memory.db") as store:
+        fit_id = store.save_calibration({**DEFAULT_WEIGHTS, "bias": DEFAULT_WEIGHTS["bias"] - 3.0}, 2, {})
+    assert run([*common, "--compare-no-retry", "--separate-no-retry-run"], tmp_path, ov).returncode == 0
+    assert json.loads((tmp_path / "runs" / "cmp" / "calibration.json").read_text())["fit_id"] is None
+    assert json.loads((tmp_path / "runs" / "cmp-noloop" / "calibration.json").read_text())["fit_id"] is None
+    rows = [json.loads(ln) for ln in (tmp_path / "runs" / "cmp-noloop" / "results.jsonl").read_text().splitlines()]
+    assert all("(default weights)" in row["attempts"][0]["signals"]["confidence"]["reason"] for row in rows)
+    assert fit_id is not None
+
+
+def test_a_run_of_an_older_sirag_records_its_fit_at_its_first_resume(tmp_path):
+    f = _batch(tmp_path)
+    ov = fake_overrides(tmp_path)
+    assert run(["batch", str(f), "--limit", "1"], tmp_path, ov).returncode == 0
+    pin = tmp_path / "runs" / "t" / "calibration.json"
+    pin.unlink()  # as a run made before runs recorded their fit
+    assert run(["batch", str(f)], tmp_path, ov).returncode == 0
+    assert json.loads(pin.read_text())["fit_id"] is None and json.loads(pin.read_text())["from_resume"]
+
+
+def test_a_resume_note_leaves_out_first_from_memory_either_way(tmp_path):
+    f = _batch(tmp_path)
+    ov = fake_overrides(tmp_path)
+    assert run(["batch", str(f), "--limit", "1", "--set", "strategy.top_k=2"], tmp_path, ov).returncode == 0
+    line = _one_error_line(run(["batch", str(f)], tmp_path, ov))
+    assert "strategy.top_k: 2 -> 5" in line and "first_from_memory" not in line
+
+
+def test_squad_corpus_pruning_leaves_files_sirag_did_not_write(tmp_path):
+    from self_improving_rag.batch import squad_corpus
+
+    doc = {"version": "v2.0", "data": [{"title": "Mars", "paragraphs": [{"context": "Mars has two moons.", "qas": []}]}]}
+    squad = tmp_path / "sq.json"
+    squad.write_text(json.dumps(doc))
+    out = tmp_path / "corpora" / "sq"
+    out.mkdir(parents=True)
+    (out / "varno_p00.txt").write_text("Varno exports cod.")
+    (out / "my notes.txt").write_text("mine")
+    squad_corpus(squad, out)
+    assert sorted(p.name for p in out.iterdir()) == ["mars_p00.txt", "my notes.txt"]

@@ -689,6 +689,9 @@ def test_a_keyword_rewrite_that_declines_adds_nothing_to_the_query():
     assert query == "When was the lamp changed?"
     query, _ = rewrite_query(ScriptedGenerator(["lamp, paraffin, burner"]), "When was the lamp changed?")
     assert query == "When was the lamp changed? lamp paraffin burner"
+    # Keywords may hold words a refusal uses: a list is keywords, not a refusal.
+    query, _ = rewrite_query(ScriptedGenerator(["clue, not mentioned, inquest"]), "What was left out?")
+    assert query == "What was left out? clue not mentioned inquest"
 
 
 def test_a_repair_that_repeats_a_prompt_is_skipped_at_temperature_0(tmp_path, make_engine):
@@ -702,6 +705,9 @@ def test_a_repair_that_repeats_a_prompt_is_skipped_at_temperature_0(tmp_path, ma
     sent = ["\x00".join(m["content"] for m in messages) for messages in gen.history]
     assert len(sent) == len(ans.attempts) == 3 and len(set(sent)) == 3
     assert "more_context" not in [a.repair for a in ans.attempts]
+
+    # What a skipped repair spent (its search) is counted with the attempt before it.
+    assert "skipped_repairs" in ans.attempts[0].timings_ms and "skipped_repairs" in ans.timings_ms
 
     cfg = load_config(None, fake_overrides(tmp_path) + ["loop.max_attempts=3", "policy.stop_below=0",
                                                          "generator.temperature=0.7"])

@@ -212,15 +212,18 @@ def _string_tuple(path: Path, where: str, key: str, value: Any) -> tuple[str, ..
         hint = (" (an unanswerable question has \"answers\": [] or \"answerable\": false)" if key == "answers" else "")
         raise InputError(f"{path}: {where}: '{key}' item {blank} is empty; remove it or write its text{hint}")
     if key == "answers":
-        from self_improving_rag.evaluation.metrics import normalize_answer
-
-        # Graded after punctuation and articles are removed: "." or "the" would match no answer.
-        hollow = next((i for i, v in enumerate(value, 1) if not normalize_answer(v)), None)
-        if hollow is not None:
-            raise InputError(f"{path}: {where}: '{key}' item {hollow} ({value[hollow - 1]!r}) has no word once "
-                             "punctuation and articles are removed, so no answer could match it; write the answer's "
-                             "words, or remove it")
+        _check_words(path, where, [(f"'answers' item {i}", v) for i, v in enumerate(value, 1)])
     return tuple(dict.fromkeys(value))
+
+
+def _check_words(path: Path, where: str, answers: list[tuple[str, str]]) -> None:
+    """A gold answer of punctuation alone ("." or "--") can only be matched by an answer of
+    punctuation alone, which the engine never gives: every answer to it would be graded wrong
+    (and the wrong labels stored in memory). ``answers``: (how to name it, its text)."""
+    for name, text in answers:
+        if not re.search(r"\w", text):
+            raise InputError(f"{path}: {where}: {name} ({text!r}) has no letter or digit, so no answer could match "
+                             "it; write the answer's words, or remove it")
 
 
 # --------------------------------------------------------------------------- SQuAD 2.0
@@ -278,6 +281,7 @@ def _squad_items(path: Path, doc: dict[str, Any]) -> Iterator[QAItem]:
             if any(not x["text"].strip() for x in raw):
                 raise InputError(f"{path}: {where}: an answer's 'text' is empty; remove that answer or write its "
                                  "text (an unanswerable question has is_impossible: true)")
+            _check_words(path, where, [(f"answer {i}", x["text"]) for i, x in enumerate(raw, 1)])
             answers = tuple(dict.fromkeys(x["text"] for x in raw))
             if not impossible and not answers:
                 raise InputError(f"{path}: {where}: answerable question has no answers; add one or set is_impossible")

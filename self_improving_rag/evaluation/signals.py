@@ -618,9 +618,10 @@ class SignalScorer:
                 lexes = {n: lexical_support(claim, evidence[n]) for n in pool}
                 idx = [i for i, o in enumerate(owner) if o in pool]
                 sim = float(sims[ci, idx].max()) if idx else 0.0
-                # The passage that backs it: the most of its words, then its closest sentence.
-                where = max(pool, key=lambda n: (lexes[n], max((float(sims[ci, i]) for i, o in enumerate(owner)
-                                                                 if o == n), default=0.0)))
+                # The passage that backs it: the best support on its own (its words and its closest
+                # sentence scored together, as the pool is), then the most of the claim's words.
+                near = {n: max((float(sims[ci, i]) for i, o in enumerate(owner) if o == n), default=0.0) for n in pool}
+                where = max(pool, key=lambda n: (claim_support(lexes[n], near[n], None), lexes[n]))
                 cand = (max(lexes.values()), sim, where)
                 if best is None or claim_support(*cand[:2], None) > claim_support(*best[:2], None):
                     best = cand

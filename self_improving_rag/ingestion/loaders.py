@@ -5,7 +5,8 @@ problem and the fix. Cleaning gives LF line ends, no byte-order mark, no trailin
 at most two blank lines in a row, no invisible format characters that split words (soft
 hyphen, zero-width space, word joiner, a byte-order mark inside the text), and for Project
 Gutenberg books no licence header or footer. HTML headings become markdown ``#`` lines so that
-section detection sees them; a page's navigation and footer are not text. A markdown file's YAML
+section detection sees them; a page's navigation, and its footer outside an article, the main
+content or a quote, are not text. A markdown file's YAML
 front matter is not text either: its ``title:`` and ``author:`` name the document.
 """
 
@@ -86,8 +87,13 @@ _HTML_HEADINGS = {f"h{level}": level for level in range(1, 7)}
 _HTML_DROPPED = frozenset({"script", "style", "noscript", "template", "head", "svg", "iframe"})
 # Site furniture repeated on every page, not the page's content: indexed, a menu or a copyright
 # line would match questions on every page, and a page of only these would be a document.
-_HTML_FURNITURE = frozenset({"nav", "footer"})
-_HTML_FURNITURE_ROLES = frozenset({"navigation", "contentinfo"})
+_HTML_FURNITURE = frozenset({"nav"})
+_HTML_FURNITURE_ROLES = frozenset({"navigation"})
+# A footer is the page's (copyright, links) outside an article, its main content or a quote;
+# inside one it holds footnotes, a byline or a quote's attribution, which are text.
+_HTML_FOOTER = frozenset({"footer"})
+_HTML_FOOTER_ROLES = frozenset({"contentinfo"})
+_HTML_HOLDS_FOOTER = frozenset({"main", "article", "blockquote"})
 # A header or aside is furniture (a site banner, a sidebar of links) only outside the page's
 # marked content (<main>, <article>): inside it, a header holds the article's title and byline
 # and an aside a note or warning on the text. A page that marks no content keeps them both.
@@ -621,10 +627,13 @@ def _tidy_html_lines(text: str) -> str:
     return "\n".join(lines).translate(_NO_MARKS)
 
 
-def _is_furniture(tag: Any, outside_content: bool) -> bool:
-    """Whether an element is site furniture, not page text (see _HTML_FURNITURE)."""
+def _is_furniture(tag: Any, outside_content: bool, in_content: bool = False) -> bool:
+    """Whether an element is site furniture, not page text (see _HTML_FURNITURE): ``in_content``,
+    it is inside an article, the main content or a quote, whose footers are text."""
     role = str(tag.get("role") or "").strip().lower()
     if tag.name in _HTML_FURNITURE or role in _HTML_FURNITURE_ROLES:
+        return True
+    if not in_content and (tag.name in _HTML_FOOTER or role in _HTML_FOOTER_ROLES):
         return True
     return outside_content and (tag.name in _HTML_PAGE_LEVEL or role in _HTML_PAGE_LEVEL_ROLES)
 
@@ -636,7 +645,7 @@ def _code_fence(code: str) -> str:
     return "`" * max(3, longest + 1)
 
 
-def _html_walk(node: Any, out: list[str], outside_content: bool = False) -> None:
+def _html_walk(node: Any, out: list[str], outside_content: bool = False, in_content: bool = False) -> None:
     from bs4 import Comment, Declaration, Doctype, NavigableString, ProcessingInstruction, Tag
 
     for child in node.children:
@@ -645,10 +654,11 @@ def _html_walk(node: Any, out: list[str], outside_content: bool = False) -> None
         if isinstance(child, NavigableString):
             out.append(re.sub(r"\s+", " ", str(child).translate(_NO_MARKS)))
             continue
-        if not isinstance(child, Tag) or child.name in _HTML_DROPPED or _is_furniture(child, outside_content):
+        if not isinstance(child, Tag) or child.name in _HTML_DROPPED or _is_furniture(child, outside_content, in_content):
             continue
         name = child.name
         inner = outside_content and name not in _HTML_CONTENT
+        held = in_content or name in _HTML_HOLDS_FOOTER
         if name in _HTML_HEADINGS:
             heading = " ".join(child.get_text(" ").split())
             if heading:
@@ -664,7 +674,7 @@ def _html_walk(node: Any, out: list[str], outside_content: bool = False) -> None
             # "- " goes before the item's first text, also when that text is in a <p> of its own;
             # an item that opens with a heading or code block keeps it at a line start, unbulleted.
             item: list[str] = []
-            _html_walk(child, item, inner)
+            _html_walk(child, item, inner, held)
             body = "".join(item)
             first = body.lstrip()
             if first.startswith(_MARKS):
@@ -672,14 +682,14 @@ def _html_walk(node: Any, out: list[str], outside_content: bool = False) -> None
             elif first:
                 out.append("\n- " + first)
         elif name in ("td", "th"):
-            _html_walk(child, out, inner)
+            _html_walk(child, out, inner, held)
             out.append(" ")
         elif name in _HTML_BLOCKS:
             out.append("\n\n")
-            _html_walk(child, out, inner)
+            _html_walk(child, out, inner, held)
             out.append("\n\n")
         else:
-            _html_walk(child, out, inner)
+            _html_walk(child, out, inner, held)
 
 
 # ---------------------------------------------------------------- PDF

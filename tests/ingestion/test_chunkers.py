@@ -601,3 +601,8 @@ def test_split_long_cuts_at_spaces_not_inside_addresses_or_links() -> None:
     assert len(cut) > 1 and all(p.n_tokens <= 40 for p in cut)
     assert "".join(run[p.start:p.end] for p in cut) == run
     assert all(run[p.end - 1] == "/" or run[p.end] == "/" for p in cut[:-1])
+    # A space far back is no place to cut: it would leave a sliver before a long run without spaces.
+    text = "See https://example.org/" + "/".join(f"d{i}" for i in range(20)) + "."
+    pieces = split_long(text, Unit(0, len(text), TOK.count(text)), 40, TOK)
+    assert min(p.n_tokens for p in pieces) > 5, [text[p.start:p.end] for p in pieces]
+    assert all(p.n_tokens <= 40 for p in pieces)

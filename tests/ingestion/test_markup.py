@@ -111,6 +111,19 @@ def test_html_page_furniture_is_not_indexed(tmp_path: Path) -> None:
         assert dropped not in text
 
 
+def test_a_footer_inside_an_article_or_a_quote_is_text(tmp_path: Path) -> None:
+    """A page's footer is furniture; an article's footer (footnotes, a byline) and a quote's
+    (its attribution) are text, also on a page that marks no main content."""
+    page = ("<body><article><p>The lamp was lit in 1852.</p><footer>1. Built by Clara footnoteword.</footer>"
+            "</article><blockquote><p>Keep the light.</p><footer>Tobias quoteword</footer></blockquote>"
+            "<footer>Copyright pageword</footer></body>")
+    text = _load(tmp_path, "article.html", page).text
+    assert "footnoteword" in text and "quoteword" in text and "pageword" not in text
+    bare = "<body><p>Body text.</p><blockquote>Keep it.<footer>saidword</footer></blockquote><footer>siteword</footer></body>"
+    text = _load(tmp_path, "bare.html", bare).text
+    assert "saidword" in text and "siteword" not in text
+
+
 def test_a_page_header_is_kept_when_the_page_marks_no_main_content(tmp_path: Path) -> None:
     page = "<body><header><h1>Notes</h1><p>headerword</p></header><p>Body.</p><nav>navword</nav></body>"
     doc = _load(tmp_path, "notes.html", page)

@@ -128,9 +128,12 @@ def split_long(text: str, unit: Unit, max_tokens: int, tokenizer: TokenCounter) 
 
     def cut_before(i: int, j: int) -> int:
         """Where to end the piece from token i whose balanced end is j: the space nearest to j,
-        before it or after it up to the limit (a run without spaces that fits a piece is never
-        cut); else the last cut between words at punctuation before j; else j."""
-        back = next((k for k in range(j, i, -1) if at_space(k)), None)
+        before it (keeping at least a quarter of the balanced piece) or after it up to the limit (a run
+        without spaces that fits a piece is never cut); else the last cut between words at
+        punctuation before j; else j."""
+        # A space far back would leave a sliver ("See" before a long URL): at least a quarter of
+        # the balanced piece must come before it.
+        back = next((k for k in range(j, i + max(1, (j - i) // 4) - 1, -1) if at_space(k)), None)
         ahead = next((k for k in range(j + 1, min(i + max_tokens, n - 1) + 1) if at_space(k)), None)
         if back is not None or ahead is not None:
             return min((k for k in (back, ahead) if k is not None), key=lambda k: (abs(k - j), k))

@@ -7,7 +7,10 @@ from .base import EmbedFn, TokenCounter, leaf_spans, make_chunk, pack, sentence_
 
 
 class FixedChunker:
-    """Windows of ``size`` tokens overlapping by ``overlap`` tokens; ignores section borders."""
+    """Windows of at most ``size`` tokens, snapped to sentence ends, ignoring section borders.
+    Each window starts with the last whole sentences of the one before it that hold at most
+    ``overlap`` tokens: when the last sentence alone is longer than that, nothing is repeated
+    (a window never starts inside a sentence that is not itself cut for being too long)."""
 
     name = "fixed"
 
