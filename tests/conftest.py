@@ -104,6 +104,26 @@ def fake_overrides(tmp_path: Path) -> list[str]:
     ]
 
 
+def main_in_process(argv: list[str]) -> int:
+    """``sirag ARGV`` run in this process (``cli.main``), with the root logger's handlers and level
+    as they were before: each command sets up logging to its own log folder, which must not
+    outlive the call (its files would stay open, and later tests would log into them)."""
+    import logging
+
+    from self_improving_rag.cli import main
+
+    root = logging.getLogger()
+    saved = list(root.handlers), root.level
+    try:
+        return main(argv)
+    finally:
+        for h in root.handlers:
+            if h not in saved[0]:
+                h.close()
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+
+
 @pytest.fixture
 def fake_config(tmp_path: Path):
     return load_config(None, fake_overrides(tmp_path))

@@ -7,17 +7,15 @@ from __future__ import annotations
 import copy
 import re
 import json
-import logging
 from pathlib import Path
 
 import pytest
 import yaml
 
 from self_improving_rag import batch
-from self_improving_rag.cli import main
 from self_improving_rag.engine import acceptable
 from self_improving_rag.evaluation.datasets import QAItem
-from tests.conftest import fake_overrides, write_corpus
+from tests.conftest import fake_overrides, main_in_process, write_corpus
 
 REFUSE = "I cannot answer this from the documents."
 GOOD = "Tobias Lune saved eleven sailors from the wreck of the Greyling [1]."
@@ -193,17 +191,8 @@ def world(tmp_path: Path) -> Path:
 
 def sirag(world: Path, *argv: str) -> int:
     """``sirag ARGV`` in-process with the fakes; the first question of each run gets REFUSE, then GOOD."""
-    root = logging.getLogger()
-    saved = list(root.handlers), root.level
     sets = [*fake_overrides(world), "generator.replies=" + json.dumps([REFUSE, GOOD])]
-    try:
-        return main([*argv, *[x for s in sets for x in ("--set", s)]])
-    finally:
-        for h in root.handlers:
-            if h not in saved[0]:
-                h.close()
-        root.handlers[:] = saved[0]
-        root.setLevel(saved[1])
+    return main_in_process([*argv, *[x for s in sets for x in ("--set", s)]])
 
 
 def rows_of(run_dir: Path) -> list[dict]:

@@ -6,7 +6,6 @@ The CLI runs in-process (``main``) on stores built with the test kit; no model i
 from __future__ import annotations
 
 import json
-import logging
 import sys
 from pathlib import Path
 from unittest import mock
@@ -20,9 +19,8 @@ for _p in (str(_HERE), str(_HERE.parents[1])):
 
 from memory_testkit import make_answer  # noqa: E402
 
-from self_improving_rag.cli import main  # noqa: E402
 from self_improving_rag.memory import MemoryStore  # noqa: E402
-from tests.conftest import fake_overrides  # noqa: E402
+from tests.conftest import fake_overrides, main_in_process  # noqa: E402
 
 AHEAD = "2030-01-01T00:00:00.000+00:00"
 
@@ -30,17 +28,7 @@ AHEAD = "2030-01-01T00:00:00.000+00:00"
 def sirag(tmp_path: Path, command: list[str], *rest: str) -> int:
     """``sirag COMMAND --set ... REST`` in-process with the test settings (before REST, which may
     hold ``--``), logging restored afterwards."""
-    root = logging.getLogger()
-    saved = list(root.handlers), root.level
-    sets = [x for s in fake_overrides(tmp_path) for x in ("--set", s)]
-    try:
-        return main([*command, *sets, *rest])
-    finally:
-        for h in root.handlers:
-            if h not in saved[0]:
-                h.close()
-        root.handlers[:] = saved[0]
-        root.setLevel(saved[1])
+    return main_in_process([*command, *[x for s in fake_overrides(tmp_path) for x in ("--set", s)], *rest])
 
 
 @pytest.fixture
