@@ -578,9 +578,12 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
             _print_item(k, v)
     if action in ("stats", "strategies", "failures") and data and not args.json:
         uses = ("which the strategy policy prefers where they exist" if config.policy.use_labels
-                else "which the strategy policy ignores while policy.use_labels is false")
-        print("(successes and success rates are the engine's own verdict: the answer passed its checks; "
-              f"feedback and labelled_* count labels, {uses})")
+                else "which the strategy policy counts only through the confidence weights a calibration "
+                     "fits on them (policy.use_labels is false)")
+        rejudged = ("; the policy judges each attempt again under the confidence weights in use now "
+                    "(policy.rejudge), so its counts can differ from these" if config.policy.rejudge else "")
+        print("(successes and success rates are the engine's own verdict when the attempt ran: the answer passed "
+              f"its checks; feedback and labelled_* count labels, {uses}{rejudged})")
     return 0
 
 

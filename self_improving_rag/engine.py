@@ -133,6 +133,11 @@ class Engine:
                         default.chunker)
             default = replace(default, chunker=available[0])
         weights = fit = note = None
+        if self.memory is not None and self.record and getattr(self.memory, "read_only", False):
+            # Found before any question: an answer the store then refused to record would be lost.
+            raise MemoryStoreError(f"memory store {self.memory.path} is open read-only, and this engine records "
+                                   "every answer in it; open it writable, or make the engine with record=False "
+                                   "(sirag ask --no-memory)")
         if self.memory is not None:
             if self.config.calibration.auto_fit and self.record:
                 self._auto_calibrate()
@@ -150,7 +155,7 @@ class Engine:
             verdicts = Verdicts(fit.get("weights") if fit else None, self.config.loop.answer_threshold,
                                 self.config.loop.retry_margin, self.config.thresholds.confidence,
                                 self.config.thresholds.dates_unstated, own or None)
-        policy = StrategyPolicy(self.config.policy, default, self.memory, available, verdicts)
+        policy = StrategyPolicy(self.config.policy, default, self.memory, available, verdicts, corpus=self.corpus)
         r = self.config.retrieval
         self._scorer = SignalScorer(self.config.scoring, self.searcher.embed_cached, self.generator, weights,
                                     relevance_slope=r.relevance_slope, relevance_midpoint=r.relevance_midpoint,
@@ -201,6 +206,9 @@ class Engine:
         loop = self.config.loop.enabled if loop is None else loop
         features = query_features(question)
         strategy = first_strategy or self.policy.first(question, features)
+        log.info("first attempt with %s (%s)", strategy.key,
+                 "given" if first_strategy is not None else "the configured default"
+                 if strategy == self.policy.default else f"memory's choice for {features.query_class} questions")
         max_attempts = self.config.loop.max_attempts if loop else 1
         attempts: list[AttemptRecord] = []
         tried = {strategy.key}
@@ -227,6 +235,7 @@ class Engine:
                     break
                 repair, strategy = nxt
                 tried.add(strategy.key)
+                log.info("retrying with %s instead", repair)
                 continue
             except GeneratorUnavailableError:
                 raise  # the generator is gone: nothing more can be answered, so the caller must know

@@ -283,7 +283,7 @@ def test_feedback_calibrate_and_memory_analysis_commands(tmp_path):
     assert rows[0]["attempts"] == 6 and 0 <= rows[0]["success_rate"] <= 1
     # The footnote says whether the policy counts labels, as the config has it.
     r = run(["memory", "strategies"], tmp_path, ov)
-    assert r.returncode == 0 and "ignores while policy.use_labels is false" in r.stdout, r.stdout
+    assert r.returncode == 0 and "only through the confidence weights a calibration fits" in r.stdout, r.stdout
     r = run(["memory", "strategies"], tmp_path, ov + ["policy.use_labels=true"])
     assert r.returncode == 0 and "prefers where they exist" in r.stdout, r.stdout
     r = run(["memory", "failures", "--json"], tmp_path, ov)

@@ -140,10 +140,10 @@ def test_policy_orders_repairs_by_history(make_engine):
     assert base[0] == "switch_chunker"
 
     class Counts:
-        def strategy_counts(self, qc=None, first_only=True, use_labels=False, verdicts=None):
+        def strategy_counts(self, qc=None, first_only=True, use_labels=False, verdicts=None, corpus=None):
             return {}
 
-        def repair_counts(self, failure, qc=None, use_labels=False, verdicts=None):
+        def repair_counts(self, failure, qc=None, use_labels=False, verdicts=None, corpus=None):
             return {"query_rewrite": (30, 1), "switch_chunker": (1, 30)}
 
     engine.policy.memory = Counts()
@@ -167,13 +167,13 @@ def test_policy_learns_a_first_strategy_from_successful_repairs(make_engine):
         def __init__(self, first_only_seen):
             self.seen = first_only_seen
 
-        def strategy_counts(self, qc=None, first_only=True, use_labels=False, verdicts=None):
+        def strategy_counts(self, qc=None, first_only=True, use_labels=False, verdicts=None, corpus=None):
             self.seen.append(first_only)
             if first_only:  # the default was always chosen first, and failed half the time
                 return {default.key: (10, 10)}
             return {default.key: (10, 10), good.key: (18, 1)}  # `good` ran as a repair and worked
 
-        def repair_counts(self, failure, qc=None, use_labels=False, verdicts=None):
+        def repair_counts(self, failure, qc=None, use_labels=False, verdicts=None, corpus=None):
             return {}
 
     seen: list[bool] = []
@@ -220,17 +220,17 @@ class RepairCounts:
         self.table, self.per_class, self.others = table, per_class or {}, others or {}
         self.verdicts_seen: list = []  # the verdicts each count was asked with
 
-    def strategy_counts(self, qc=None, first_only=True, use_labels=False, verdicts=None):
+    def strategy_counts(self, qc=None, first_only=True, use_labels=False, verdicts=None, corpus=None):
         self.verdicts_seen.append(verdicts)
         return {}
 
-    def repair_counts(self, failure, qc=None, use_labels=False, verdicts=None):
+    def repair_counts(self, failure, qc=None, use_labels=False, verdicts=None, corpus=None):
         self.verdicts_seen.append(verdicts)
         if failure != "LOW_CONFIDENCE":
             return {}
         return self.table if qc is None else self.per_class.get(qc, {})
 
-    def repairs_by_failure(self, use_labels=False, verdicts=None):
+    def repairs_by_failure(self, use_labels=False, verdicts=None, corpus=None):
         self.verdicts_seen.append(verdicts)
         out = dict(self.others)
         if self.table:
@@ -714,3 +714,31 @@ def test_a_repair_that_repeats_a_prompt_is_skipped_at_temperature_0(tmp_path, ma
     engine, gen, _ = make_engine([REFUSE], config=cfg, memory=False)
     ans = engine.ask("Who saved the sailors of the Greyling in the storm?")
     assert ans.attempts[1].repair == "more_context"
+
+
+def test_an_engine_that_records_refuses_a_read_only_store_before_answering(tmp_path, make_engine):
+    from self_improving_rag.errors import MemoryStoreError
+    from self_improving_rag.memory import MemoryStore
+
+    engine, _, store = make_engine([GOOD])
+    engine.ask("Who saved the sailors of the Greyling in the storm?")  # the store now exists
+    ro_engine, gen, _ = make_engine([GOOD], memory=False)
+    ro_engine.memory = MemoryStore(tmp_path / "memory" / "memory.db", read_only=True)
+    try:
+        with pytest.raises(MemoryStoreError, match="read-only"):
+            ro_engine.ask("Who saved the sailors of the Greyling in the storm?")
+        assert gen.history == [], "no answer is made that could not be recorded"
+        ro_engine.record = False
+        assert not ro_engine.ask("Who saved the sailors of the Greyling in the storm?").refused
+    finally:
+        ro_engine.memory.close()
+
+
+def test_the_first_strategy_and_its_reason_are_logged(make_engine, caplog):
+    import logging
+
+    engine, _, _ = make_engine([GOOD])
+    with caplog.at_level(logging.INFO, logger="self_improving_rag.engine"):
+        engine.ask("Who saved the sailors of the Greyling in the storm?", loop=False)
+    assert any("first attempt with c=" in r.getMessage() and "the configured default" in r.getMessage()
+               for r in caplog.records)

@@ -18,7 +18,9 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +28,12 @@ from ..config import PolicyConfig
 from ..memory.store import Verdicts
 from ..types import Strategy
 from .repairs import CATALOGUE, apply_repair
+
+#: The most a repair's place in its failure's catalogue adds to its score (the first entry gets all
+#: of it, the last 1/len of it), divided by 1 + its attempts: a tie-breaker between repairs with
+#: no or equal records. At 0.5 (before session 27) an untried first entry scored 1.0 under
+#: greedy, above any record a repair could show.
+CATALOGUE_PRIOR = 0.1
 
 QUERY_CLASSES = ("who", "what", "where", "when", "why", "how", "yes-no", "other")
 _WH = {"who": "who", "whom": "who", "whose": "who", "what": "what", "which": "what", "where": "where",
@@ -99,17 +107,32 @@ class StrategyPolicy:
 
     def __init__(self, config: PolicyConfig, default: Strategy, memory=None,
                  available_chunkers: tuple[str, ...] = ("fixed", "section", "semantic"),
-                 verdicts: Verdicts | None = None) -> None:
+                 verdicts: Verdicts | None = None, corpus: str | None = None) -> None:
         self.config = config
         self.default = default
         self.memory = memory
         self.available = available_chunkers
+        # The corpus (index folder) the questions are answered from: a memory store serving several
+        # learns for each from its own record (see _own_or_all); None reads every outcome alike.
+        self.corpus = corpus
         # How memory's attempts are judged (policy.rejudge): by today's confidence model, or,
         # when None, by the diagnosis stored with them.
         self.verdicts = verdicts
 
     def _judged(self) -> dict:
         return {"use_labels": self.config.use_labels, "verdicts": self.verdicts}
+
+    def _own_or_all(self, count: Callable[..., dict[str, tuple[int, int]]], *args: Any,
+                    **kw: Any) -> dict[str, tuple[int, int]]:
+        """``count(*args, **kw)`` on this corpus's outcomes while they hold ``policy.min_history``
+        counted attempts, else on every corpus's: what works depends on the documents, so a
+        corpus learns from its own record once it has one; until then the others' record is a
+        better guide than none."""
+        if self.corpus is not None:
+            own = count(*args, **kw, corpus=self.corpus)
+            if sum(s + f for s, f in own.values()) >= self.config.min_history:
+                return own
+        return count(*args, **kw)
 
     def _rng(self, question: str, salt: str) -> np.random.Generator:
         h = hashlib.sha256(f"{self.config.seed}\x00{salt}\x00{question}".encode()).digest()
@@ -153,8 +176,8 @@ class StrategyPolicy:
         """The first strategy for a question of this class."""
         if self.memory is None or self.config.method == "fixed" or not self.config.first_from_memory:
             return self.default
-        counts = self.memory.strategy_counts(features.query_class,
-                                             first_only=self.config.learn_from == "first_attempts", **self._judged())
+        counts = self._own_or_all(self.memory.strategy_counts, features.query_class,
+                                  first_only=self.config.learn_from == "first_attempts", **self._judged())
         total = sum(s + f for s, f in counts.values())
         if total < self.config.min_history:
             return self.default
@@ -198,7 +221,9 @@ class StrategyPolicy:
         if self.memory is None or self.config.method == "fixed" or self.config.stop_below <= 0:
             return None
         k = self.config.stop_min_evidence
-        by_failure = self.memory.repairs_by_failure(**self._judged())
+        # This corpus's record alone: stopping is judged on evidence about these documents, never
+        # on another corpus's (whose failures say nothing of what a repair does here).
+        by_failure = self.memory.repairs_by_failure(**self._judged(), corpus=self.corpus)
         s_all = sum(c[0] for c in by_failure.values())
         n_all = sum(c[0] + c[1] for c in by_failure.values())
         if n_all < k:
@@ -209,7 +234,7 @@ class StrategyPolicy:
         rate = (s + 1) / (n + 2) if n >= k else (s + k * rate_all) / (n + k)
         borrowed = n < k
         if features is not None and features.query_class:
-            own = self.memory.repair_counts(failure, features.query_class, **self._judged())
+            own = self.memory.repair_counts(failure, features.query_class, **self._judged(), corpus=self.corpus)
             sc, nc = sum(c[0] for c in own.values()), sum(c[0] + c[1] for c in own.values())
             if nc >= k:
                 s, n, rate, borrowed = sc, nc, (sc + 1) / (nc + 2), False
@@ -228,17 +253,18 @@ class StrategyPolicy:
             return []
         if self.memory is None or self.config.method == "fixed":
             return catalogue
-        counts = self.memory.repair_counts(failure, features.query_class, **self._judged())
+        counts = self._own_or_all(self.memory.repair_counts, failure, features.query_class, **self._judged())
         total = sum(s + f for s, f in counts.values())
         if total < self.config.min_history:
             return catalogue
         rng = self._rng(question, failure)
         mean = self._greedy(question, f"explore\x00{failure}")
-        # Catalogue position is a weak prior: earlier repairs get a small pseudo-success.
+        # Catalogue position is a weak prior, a tie-breaker that fades with evidence: at most 0.1,
+        # so an untried repair (mean 0.5) does not outrank one that worked 6 times in 8 (0.7).
         scored = []
         for pos, name in enumerate(catalogue):
             s, f = counts.get(name, (0, 0))
-            prior = 0.5 * (len(catalogue) - pos) / len(catalogue)
+            prior = CATALOGUE_PRIOR * (len(catalogue) - pos) / len(catalogue)
             scored.append((self._score(rng, s, f, total, mean=mean) + prior / (1 + s + f), -pos, name))
         return [n for *_, n in sorted(scored, reverse=True)]
 

@@ -995,8 +995,8 @@ class MemoryStore:
     # repair answered).
     _REPAIRS = f"""{_LATEST_LABEL}, {_CORPUS_WEIGHTS_CTE},
             seq AS (
-                SELECT repair, ok, query_class, prev_failure FROM (
-                    SELECT a.repair, {_SUCCESS} AS ok, o.query_class,
+                SELECT repair, ok, query_class, corpus, prev_failure FROM (
+                    SELECT a.repair, {_SUCCESS} AS ok, o.query_class, o.corpus,
                            LAG(a.failure) OVER (PARTITION BY a.outcome_id ORDER BY a.number) AS prev_failure
                     FROM attempts a JOIN outcomes o ON o.id = a.outcome_id
                     LEFT JOIN latest l ON l.outcome_id = o.id AND l.rn = 1
@@ -1005,7 +1005,8 @@ class MemoryStore:
             )"""
 
     def strategy_counts(self, query_class: str | None = None, first_only: bool = True,
-                        use_labels: bool = False, verdicts: Verdicts | None = None) -> dict[str, tuple[int, int]]:
+                        use_labels: bool = False, verdicts: Verdicts | None = None,
+                        corpus: str | None = None) -> dict[str, tuple[int, int]]:
         """Attempts per strategy key: (successes, failures); success is failure == 'NONE'.
 
         ``first_only`` counts only each outcome's first attempt; otherwise every attempt counts,
@@ -1014,7 +1015,8 @@ class MemoryStore:
         evaluation or ``sirag feedback``) instead of its attribution: an answer that passed its
         checks but was labelled wrong is a failure. With ``verdicts`` an attempt is judged by the
         confidence weights and answer bars in use now (:class:`Verdicts`) instead of by the
-        diagnosis recorded when it ran.
+        diagnosis recorded when it ran. With ``corpus``, only the outcomes answered from that
+        corpus (index folder) count.
         """
         rows = self._rows(
             f"""
@@ -1027,19 +1029,21 @@ class MemoryStore:
             WHERE (NOT :first_only
                    OR a.number = (SELECT MIN(f.number) FROM attempts f WHERE f.outcome_id = a.outcome_id))
               AND (:qc IS NULL OR o.query_class = :qc)
+              AND (:corpus IS NULL OR o.corpus = :corpus)
             GROUP BY a.strategy_key
             """,
             {"qc": query_class, "first_only": 1 if first_only else 0, "use_labels": 1 if use_labels else 0,
-             **_verdict_params(verdicts)},
+             "corpus": corpus, **_verdict_params(verdicts)},
         )
         return {r["key"]: (int(r["ok"]), int(r["bad"])) for r in rows}
 
     def repair_counts(self, failure: str, query_class: str | None = None,
-                      use_labels: bool = False, verdicts: Verdicts | None = None) -> dict[str, tuple[int, int]]:
+                      use_labels: bool = False, verdicts: Verdicts | None = None,
+                      corpus: str | None = None) -> dict[str, tuple[int, int]]:
         """Per repair: (successes, failures) of the attempts that followed a ``failure`` attempt
         (the failure recorded when the repair was chosen).
 
-        ``use_labels`` and ``verdicts`` as in :meth:`strategy_counts`.
+        ``use_labels``, ``verdicts`` and ``corpus`` as in :meth:`strategy_counts`.
         """
         if not isinstance(failure, str) or not failure:
             raise ValueError(f"failure must be a non-empty str, got {failure!r}")
@@ -1048,24 +1052,27 @@ class MemoryStore:
             WITH {self._REPAIRS}
             SELECT repair, SUM(ok) AS ok, SUM(NOT ok) AS bad
             FROM seq WHERE prev_failure = :failure AND (:qc IS NULL OR query_class = :qc)
+              AND (:corpus IS NULL OR corpus = :corpus)
             GROUP BY repair
             """,
-            {"qc": query_class, "failure": failure, "use_labels": 1 if use_labels else 0, **_verdict_params(verdicts)},
+            {"qc": query_class, "failure": failure, "use_labels": 1 if use_labels else 0, "corpus": corpus,
+             **_verdict_params(verdicts)},
         )
         return {r["repair"]: (int(r["ok"]), int(r["bad"])) for r in rows}
 
-    def repairs_by_failure(self, use_labels: bool = False, verdicts: Verdicts | None = None) -> dict[str, tuple[int, int]]:
+    def repairs_by_failure(self, use_labels: bool = False, verdicts: Verdicts | None = None,
+                           corpus: str | None = None) -> dict[str, tuple[int, int]]:
         """Per failure type: (successes, failures) of all repairs that followed it, over every
         query class and repair; the stop rule's evidence for a failure type with little record of
-        its own. ``use_labels`` and ``verdicts`` as in :meth:`strategy_counts`."""
+        its own. ``use_labels``, ``verdicts`` and ``corpus`` as in :meth:`strategy_counts`."""
         rows = self._rows(
             f"""
             WITH {self._REPAIRS}
             SELECT prev_failure, SUM(ok) AS ok, SUM(NOT ok) AS bad
-            FROM seq WHERE prev_failure IS NOT NULL
+            FROM seq WHERE prev_failure IS NOT NULL AND (:corpus IS NULL OR corpus = :corpus)
             GROUP BY prev_failure
             """,
-            {"use_labels": 1 if use_labels else 0, **_verdict_params(verdicts)},
+            {"use_labels": 1 if use_labels else 0, "corpus": corpus, **_verdict_params(verdicts)},
         )
         return {r["prev_failure"]: (int(r["ok"]), int(r["bad"])) for r in rows}
 

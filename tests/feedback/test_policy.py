@@ -22,11 +22,11 @@ class Counts:
         self.plain, self.labelled = plain, labelled if labelled is not None else plain
         self.calls: list[dict] = []
 
-    def strategy_counts(self, qc=None, first_only=True, use_labels=False, verdicts=None):
+    def strategy_counts(self, qc=None, first_only=True, use_labels=False, verdicts=None, corpus=None):
         self.calls.append({"qc": qc, "first_only": first_only, "use_labels": use_labels})
         return self.labelled if use_labels else self.plain
 
-    def repair_counts(self, failure, qc=None, use_labels=False, verdicts=None):
+    def repair_counts(self, failure, qc=None, use_labels=False, verdicts=None, corpus=None):
         return {}
 
 
@@ -165,9 +165,69 @@ def test_greedy_follows_a_proven_record() -> None:
 
 def test_greedy_repair_order_follows_the_better_record() -> None:
     class RepairCounts(Counts):
-        def repair_counts(self, failure, qc=None, use_labels=False, verdicts=None):
+        def repair_counts(self, failure, qc=None, use_labels=False, verdicts=None, corpus=None):
             return {"switch_chunker": (1, 9), "raise_top_k": (9, 1)}
 
     policy = StrategyPolicy(PolicyConfig(method="greedy", explore=0.0), DEFAULT, RepairCounts({}))
     order = policy.repair_order("Who?", "WEAK_RETRIEVAL", query_features("Who?"))
     assert order.index("raise_top_k") < order.index("switch_chunker")
+
+
+class TwoCorpora:
+    """A memory serving two corpora: each count answers for the corpus asked, or for both."""
+
+    def __init__(self, by_corpus: dict[str | None, dict[str, dict]]) -> None:
+        self.by_corpus = by_corpus
+
+    def _table(self, kind: str, corpus) -> dict:
+        if corpus is not None:
+            return self.by_corpus.get(corpus, {}).get(kind, {})
+        pooled: dict = {}
+        for tables in self.by_corpus.values():
+            for key, (s, f) in tables.get(kind, {}).items():
+                a, b = pooled.get(key, (0, 0))
+                pooled[key] = (a + s, b + f)
+        return pooled
+
+    def strategy_counts(self, qc=None, first_only=True, use_labels=False, verdicts=None, corpus=None):
+        return self._table("first", corpus)
+
+    def repair_counts(self, failure, qc=None, use_labels=False, verdicts=None, corpus=None):
+        return self._table(failure, corpus)
+
+    def repairs_by_failure(self, use_labels=False, verdicts=None, corpus=None):
+        table = self._table("MISSED_ANSWER", corpus)
+        return {"MISSED_ANSWER": (sum(s for s, _ in table.values()), sum(f for _, f in table.values()))} if table else {}
+
+
+def test_a_corpus_learns_from_its_own_record_once_it_has_one_and_borrows_before():
+    cfg = PolicyConfig(method="greedy", explore=0.0, min_history=10)
+    memory = TwoCorpora({"A": {"first": {OTHER.key: (30, 0), DEFAULT.key: (0, 30)}},
+                         "B": {"first": {DEFAULT.key: (3, 0)}}})
+    q = "Who wrote the letter?"
+    # B holds 3 counted attempts (under min_history): A's record guides it.
+    assert StrategyPolicy(cfg, DEFAULT, memory, corpus="B").first(q, query_features(q)) == OTHER
+    memory.by_corpus["B"]["first"] = {DEFAULT.key: (12, 0), OTHER.key: (0, 2)}
+    assert StrategyPolicy(cfg, DEFAULT, memory, corpus="B").first(q, query_features(q)) == DEFAULT
+    # Without a corpus (a library caller), every outcome counts alike.
+    assert StrategyPolicy(cfg, DEFAULT, memory).first(q, query_features(q)) == OTHER
+
+
+def test_another_corpus_s_failed_repairs_never_stop_this_one_from_retrying():
+    """Repairs after MISSED_ANSWER never worked on corpus A (0 of 24); corpus B has no record.
+    Stopping B's retries on A's evidence would refuse B's answerable questions unasked."""
+    cfg = PolicyConfig(stop_below=0.1, stop_min_evidence=20, stop_explore=0.0)
+    memory = TwoCorpora({"A": {"MISSED_ANSWER": {"more_context": (0, 12), "base_prompt": (0, 12)}}})
+    q = "What did the keeper write?"
+    assert StrategyPolicy(cfg, DEFAULT, memory, corpus="B").futile("MISSED_ANSWER", q, query_features(q)) is None
+    assert StrategyPolicy(cfg, DEFAULT, memory, corpus="A").futile("MISSED_ANSWER", q, query_features(q)) is not None
+
+
+def test_an_untried_repair_does_not_outrank_one_that_works():
+    """The catalogue's order only breaks ties: more_context (first for MISSED_ANSWER, never tried)
+    must not come before base_prompt, which worked 6 times in 8."""
+    cfg = PolicyConfig(method="greedy", explore=0.0, min_history=3)
+    memory = TwoCorpora({None: {"MISSED_ANSWER": {"base_prompt": (6, 2), "switch_chunker": (50, 0)}}})
+    q = "What did the keeper write?"
+    order = StrategyPolicy(cfg, DEFAULT, memory).repair_order(q, "MISSED_ANSWER", query_features(q))
+    assert order[:2] == ["switch_chunker", "base_prompt"], order

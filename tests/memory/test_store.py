@@ -883,6 +883,23 @@ def test_counts_rejudge_each_corpus_by_its_own_weights(store: MemoryStore) -> No
                                                       corpus_weights={"/i/a": trusting})) == {"WEAK_RETRIEVAL": (1, 0)}
 
 
+def test_the_policy_s_counts_can_be_read_for_one_corpus(store: MemoryStore) -> None:
+    """A store serving two index folders answers the policy's counts for one of them (its
+    outcomes' corpus); without a corpus, every outcome counts, those recorded without one too."""
+    store.record(make_answer("q1", (make_attempt(1),)), corpus="/i/a")
+    store.record(make_answer("q2", (make_attempt(1, failure="LOW_CONFIDENCE"),)), corpus="/i/b")
+    store.record(make_answer("q3", (make_attempt(1),)))
+    store.record(repaired_answer("r1"), corpus="/i/b")
+    key = STRATEGY_A.key
+    assert store.strategy_counts(corpus="/i/a") == {key: (1, 0)}
+    assert store.strategy_counts(corpus="/i/b") == {key: (0, 2)}
+    assert store.strategy_counts() == {key: (2, 2)}
+    assert store.repair_counts("WEAK_RETRIEVAL", corpus="/i/a") == {}
+    assert store.repair_counts("WEAK_RETRIEVAL", corpus="/i/b") == {"switch_retriever": (1, 0)}
+    assert store.repairs_by_failure(corpus="/i/a") == {}
+    assert store.repairs_by_failure(corpus="/i/b") == store.repairs_by_failure() == {"WEAK_RETRIEVAL": (1, 0)}
+
+
 def test_ctrl_c_inside_a_sql_function_is_an_interrupt_not_a_database_error(tmp_path, monkeypatch) -> None:
     """SQLite reports anything a Python SQL function raises as OperationalError; a Ctrl-C landing
     in one (the counts call them per row) used to reach the user as an internal error."""
