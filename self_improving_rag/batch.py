@@ -588,13 +588,30 @@ def _evidence_hit(item: QAItem, answer_json: dict) -> bool | None:
 # -- running ----------------------------------------------------------------------------
 
 _ENGINE = None
+_PARENT: int | None = None
 
 
-def _worker_init(config_json: dict, index_dir: str, loop: bool, fit_id: Any = None) -> None:
-    global _ENGINE
+def _die_with_parent() -> None:
+    """Have Linux end this worker when the batch process dies (prctl PR_SET_PDEATHSIG), so that a
+    killed batch leaves no worker answering and recording; elsewhere each question checks."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
+def _worker_init(config_json: dict, index_dir: str, loop: bool, fit_id: Any = None, parent: int | None = None) -> None:
+    global _ENGINE, _PARENT
     from .engine import Engine
     from .memory import MemoryStore
 
+    _PARENT = parent
+    _die_with_parent()
     try:
         config = config_from_dict(config_json)
         engine = Engine(config, memory=MemoryStore(config.paths.memory_db), index_dir=index_dir,
@@ -606,6 +623,10 @@ def _worker_init(config_json: dict, index_dir: str, loop: bool, fit_id: Any = No
 
 
 def _worker_ask(item: QAItem, run_id: str) -> dict:
+    if _PARENT is not None and os.getppid() != _PARENT:
+        # The batch was killed (kill -9 leaves its pool's queue behind): answering the queued
+        # questions would record answers in memory that no results file will ever hold.
+        os._exit(1)
     if isinstance(_ENGINE, Exception):
         raise _ENGINE
     engine, loop = _ENGINE
@@ -639,6 +660,10 @@ def _ask_row(engine, item: QAItem, run_id: str, loop: bool) -> dict:
     return row
 
 
+#: How long a batch waits for another process's ingest of its index before giving up.
+INDEX_WAIT_S = 600.0
+
+
 def ensure_index(config: Config, corpus: list[Path], index_dir: str, progress: bool,
                  out_root: Path | None = None) -> None:
     """Ingest the corpus when its index is missing or its files changed (cheap when unchanged). The
@@ -648,8 +673,10 @@ def ensure_index(config: Config, corpus: list[Path], index_dir: str, progress: b
     from .retrieval.embedder import embedder_from_config
 
     embedder = embedder_from_config(config)
+    # Batches started together on one index (shards, a grid and its comparison) take turns: the
+    # second finds the index up to date once the first has built it, instead of failing.
     report = ingest([str(p) for p in corpus], config, embedder, index_dir=index_dir, progress=progress,
-                    exclude=(out_root,) if out_root is not None else ())
+                    exclude=(out_root,) if out_root is not None else (), wait_s=INDEX_WAIT_S)
     # What `sirag ingest` would say: which documents were (re)indexed and why, and which files were left out.
     for line in report.summary_notes():
         print(f"note: {line}", file=sys.stderr)
@@ -740,6 +767,13 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     runs = []
     for point in grid_points(spec.grid):
         config = resolved_config(base_config, spec, point, index_dir, cli_overrides)
+        if config.strategy.chunker not in config.ingestion.chunkers:
+            # The engine would warn and answer with another chunker, under this point's name.
+            where = f"grid point {point_label(point)}" if point else "the settings"
+            raise BatchError(f"batch {spec.name}: {where} asks for strategy.chunker "
+                             f"{config.strategy.chunker!r}, which ingestion.chunkers "
+                             f"({', '.join(config.ingestion.chunkers)}) does not index; add it there or "
+                             "choose one of those")
         point_loop = loop and config.loop.enabled  # loop.enabled: false (--set, overrides, grid) turns it off
         run_name = spec.name + ("" if not point else "-" + point_label(point)) + suffix + ("" if point_loop else "-noloop")
         runs.append((point, config, run_name, point_loop))
@@ -838,7 +872,8 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
 
                 with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
                                          initializer=_worker_init,
-                                         initargs=(config.model_dump(mode="json"), index_dir, loop, fit_id)) as pool:
+                                         initargs=(config.model_dump(mode="json"), index_dir, loop, fit_id,
+                                                   os.getpid())) as pool:
                     drain([pool.submit(_worker_ask, it, run_name) for it in todo], keep)
             failed = False
         finally:
@@ -853,7 +888,8 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
         _record_gold(config, run_name, rows)
         summaries.append(summary)
     if len(summaries) > 1:
-        write_comparison(summaries, out_root / f"{spec.name}{suffix}-comparison")
+        noloop = "" if any(s["loop"] for s in summaries) else "-noloop"  # as its runs are named
+        write_comparison(summaries, out_root / f"{spec.name}{suffix}{noloop}-comparison")
     return summaries
 
 
@@ -1129,8 +1165,13 @@ def write_comparison(summaries: list[dict], stem: Path) -> None:
     rows = []
     for s in summaries:
         rows.append({"run": s["run"], **{k: s.get(k) for k in COMPARE_KEYS}})
-    stem.with_suffix(".json").write_text(json.dumps(rows, indent=2), encoding="utf-8")
-    stem.with_suffix(".md").write_text(markdown_table(rows), encoding="utf-8")
+    # Suffixes appended, not swapped: with_suffix would cut a run name at its dot ("exp.v2-comparison"
+    # became "exp.json"), so two batches, or a grid and its loop-vs-noloop table, wrote one file.
+    def named(ext: str) -> Path:
+        return stem.with_name(stem.name + ext)
+
+    named(".json").write_text(json.dumps(rows, indent=2), encoding="utf-8")
+    named(".md").write_text(markdown_table(rows), encoding="utf-8")
     try:
         import matplotlib
 
@@ -1142,7 +1183,7 @@ def write_comparison(summaries: list[dict], stem: Path) -> None:
         ax.set_xlabel("answered correctly or rightly refused")
         ax.set_xlim(0, 1)
         fig.tight_layout()
-        fig.savefig(stem.with_suffix(".png"))
+        fig.savefig(named(".png"))
         plt.close(fig)
     except ImportError:
         pass
@@ -1183,7 +1224,7 @@ def cmd_batch(args: argparse.Namespace, config: Config) -> int:
 
     Example: sirag batch configs/batch-sherlock-dev.yaml --limit 10
     Re-running resumes: questions already in results.jsonl are skipped; a resume with other
-    settings than the run was made with is refused (give the batch another name: instead).
+    settings than the run was made with is refused (give the batch another name in its name: field).
     """
     spec, base = load_batch(args.file)
     if args.index:  # --index replaces the batch file's index (relative to the current folder, like any option)

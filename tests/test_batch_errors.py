@@ -778,3 +778,37 @@ def test_squad_corpus_pruning_leaves_files_sirag_did_not_write(tmp_path):
     (out / "my notes.txt").write_text("mine")
     squad_corpus(squad, out)
     assert sorted(p.name for p in out.iterdir()) == ["mars_p00.txt", "my notes.txt"]
+
+
+def test_a_run_name_with_a_dot_keeps_its_whole_comparison_file_name(tmp_path):
+    f = _batch(tmp_path, name="exp.v2", grid={"strategy.top_k": [2, 3]})
+    r = run(["batch", str(f)], tmp_path, fake_overrides(tmp_path))
+    assert r.returncode == 0, r.stderr
+    names = sorted(p.name for p in (tmp_path / "runs").iterdir() if "comparison" in p.name)
+    assert {"exp.v2-comparison.json", "exp.v2-comparison.md"} <= set(names), names
+    # With the loop off, the runs are NAME-...-noloop, and so is their comparison.
+    r = run(["batch", str(f), "--no-retry"], tmp_path, fake_overrides(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "runs" / "exp.v2-noloop-comparison.json").is_file()
+    assert len(json.loads((tmp_path / "runs" / "exp.v2-comparison.json").read_text())) == 2
+
+
+def test_a_grid_point_with_a_chunker_the_index_lacks_is_refused_before_any_run(tmp_path):
+    f = _batch(tmp_path, overrides={"ingestion.chunkers": ["section", "fixed"]},
+               grid={"strategy.chunker": ["section", "semantic"]})
+    line = _one_error_line(run(["batch", str(f)], tmp_path, fake_overrides(tmp_path)))
+    assert "strategy.chunker='semantic'" in line or "'semantic'" in line
+    assert "ingestion.chunkers" in line and not (tmp_path / "runs").exists()
+
+
+def test_a_worker_whose_batch_died_answers_nothing_more(monkeypatch):
+    """kill -9 of a batch leaves its pool's queued questions: a worker re-parented away from the
+    batch exits instead of answering (and recording) them."""
+    from self_improving_rag import batch as batch_module
+
+    exits = []
+    monkeypatch.setattr(batch_module, "_PARENT", -12345)  # not this process's parent
+    monkeypatch.setattr(batch_module.os, "_exit", lambda code: exits.append(code) or (_ for _ in ()).throw(SystemExit(code)))
+    with pytest.raises(SystemExit):
+        batch_module._worker_ask(None, "run")
+    assert exits == [1]

@@ -149,7 +149,9 @@ def pooled_vectors(chunks: list[Chunk], embed_texts, dim: int, cache: EmbeddingC
 
 
 @contextmanager
-def _ingest_lock(root: Path) -> Iterator[None]:
+def _ingest_lock(root: Path, wait_s: float = 0.0) -> Iterator[None]:
+    """The index folder's writer lock. ``wait_s``: how long to wait for another ingest to finish
+    (a batch that only checks its index is up to date waits; ``sirag ingest`` does not)."""
     try:
         root.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as exc:
@@ -157,10 +159,17 @@ def _ingest_lock(root: Path) -> Iterator[None]:
     except PermissionError as exc:
         raise IngestionError(f"cannot create index directory {root} (permission denied); pass a writable --index") from exc
     with (root / "ingest.lock").open("w") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            raise IngestionError(f"another ingest is writing {root}; wait for it to finish and retry") from exc
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError as exc:
+                if time.monotonic() >= deadline:
+                    waited = f" (waited {wait_s:.0f} s)" if wait_s else ""
+                    raise IngestionError(f"another ingest is writing {root}{waited}; wait for it to finish and "
+                                         "retry") from exc
+                time.sleep(0.2)
         try:
             yield
         finally:
@@ -279,12 +288,14 @@ def _check_index_folder(root: Path, paths: list[str | Path]) -> None:
 
 
 def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_dir: str | Path | None = None,
-           rebuild: bool = False, progress: bool = True, exclude: tuple[str | Path, ...] = ()) -> IngestReport:
+           rebuild: bool = False, progress: bool = True, exclude: tuple[str | Path, ...] = (),
+           wait_s: float = 0.0) -> IngestReport:
     """Ingest files and folders into the corpus index; unchanged files reuse their chunks.
 
     Folders are walked without sirag's own files: the index, its log files (``sirag-*.jsonl`` in
     the log folder), the memory store (with its -wal and -shm files) and ``exclude`` (a batch's
-    output folder). A path given directly is ingested whatever it is."""
+    output folder). A path given directly is ingested whatever it is. ``wait_s``: how long to wait
+    for another ingest of the same index to finish before giving up."""
     from tqdm import tqdm
 
     t0 = time.perf_counter()
@@ -317,7 +328,7 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
     index = CorpusIndex(root)
     if (Path(root) / "CURRENT").is_dir():  # found before the build, not after it
         raise index.missing_error()
-    with _ingest_lock(root):
+    with _ingest_lock(root, wait_s):
         previous: dict = {}
         prev_manifest: dict | None = None
         prev_chunks: dict[str, dict[str, list[Chunk]]] = {}

@@ -656,3 +656,25 @@ def test_a_renamed_file_is_a_new_document_and_a_moved_one_keeps_its_id(fake_conf
     moved = ingest([other], fake_config, hash_embedder, progress=False)
     now = {Path(d["file"]).relative_to(other.absolute()).as_posix(): d["doc_id"] for d in moved.documents}
     assert now["b/notes.txt"] == ids["a/notes.txt"] and now["b/summary.txt"] == "summary"
+
+
+def test_an_ingest_may_wait_for_another_to_finish(tmp_path):
+    """A batch checking its index waits for another process's ingest of it; `sirag ingest`
+    (no wait) says another ingest is writing."""
+    import fcntl
+    import threading
+
+    from self_improving_rag.errors import IngestionError
+    from self_improving_rag.ingestion.pipeline import _ingest_lock
+
+    root = tmp_path / "index"
+    root.mkdir()
+    held = (root / "ingest.lock").open("w")
+    fcntl.flock(held, fcntl.LOCK_EX)
+    with pytest.raises(IngestionError, match="another ingest is writing"):
+        with _ingest_lock(root):
+            pass
+    threading.Timer(0.5, lambda: fcntl.flock(held, fcntl.LOCK_UN)).start()
+    with _ingest_lock(root, wait_s=10):
+        pass
+    held.close()
