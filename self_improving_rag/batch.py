@@ -698,6 +698,18 @@ def run_inputs(spec: BatchSpec, base: Path, items: list[QAItem]) -> tuple[Path, 
     return out_root, index_dir, corpus
 
 
+def _index_chunkers(index_dir: str) -> list[str] | None:
+    """The chunkers a built index holds (its manifest), or None when there is no readable index
+    (check_documents and the engine say what is wrong with it)."""
+    from .retrieval.index import CorpusIndex
+
+    try:
+        index = CorpusIndex(index_dir)
+        return list(index.manifest().get("chunkers", {})) if index.current_dir() is not None else None
+    except (OSError, ValueError, SiragError):
+        return None
+
+
 def check_documents(spec: BatchSpec, index_dir: str, corpus: list[Path]) -> None:
     """Before anything is written: a batch needs documents to answer from, or an index of them."""
     if not corpus and not spec.index and not Path(index_dir).is_dir():
@@ -765,15 +777,20 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     # Every grid point is checked before the first one runs: a typo in the last value must not
     # cost the earlier runs' hours.
     runs = []
+    indexed = None if corpus else _index_chunkers(index_dir)
     for point in grid_points(spec.grid):
         config = resolved_config(base_config, spec, point, index_dir, cli_overrides)
-        if config.strategy.chunker not in config.ingestion.chunkers:
-            # The engine would warn and answer with another chunker, under this point's name.
+        # The chunkers the run will search: those it ingests with, or, with no corpus to ingest,
+        # those its index holds. The engine would warn and answer with another chunker, under
+        # this point's name.
+        chunkers, source = ((list(config.ingestion.chunkers), "ingestion.chunkers") if indexed is None
+                            else (indexed, f"the index {index_dir}"))
+        if config.strategy.chunker not in chunkers:
             where = f"grid point {point_label(point)}" if point else "the settings"
-            raise BatchError(f"batch {spec.name}: {where} asks for strategy.chunker "
-                             f"{config.strategy.chunker!r}, which ingestion.chunkers "
-                             f"({', '.join(config.ingestion.chunkers)}) does not index; add it there or "
-                             "choose one of those")
+            raise BatchError(f"batch {spec.name}: {where} ask for strategy.chunker {config.strategy.chunker!r}, "
+                             f"which {source} ({', '.join(chunkers)}) does not hold; choose one of those"
+                             + (" or add it to ingestion.chunkers" if indexed is None else
+                                " or re-ingest that index with it in ingestion.chunkers"))
         point_loop = loop and config.loop.enabled  # loop.enabled: false (--set, overrides, grid) turns it off
         run_name = spec.name + ("" if not point else "-" + point_label(point)) + suffix + ("" if point_loop else "-noloop")
         runs.append((point, config, run_name, point_loop))

@@ -583,7 +583,8 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
         rejudged = ("; the policy judges each attempt again under the confidence weights in use now "
                     "(policy.rejudge), so its counts can differ from these" if config.policy.rejudge else "")
         print("(successes and success rates are the engine's own verdict when the attempt ran: the answer passed "
-              f"its checks; feedback and labelled_* count labels, {uses}{rejudged})")
+              f"its checks, over every index folder in this memory; feedback and labelled_* count labels, "
+              f"{uses}{rejudged}; the policy counts each index folder's own record first)")
     return 0
 
 

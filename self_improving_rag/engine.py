@@ -123,6 +123,12 @@ class Engine:
     def warm_up(self) -> None:
         if self._policy is not None:
             return
+        if self.memory is not None and self.record and getattr(self.memory, "read_only", False):
+            # Found before the models load and before any question: an answer the store then
+            # refused to record would be lost.
+            raise MemoryStoreError(f"memory store {self.memory.path} is open read-only, and this engine records "
+                                   "every answer in it; open it writable, or make the engine with record=False "
+                                   "(sirag ask --no-memory)")
         self.searcher.warm_up()
         self.generator.warm_up()
         available = tuple(self.searcher.available_chunkers())
@@ -133,11 +139,6 @@ class Engine:
                         default.chunker)
             default = replace(default, chunker=available[0])
         weights = fit = note = None
-        if self.memory is not None and self.record and getattr(self.memory, "read_only", False):
-            # Found before any question: an answer the store then refused to record would be lost.
-            raise MemoryStoreError(f"memory store {self.memory.path} is open read-only, and this engine records "
-                                   "every answer in it; open it writable, or make the engine with record=False "
-                                   "(sirag ask --no-memory)")
         if self.memory is not None:
             if self.config.calibration.auto_fit and self.record:
                 self._auto_calibrate()

@@ -812,3 +812,27 @@ def test_a_worker_whose_batch_died_answers_nothing_more(monkeypatch):
     with pytest.raises(SystemExit):
         batch_module._worker_ask(None, "run")
     assert exits == [1]
+
+
+def test_with_no_corpus_a_grid_chunker_is_checked_against_the_index_itself(tmp_path):
+    """A batch that only reads an index (no corpus: nothing is re-ingested) searches the chunkers
+    that index holds, whatever ingestion.chunkers says now."""
+    ov = fake_overrides(tmp_path)
+    docs = write_corpus(tmp_path / "docs")
+    assert run(["ingest", str(docs), "--index", str(tmp_path / "only-fixed"), "--set", "ingestion.chunkers=[fixed]"],
+               tmp_path, ov).returncode == 0
+    assert run(["ingest", str(docs), "--index", str(tmp_path / "all")], tmp_path, ov).returncode == 0
+
+    def batch(index, **extra):
+        spec = {"name": "t", "index": str(tmp_path / index), "questions": {"inline": ROWS},
+                "output_dir": str(tmp_path / "runs"), **extra}
+        f = tmp_path / f"{index}.yaml"
+        f.write_text(yaml.safe_dump(spec))
+        return f
+
+    line = _one_error_line(run(["batch", str(batch("only-fixed", grid={"strategy.chunker": ["fixed", "section"]}))],
+                               tmp_path, ov))
+    assert "'section'" in line and "only-fixed" in line and "re-ingest" in line
+    r = run(["batch", str(batch("all", overrides={"ingestion.chunkers": ["fixed"]},
+                                grid={"strategy.chunker": ["section"]}))], tmp_path, ov)
+    assert r.returncode == 0, r.stderr

@@ -252,7 +252,8 @@ def test_futile_needs_evidence_and_a_low_rate(tmp_path, make_engine):
     policy.memory = Counts({"rerank": (0, 10), "more_context": (1, 19)})  # (1 + 1) / (30 + 2) < 0.1
     stop = policy.futile("LOW_CONFIDENCE")
     assert evidence(stop) == (1, 30) and stop.pooled is None
-    assert stop.note == "no retry: memory shows repairs after LOW_CONFIDENCE worked 1 time(s) in 30"
+    # The engine answers from one index: the record is that index's, and the note says so.
+    assert stop.note == "no retry: memory shows repairs after LOW_CONFIDENCE on this index worked 1 time(s) in 30"
     policy.memory = Counts({"rerank": (2, 10), "more_context": (1, 17)})  # (3 + 1) / (30 + 2) >= 0.1
     assert policy.futile("LOW_CONFIDENCE") is None
 
@@ -266,8 +267,8 @@ def test_futile_borrows_other_failures_record_for_a_failure_with_little_of_its_o
     policy.memory = RepairCounts({}, others={"WEAK_RETRIEVAL": (1, 26)})
     stop = policy.futile("LOW_CONFIDENCE")
     assert evidence(stop) == (0, 0) and stop.pooled == (1, 27)
-    assert stop.note == ("no retry: memory holds no repair after LOW_CONFIDENCE yet, and repairs after any "
-                         "failure worked 1 time(s) in 27")
+    assert stop.note == ("no retry: memory holds no repair after LOW_CONFIDENCE on this index yet, and repairs "
+                         "after any failure worked 1 time(s) in 27")
     # The same record where repairs work a third of the time: retry.
     policy.memory = RepairCounts({}, others={"WEAK_RETRIEVAL": (9, 18)})
     assert policy.futile("LOW_CONFIDENCE") is None

@@ -89,13 +89,17 @@ class StopEvidence:
     successes: int
     repairs: int
     pooled: tuple[int, int] | None = None
+    #: Where the record comes from, said after it ("on this index" when the policy reads one
+    #: corpus's record; empty when it reads every outcome).
+    scope: str = ""
 
     @property
     def note(self) -> str:
+        where = f" {self.scope}" if self.scope else ""
         if self.repairs == 0 and self.pooled is not None:
-            return (f"no retry: memory holds no repair after {self.failure} yet, and repairs after any failure "
-                    f"worked {self.pooled[0]} time(s) in {self.pooled[1]}")
-        text = (f"no retry: memory shows repairs after {self.failure} worked {self.successes} time(s) "
+            return (f"no retry: memory holds no repair after {self.failure}{where} yet, and repairs after any "
+                    f"failure worked {self.pooled[0]} time(s) in {self.pooled[1]}")
+        text = (f"no retry: memory shows repairs after {self.failure}{where} worked {self.successes} time(s) "
                 f"in {self.repairs}")
         if self.pooled is not None:
             text += f", and repairs after any failure {self.pooled[0]} time(s) in {self.pooled[1]}"
@@ -123,16 +127,26 @@ class StrategyPolicy:
         return {"use_labels": self.config.use_labels, "verdicts": self.verdicts}
 
     def _own_or_all(self, count: Callable[..., dict[str, tuple[int, int]]], *args: Any,
-                    **kw: Any) -> dict[str, tuple[int, int]]:
-        """``count(*args, **kw)`` on this corpus's outcomes while they hold ``policy.min_history``
-        counted attempts, else on every corpus's: what works depends on the documents, so a
-        corpus learns from its own record once it has one; until then the others' record is a
-        better guide than none."""
-        if self.corpus is not None:
-            own = count(*args, **kw, corpus=self.corpus)
-            if sum(s + f for s, f in own.values()) >= self.config.min_history:
-                return own
-        return count(*args, **kw)
+                    **kw: Any) -> dict[str, tuple[float, float]]:
+        """``count(*args, **kw)`` for this corpus, its own counts plus the other corpora's shrunk
+        to at most k = ``policy.stop_min_evidence`` attempts per key, in proportion: what works
+        depends on the documents, so a corpus's own record decides once it has one, while a long
+        record elsewhere still guides it before (a few of its own failures must not outweigh
+        hundreds of successes elsewhere, nor those hundreds drown its own). Without a corpus,
+        every outcome counts alike."""
+        everywhere = count(*args, **kw)
+        if self.corpus is None:
+            return everywhere
+        own = count(*args, **kw, corpus=self.corpus)
+        k = max(1, self.config.stop_min_evidence)
+        out: dict[str, tuple[float, float]] = {}
+        for key in everywhere.keys() | own.keys():
+            s_own, f_own = own.get(key, (0, 0))
+            s_all, f_all = everywhere.get(key, (0, 0))
+            s_else, f_else = s_all - s_own, f_all - f_own
+            shrink = min(1.0, k / (s_else + f_else)) if s_else + f_else else 0.0
+            out[key] = (s_own + shrink * s_else, f_own + shrink * f_else)
+        return out
 
     def _rng(self, question: str, salt: str) -> np.random.Generator:
         h = hashlib.sha256(f"{self.config.seed}\x00{salt}\x00{question}".encode()).digest()
@@ -244,7 +258,8 @@ class StrategyPolicy:
             return None
         if self.config.stop_explore > 0 and self._rng(question, f"stop\x00{failure}").random() < self.config.stop_explore:
             return None
-        return StopEvidence(failure, s, n, (s_all, n_all) if borrowed else None)
+        return StopEvidence(failure, s, n, (s_all, n_all) if borrowed else None,
+                            "on this index" if self.corpus is not None else "")
 
     def repair_order(self, question: str, failure: str, features: QueryFeatures) -> list[str]:
         """Candidate repairs for a failure, best first."""

@@ -160,11 +160,15 @@ def _ingest_lock(root: Path, wait_s: float = 0.0) -> Iterator[None]:
         raise IngestionError(f"cannot create index directory {root} (permission denied); pass a writable --index") from exc
     with (root / "ingest.lock").open("w") as fh:
         deadline = time.monotonic() + wait_s
+        waiting = False
         while True:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError as exc:
+                if wait_s and not waiting:
+                    waiting = True
+                    log.warning("another ingest is writing %s; waiting for it to finish (up to %.0f s)", root, wait_s)
                 if time.monotonic() >= deadline:
                     waited = f" (waited {wait_s:.0f} s)" if wait_s else ""
                     raise IngestionError(f"another ingest is writing {root}{waited}; wait for it to finish and "

@@ -995,12 +995,13 @@ class MemoryStore:
     # repair answered).
     _REPAIRS = f"""{_LATEST_LABEL}, {_CORPUS_WEIGHTS_CTE},
             seq AS (
-                SELECT repair, ok, query_class, corpus, prev_failure FROM (
-                    SELECT a.repair, {_SUCCESS} AS ok, o.query_class, o.corpus,
+                SELECT repair, ok, query_class, prev_failure FROM (
+                    SELECT a.repair, {_SUCCESS} AS ok, o.query_class,
                            LAG(a.failure) OVER (PARTITION BY a.outcome_id ORDER BY a.number) AS prev_failure
                     FROM attempts a JOIN outcomes o ON o.id = a.outcome_id
                     LEFT JOIN latest l ON l.outcome_id = o.id AND l.rn = 1
                     {_CORPUS_WEIGHTS_JOIN}
+                    WHERE (:corpus IS NULL OR o.corpus = :corpus)  -- here, so other corpora are never judged
                 ) WHERE repair IS NOT NULL
             )"""
 
@@ -1052,7 +1053,6 @@ class MemoryStore:
             WITH {self._REPAIRS}
             SELECT repair, SUM(ok) AS ok, SUM(NOT ok) AS bad
             FROM seq WHERE prev_failure = :failure AND (:qc IS NULL OR query_class = :qc)
-              AND (:corpus IS NULL OR corpus = :corpus)
             GROUP BY repair
             """,
             {"qc": query_class, "failure": failure, "use_labels": 1 if use_labels else 0, "corpus": corpus,
@@ -1069,7 +1069,7 @@ class MemoryStore:
             f"""
             WITH {self._REPAIRS}
             SELECT prev_failure, SUM(ok) AS ok, SUM(NOT ok) AS bad
-            FROM seq WHERE prev_failure IS NOT NULL AND (:corpus IS NULL OR corpus = :corpus)
+            FROM seq WHERE prev_failure IS NOT NULL
             GROUP BY prev_failure
             """,
             {"use_labels": 1 if use_labels else 0, "corpus": corpus, **_verdict_params(verdicts)},

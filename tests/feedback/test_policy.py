@@ -201,13 +201,15 @@ class TwoCorpora:
 
 
 def test_a_corpus_learns_from_its_own_record_once_it_has_one_and_borrows_before():
-    cfg = PolicyConfig(method="greedy", explore=0.0, min_history=10)
-    memory = TwoCorpora({"A": {"first": {OTHER.key: (30, 0), DEFAULT.key: (0, 30)}},
-                         "B": {"first": {DEFAULT.key: (3, 0)}}})
+    """Another corpus's record counts as at most stop_min_evidence (20) attempts per strategy: it
+    guides a corpus with little record of its own, and gives way to a long one."""
+    cfg = PolicyConfig(method="greedy", explore=0.0, min_history=3, stop_min_evidence=20)
+    memory = TwoCorpora({"A": {"first": {OTHER.key: (280, 20), DEFAULT.key: (100, 200)}},
+                         "B": {"first": {DEFAULT.key: (3, 0), OTHER.key: (1, 2)}}})
     q = "Who wrote the letter?"
-    # B holds 3 counted attempts (under min_history): A's record guides it.
+    # Three of B's own attempts do not outweigh A's 600.
     assert StrategyPolicy(cfg, DEFAULT, memory, corpus="B").first(q, query_features(q)) == OTHER
-    memory.by_corpus["B"]["first"] = {DEFAULT.key: (12, 0), OTHER.key: (0, 2)}
+    memory.by_corpus["B"]["first"] = {DEFAULT.key: (60, 0), OTHER.key: (5, 40)}
     assert StrategyPolicy(cfg, DEFAULT, memory, corpus="B").first(q, query_features(q)) == DEFAULT
     # Without a corpus (a library caller), every outcome counts alike.
     assert StrategyPolicy(cfg, DEFAULT, memory).first(q, query_features(q)) == OTHER
