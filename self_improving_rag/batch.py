@@ -1075,12 +1075,13 @@ def _pin_fit(run_dir: Path, memory_db: str, run_name: str, resumed: bool, start_
         latest = store.latest_calibration()
         latest_id = latest["id"] if latest else None
         if not resumed:
-            fit = store.calibration_fit(start_with) if start_with not in (_LATEST, None) else None
-            if start_with is None or fit is not None:  # the fit of the run this one is compared with
-                latest_id, latest = start_with, fit
-            path.write_text(json.dumps({"fit_id": latest_id, "created_at": latest and latest["created_at"]}) + "\n",
+            chosen_id, chosen = latest_id, latest
+            asked = store.calibration_fit(start_with) if start_with not in (_LATEST, None) else None
+            if start_with is None or asked is not None:  # the fit of the run this one is compared with
+                chosen_id, chosen = start_with, asked
+            path.write_text(json.dumps({"fit_id": chosen_id, "created_at": chosen and chosen["created_at"]}) + "\n",
                             encoding="utf-8")
-            return latest_id
+            return chosen_id
         if not path.is_file():
             # A run started before fits were recorded: what scored its earlier answers is not known,
             # but from here on one fit does (memory's latest now), whatever is stored meanwhile.

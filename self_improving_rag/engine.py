@@ -252,7 +252,6 @@ class Engine:
             if on_attempt is not None:
                 on_attempt(attempt)
             failure = attempt.attribution.failure
-            elapsed = time.perf_counter() - t_start
             if failure == "NONE" or len(attempts) >= max_attempts:
                 break
             if self._out_of_time(t_start, len(attempts)):
