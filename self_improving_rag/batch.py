@@ -126,6 +126,12 @@ def load_batch(path: str | Path) -> tuple[BatchSpec, Path]:
         err = errors[0]
         loc = ".".join(str(x) for x in err["loc"])
         what = f"unknown key '{loc}'" if err["type"] == "extra_forbidden" else f"'{loc}': {err['msg']}"
+        value, key = err.get("input"), err["loc"][-1] if err["loc"] else "name"
+        if err["type"] == "string_type" and isinstance(value, bool):
+            # YAML reads an unquoted off, on, yes or no as a yes/no value.
+            what += f" (YAML read it as the yes/no value {str(value).lower()}: quote what you wrote, e.g. {key}: \"off\")"
+        elif err["type"] == "string_type" and isinstance(value, (int, float)):
+            what += f" (YAML read it as the number {value}: quote it, e.g. {key}: \"{value}\")"
         raise BatchError(f"{p}: {what}; {BATCH_FORMAT}") from exc
     if not spec.questions.file and not spec.questions.inline:
         raise BatchError(f"{p}: questions needs 'file' (JSONL or SQuAD JSON) or 'inline' items")
@@ -177,6 +183,14 @@ def load_items(spec: BatchSpec, base: Path) -> list[QAItem]:
                 # No gold given: the question is asked, not graded (and never labelled in memory).
                 item = dataclasses.replace(item, answerable=None)
             items.append(item)
+        given = [row.get("id") for row in spec.questions.inline or []]
+        for i, item in enumerate(items):
+            # An id sirag gave (q001, q002, ...) can clash with one written on another question.
+            clash = next((j for j, other in enumerate(items) if j != i and other.id == item.id), None)
+            if clash is not None and given[i] is None:
+                raise BatchError(f"{spec.name}: inline question {i + 1} has no id and gets '{item.id}' by its place, "
+                                 f"which inline question {clash + 1} names as its own; give question {i + 1} an id, "
+                                 "or rename the other")
         _check_unique_ids(where, items)
     return items
 

@@ -836,3 +836,32 @@ def test_with_no_corpus_a_grid_chunker_is_checked_against_the_index_itself(tmp_p
     r = run(["batch", str(batch("all", overrides={"ingestion.chunkers": ["fixed"]},
                                 grid={"strategy.chunker": ["section"]}))], tmp_path, ov)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_name_yaml_reads_as_another_type_says_to_quote_it(tmp_path):
+    from self_improving_rag.batch import load_batch
+    from self_improving_rag.errors import BatchError
+
+    f = tmp_path / "b.yaml"
+    for written, said in (("off", "the yes/no value false"), ("2024", "the number 2024")):
+        f.write_text(f"name: {written}\nquestions:\n  inline:\n    - question: Who?\n")
+        with pytest.raises(BatchError, match=f"YAML read it as {said}: quote"):
+            load_batch(f)
+    f.write_text("name: 'off'\nquestions:\n  inline:\n    - question: Who?\n")
+    assert load_batch(f)[0].name == "off"
+
+
+def test_an_automatic_inline_id_that_clashes_names_both_questions(tmp_path):
+    from self_improving_rag.batch import load_batch, load_items
+    from self_improving_rag.errors import BatchError
+
+    f = tmp_path / "b.yaml"
+    f.write_text("name: t\nquestions:\n  inline:\n    - {id: q002, question: 'Who?'}\n    - {question: 'What?'}\n")
+    spec, base = load_batch(f)
+    with pytest.raises(BatchError, match="inline question 2 has no id and gets 'q002' by its place, which inline "
+                                         "question 1 names as its own"):
+        load_items(spec, base)
+    f.write_text("name: t\nquestions:\n  inline:\n    - {id: a, question: 'Who?'}\n    - {id: a, question: 'What?'}\n")
+    spec, base = load_batch(f)
+    with pytest.raises(Exception, match="duplicate id 'a'"):
+        load_items(spec, base)
