@@ -629,7 +629,7 @@ def _worker_init(config_json: dict, index_dir: str, loop: bool, fit_id: Any = No
     try:
         config = config_from_dict(config_json)
         engine = Engine(config, memory=MemoryStore(config.paths.memory_db), index_dir=index_dir,
-                        fit_id=_engine_fit(fit_id))
+                        fit_id=fit_id)
         engine.warm_up()
         _ENGINE = (engine, loop)
     except SiragError as exc:  # raised by the first question: an initializer error only breaks the pool
@@ -891,7 +891,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
                 from .memory import MemoryStore
 
                 engine = Engine(config, memory=MemoryStore(config.paths.memory_db), index_dir=index_dir,
-                                fit_id=_engine_fit(fit_id))
+                                fit_id=fit_id)
                 try:
                     engine.warm_up()  # a missing index or model stops the run before any question
                     for it in todo:
@@ -1068,7 +1068,8 @@ def _fit_calibration_once(db: str, config: Config) -> None:
 
 #: The run folder's record of the calibration fit its answers are scored with.
 FIT_FILE = "calibration.json"
-#: No fit recorded or asked for: memory's latest (the engine's own default, ``LATEST_FIT``).
+#: No fit recorded or asked for: memory's latest. The engine's ``LATEST_FIT``, written here too
+#: because the engine module (and the models' libraries) is imported only once a run starts.
 _LATEST = "latest"
 
 
@@ -1080,7 +1081,7 @@ def _pin_fit(run_dir: Path, memory_db: str, run_name: str, resumed: bool, start_
     with ``start_with`` (a fit id, or None for the default weights) records that one instead of
     the latest: a separate loop-off run is scored as the loop run it is compared with. A run
     started before fits were recorded gets memory's latest at its first resume, recorded then.
-    Returns the fit's id (see :func:`_engine_fit`), or None for the default weights."""
+    Returns the fit's id (``Engine(fit_id=...)``), or None for the default weights."""
     from .memory import MemoryStore
 
     path = run_dir / FIT_FILE
@@ -1132,14 +1133,6 @@ def pinned_fit(run_dir: Path) -> Any:
     except (OSError, ValueError, KeyError, TypeError):
         return _LATEST
     return fit_id if fit_id is None or (isinstance(fit_id, int) and not isinstance(fit_id, bool)) else _LATEST
-
-
-def _engine_fit(fit_id: Any) -> Any:
-    """``Engine(fit_id=...)`` for what :func:`_pin_fit` returned (a worker gets it pickled, so the
-    engine's own sentinel cannot travel: :data:`_LATEST` stands for it)."""
-    from .engine import LATEST_FIT
-
-    return LATEST_FIT if fit_id == _LATEST else fit_id
 
 
 def _archive_memory_leftovers(memory_db: str, run_name: str, todo: list[QAItem]) -> None:

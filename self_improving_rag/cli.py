@@ -336,10 +336,12 @@ def _format_answer(ans: dict, verbose: bool) -> str:
             caveat = f"; its checks flagged {chosen['failure']}: {chosen['failure_reason']}"
         lines.append(f"confidence {ans['confidence']:.2f}   (attempt {ans['chosen_attempt']} of {len(ans['attempts'])}"
                      f"{caveat})")
-        reason = (chosen or {}).get("signals", {}).get("faithfulness", {}).get("reason") or ""
-        if "cited elsewhere than stated: " in reason:
+        from .evaluation.signals import miscitations
+
+        claims = ((chosen or {}).get("signals", {}).get("faithfulness", {}).get("detail") or {}).get("claims") or []
+        if miscited := miscitations(claims):
             # The sources below include the passages that state those claims.
-            lines.append("note: " + reason.split("cited elsewhere than stated: ", 1)[1])
+            lines.append("note: " + "; ".join(miscited))
         lines.append("sources:")
     for s in ans["sources"]:
         snippet = textwrap.shorten(s["text"], 220, placeholder=" …")

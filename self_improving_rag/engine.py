@@ -82,15 +82,16 @@ def restates_question(question: str, answer: str) -> bool:
     return not offers_choice and query_features(question).query_class != "yes-no"
 
 
-#: ``Engine(fit_id=...)``'s default: score with memory's latest calibration fit.
-LATEST_FIT = object()
+#: ``Engine(fit_id=...)``'s default: score with memory's latest calibration fit (a string, so that
+#: it reaches a batch's worker processes as it is; fit ids are integers).
+LATEST_FIT = "latest"
 
 
 class Engine:
     """Answers questions over one corpus index. Re-entrant: ``ask`` never swaps its stages."""
 
     def __init__(self, config: Config, *, embedder: Embedder | None = None, generator=None, memory=None,
-                 index_dir: str | None = None, record: bool = True, fit_id: int | None | object = LATEST_FIT) -> None:
+                 index_dir: str | None = None, record: bool = True, fit_id: int | str | None = LATEST_FIT) -> None:
         """``fit_id``: the calibration fit in memory whose weights score the answers, None for the
         default weights; by default (:data:`LATEST_FIT`) memory's latest fit. A batch resumed
         after a fit was stored pins the fit its first answers were scored with."""
@@ -166,7 +167,7 @@ class Engine:
         self._policy = policy
 
     def _stored_fit(self) -> dict | None:
-        if self._fit_id is LATEST_FIT:
+        if self._fit_id == LATEST_FIT:
             return self.memory.latest_calibration()
         if self._fit_id is None:
             return None

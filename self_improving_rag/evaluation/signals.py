@@ -185,8 +185,15 @@ def claim_support(lexical: float, similarity: float, judge: float | None) -> flo
     return support
 
 
-def _cites(numbers: tuple[int, ...]) -> str:
-    return "".join(f"[{n}]" for n in numbers)
+def miscitations(claims: list[dict]) -> list[str]:
+    """Each supported claim (as the faithfulness signal's ``detail["claims"]`` lists them) that
+    cites passages which do not hold it, said as "'claim' cites [2], stated in [1]" (at most
+    three): the sources shown include the passage that does (Engine._finish), and the reader
+    should know the citation is off."""
+    return [f"{c['claim'][:60]!r} cites {''.join(f'[{n}]' for n in c['cited'])}, stated in [{c['found_in']}]"
+            for c in claims
+            if c.get("supported") and c.get("cited") and c.get("found_in") is not None
+            and c["found_in"] not in c["cited"]][:3]
 
 
 def faithfulness_score(checks: list[ClaimCheck], refused: bool, method: str) -> Signal:
@@ -198,22 +205,15 @@ def faithfulness_score(checks: list[ClaimCheck], refused: bool, method: str) -> 
         return Signal(name, None, "the answer has no claims", {"method": method})
     ok = [c for c in checks if c.supported]
     bad = [c.claim for c in checks if not c.supported]
+    claims = [{"claim": c.claim, "cited": list(c.cited), "lexical": round(c.lexical, 3),
+               "similarity": round(c.similarity, 3), "judge": None if c.judge is None else round(c.judge, 3),
+               "support": round(c.support, 3), "supported": c.supported, "found_in": c.found_in} for c in checks]
     reason = f"{len(ok)}/{len(checks)} claims supported ({method})"
     if bad:
         reason += "; unsupported: " + "; ".join(repr(b[:80]) for b in bad[:3])
-    # A supported claim whose cited passages do not hold it: the sources shown must include the
-    # passage that does (Engine._finish), and the reader should know the citation is off.
-    miscited = [c for c in ok if c.cited and c.found_in is not None and c.found_in not in c.cited]
-    if miscited:
-        reason += "; cited elsewhere than stated: " + "; ".join(
-            f"{c.claim[:60]!r} cites {_cites(c.cited)}, stated in [{c.found_in}]" for c in miscited[:3])
-    return Signal(name, len(ok) / len(checks), reason, {
-        "method": method, "unsupported": bad,
-        "claims": [{"claim": c.claim, "cited": list(c.cited), "lexical": round(c.lexical, 3),
-                    "similarity": round(c.similarity, 3), "judge": None if c.judge is None else round(c.judge, 3),
-                    "support": round(c.support, 3), "supported": c.supported, "found_in": c.found_in}
-                   for c in checks],
-    })
+    if miscited := miscitations(claims):
+        reason += "; cited elsewhere than stated: " + "; ".join(miscited)
+    return Signal(name, len(ok) / len(checks), reason, {"method": method, "unsupported": bad, "claims": claims})
 
 
 def _word_spans(pieces: list[str]) -> list[tuple[str, list[int]]]:
