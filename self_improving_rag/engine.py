@@ -421,10 +421,10 @@ def _source_numbers(attempt: AttemptRecord) -> set[int]:
     """The passages an answer shows as its sources: those it cites, and for each supported claim
     that cites none or whose cited passages do not hold it, the passage that does (the claim check
     looks there next, so the answer was accepted on that passage's words: the reader must see it).
-    An answer that cites nothing shows every passage (the caller's fallback)."""
+    An answer that cites nothing is shown with the passages that state its claims, not with every
+    passage retrieved, which would not tell the reader where it comes from; only when none of its
+    claims was found in a passage does it show every passage (the caller's fallback)."""
     numbers = set(attempt.citations)
-    if not numbers:
-        return numbers  # nothing cited: every passage is shown
     for claim in attempt.signals.faithfulness.detail.get("claims") or []:
         if claim.get("supported") and claim.get("found_in") is not None and claim["found_in"] not in claim.get("cited", ()):
             numbers.add(int(claim["found_in"]))

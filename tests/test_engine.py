@@ -671,6 +671,28 @@ def test_a_rightly_cited_answer_shows_only_what_it_cites(make_engine):
     assert "cited elsewhere" not in ans.attempts[0].signals.faithfulness.reason
 
 
+def test_an_uncited_answer_shows_the_passage_that_states_it(make_engine):
+    """README, `sirag ask --json`: the sources are the passages cited and "the passage that states
+    each claim that cites none". An answer without any citation is shown with the passage its claim
+    was found in, not with every passage retrieved (which was the case until session 28)."""
+    seen = {}
+
+    def uncited(messages):
+        passages = _passages_of(messages)
+        seen["passages"] = set(passages)
+        seen["right"] = next(n for n, text in passages.items() if "eleven sailors" in text)
+        return "Tobias Lune saved eleven sailors from the wreck."
+
+    engine, _, _ = make_engine([uncited])
+    ans = engine.ask("Who saved the sailors of the Greyling in the storm?", loop=False)
+    assert not ans.refused, ans.refusal_reason
+    assert ans.attempts[0].citations == ()
+    assert len(seen["passages"]) > 1  # otherwise every passage and the stating one are the same
+    claims = ans.attempts[0].signals.faithfulness.detail["claims"]
+    assert [c["found_in"] for c in claims] == [seen["right"]]
+    assert [p.number for p in ans.sources] == [seen["right"]]
+
+
 def test_a_refusal_shows_passages_when_only_a_later_attempt_found_any(tmp_path, make_engine):
     """BM25 finds no word of the question, so the first attempts have no passages; a later hybrid
     attempt does. The refusal shows the closest passages found, not the empty first attempt's."""
