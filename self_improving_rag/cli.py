@@ -860,9 +860,11 @@ def build_parser() -> argparse.ArgumentParser:
                             help="stream each attempt's tokens to stderr, each followed by its number and "
                                  "diagnosis; not with --json")
         else:
-            sp.add_argument("--chunker", choices=["fixed", "section", "semantic"])
-            sp.add_argument("--retriever", choices=["dense", "bm25", "hybrid"])
-            sp.add_argument("--top-k", type=int_at_least(1, 100))
+            sp.add_argument("--chunker", choices=["fixed", "section", "semantic"],
+                            help="the chunks to search (default: strategy.chunker)")
+            sp.add_argument("--retriever", choices=["dense", "bm25", "hybrid"],
+                            help="how to search them (default: strategy.retriever)")
+            sp.add_argument("--top-k", type=int_at_least(1, 100), help="passages to show (default: strategy.top_k)")
             sp.add_argument("--no-rerank", action="store_true", help="rank by retrieval score only")
 
     sub._parser_class, default_class = _MemoryParser, sub._parser_class  # its words may follow options
