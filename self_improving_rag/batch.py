@@ -603,6 +603,11 @@ def _evidence_hit(item: QAItem, answer_json: dict) -> bool | None:
 
 _ENGINE = None
 _PARENT: int | None = None
+#: Set by the batch when it stops (Ctrl-C, a failed question): the questions queued are not asked.
+_STOP = None
+#: This worker has had its Ctrl-C (it asks nothing more), and whether it is loading or asking now.
+_INTERRUPTED = False
+_BUSY = False
 
 
 def _die_with_parent() -> None:
@@ -619,32 +624,93 @@ def _die_with_parent() -> None:
         pass
 
 
-def _worker_init(config_json: dict, index_dir: str, loop: bool, fit_id: Any = None, parent: int | None = None) -> None:
-    global _ENGINE, _PARENT
-    from .engine import Engine
-    from .memory import MemoryStore
+def _worker_sigint(signum: int, frame: Any) -> None:
+    """A worker's Ctrl-C (a terminal sends it to the batch and its workers alike): it stops the
+    loading or the question under way, once, and the worker asks nothing more. An idle worker
+    does not die of it: a worker ended by KeyboardInterrupt printed a traceback and broke the
+    pool, and Python 3.11's pool then failed on the questions already cancelled, leaving the
+    batch waiting for ever (CPython gh-107219)."""
+    global _INTERRUPTED
+    first = not _INTERRUPTED
+    _INTERRUPTED = True
+    if first and _BUSY:
+        raise KeyboardInterrupt
 
-    _PARENT = parent
+
+def _sigint_blocked():
+    """Ctrl-C held (blocked) in this thread, and raised when the block ends. Worker processes
+    started meanwhile inherit the block, so none can die of a Ctrl-C before :func:`_worker_init`
+    has set its handler (which then takes a Ctrl-C held for it)."""
+    import contextlib
+    import signal
+
+    if not hasattr(signal, "pthread_sigmask"):
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def blocked():
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    return blocked()
+
+
+def _worker_init(config_json: dict, index_dir: str, loop: bool, fit_id: Any = None, parent: int | None = None,
+                 stop: Any = None) -> None:
+    global _ENGINE, _PARENT, _STOP, _BUSY, _INTERRUPTED
+    import signal
+
+    _PARENT, _STOP = parent, stop
     _die_with_parent()
+    _BUSY = True
     try:
-        config = config_from_dict(config_json)
-        engine = Engine(config, memory=MemoryStore(config.paths.memory_db), index_dir=index_dir,
-                        fit_id=fit_id)
-        engine.warm_up()
-        _ENGINE = (engine, loop)
-    except SiragError as exc:  # raised by the first question: an initializer error only breaks the pool
-        _ENGINE = exc
+        signal.signal(signal.SIGINT, _worker_sigint)
+        if hasattr(signal, "pthread_sigmask"):  # started with Ctrl-C blocked (see _sigint_blocked)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        try:
+            if _INTERRUPTED:
+                raise KeyboardInterrupt
+            from .engine import Engine
+            from .memory import MemoryStore
+
+            config = config_from_dict(config_json)
+            engine = Engine(config, memory=MemoryStore(config.paths.memory_db), index_dir=index_dir,
+                            fit_id=fit_id)
+            engine.warm_up()
+            _ENGINE = (engine, loop)
+        except SiragError as exc:  # raised by the first question: an initializer error only breaks the pool
+            _ENGINE = exc
+    except KeyboardInterrupt as exc:  # Ctrl-C while loading: no question is asked, no traceback
+        _INTERRUPTED, _ENGINE = True, exc
+    finally:
+        _BUSY = False
 
 
 def _worker_ask(item: QAItem, run_id: str) -> dict:
+    global _BUSY, _INTERRUPTED
     if _PARENT is not None and os.getppid() != _PARENT:
         # The batch was killed (kill -9 leaves its pool's queue behind): answering the queued
         # questions would record answers in memory that no results file will ever hold.
         os._exit(1)
-    if isinstance(_ENGINE, Exception):
+    if _INTERRUPTED or (_STOP is not None and _STOP.is_set()):
+        # The batch is stopping: a question queued in the pool (not cancellable there) is not asked.
+        raise KeyboardInterrupt
+    if isinstance(_ENGINE, BaseException):
         raise _ENGINE
     engine, loop = _ENGINE
-    return _ask_row(engine, item, run_id, loop)
+    _BUSY = True
+    try:
+        if _INTERRUPTED:  # a Ctrl-C since the check above
+            raise KeyboardInterrupt
+        return _ask_row(engine, item, run_id, loop)
+    except KeyboardInterrupt:  # also one raised where the store held the signal during a read
+        _INTERRUPTED = True
+        raise
+    finally:
+        _BUSY = False
 
 
 def _ask_row(engine, item: QAItem, run_id: str, loop: bool) -> dict:
@@ -899,13 +965,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
                 finally:
                     engine.close()
             elif todo:
-                import multiprocessing as mp
-
-                with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                                         initializer=_worker_init,
-                                         initargs=(config.model_dump(mode="json"), index_dir, loop, fit_id,
-                                                   os.getpid())) as pool:
-                    drain([pool.submit(_worker_ask, it, run_name) for it in todo], keep)
+                _run_pool(todo, run_name, keep, workers, (config.model_dump(mode="json"), index_dir, loop, fit_id))
             failed = False
         finally:
             if bar is not None:
@@ -924,10 +984,33 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     return summaries
 
 
-def drain(futures: list, keep: Callable[[dict], None]) -> None:
+def _run_pool(todo: list[QAItem], run_name: str, keep: Callable[[dict], None], workers: int,
+              initargs: tuple) -> None:
+    """Ask ``todo`` in ``workers`` spawned processes, passing each row to ``keep`` (see :func:`drain`)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()  # set when the batch stops: the workers ask none of the questions queued
+    futures: list = []
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+                             initargs=(*initargs, os.getpid(), stop)) as pool:
+        try:
+            # The workers start as the first questions are submitted, with Ctrl-C blocked until
+            # their own handler is set; a Ctrl-C meanwhile is raised here once all are submitted.
+            with _sigint_blocked():
+                for it in todo:
+                    futures.append(pool.submit(_worker_ask, it, run_name))
+        except BaseException:
+            _wind_down(futures, set(), keep, stop)
+            raise
+        drain(futures, keep, stop)
+
+
+def drain(futures: list, keep: Callable[[dict], None], stop: Any = None) -> None:
     """Pass each future's row to ``keep`` as it completes. If one fails (or Ctrl-C), the queued
-    questions are cancelled instead of run, and every row a worker finished, already written to
-    memory, is still kept, so that a resume does not ask it again; then the error propagates."""
+    questions are cancelled instead of run (``stop`` is set: the pool's workers skip those they
+    already hold), and every row a worker finished, already written to memory, is still kept, so
+    that a resume does not ask it again; then the error propagates."""
     kept: set = set()
     try:
         for f in as_completed(futures):
@@ -935,14 +1018,26 @@ def drain(futures: list, keep: Callable[[dict], None]) -> None:
             kept.add(f)
             keep(row)
     except BaseException:
-        for f in futures:
-            f.cancel()
-        wait(futures)  # the questions being answered now finish (they are recorded in memory)
-        for f in futures:
-            if f not in kept and not f.cancelled() and f.exception() is None:
-                kept.add(f)
-                keep(f.result())
+        _wind_down(futures, kept, keep, stop)
         raise
+
+
+def _wind_down(futures: list, kept: set, keep: Callable[[dict], None], stop: Any) -> None:
+    """Stop a batch's questions: cancel those not started, wait for those being answered (they
+    are recorded in memory) and keep the rows of those that finished."""
+    if stop is not None:
+        stop.set()
+    for f in futures:
+        f.cancel()
+    # Only the futures that were not cancelled are waited for: a process pool reports a cancelled
+    # future as done only once its manager thread takes it off the queue (which a pool whose
+    # manager thread failed never does).
+    started = [f for f in futures if not f.cancelled()]
+    wait(started)
+    for f in started:
+        if f not in kept and f.exception() is None:
+            kept.add(f)
+            keep(f.result())
 
 
 def _ungraded(row: dict) -> dict:

@@ -528,17 +528,17 @@ class MemoryStore:
         # and in WAL mode that upgrade fails at once with "database is locked" when
         # another process committed in between; BEGIN IMMEDIATE waits for the lock.
         db = self.db if db is None else db
-        db.conn.execute("BEGIN IMMEDIATE")
+        outer = db.conn.in_transaction  # not ours to roll back (BEGIN then fails: no nesting)
         try:
+            # One try from BEGIN to COMMIT: a Ctrl-C that came while BEGIN waited for another
+            # process's lock is raised as soon as BEGIN returns with it (and one may land between
+            # the body and COMMIT); either way the transaction is rolled back, or this connection
+            # keeps the write lock (a batch worker living on after its Ctrl-C held it from the others).
+            db.conn.execute("BEGIN IMMEDIATE")
             yield db
-        except BaseException:
-            if db.conn.in_transaction:
-                db.conn.execute("ROLLBACK")
-            raise
-        try:
             db.conn.execute("COMMIT")
         except BaseException:
-            if db.conn.in_transaction:
+            if db.conn.in_transaction and not outer:
                 db.conn.execute("ROLLBACK")
             raise
 

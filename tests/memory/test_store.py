@@ -944,3 +944,40 @@ def test_a_real_ctrl_c_during_a_long_count_is_an_interrupt(tmp_path) -> None:
         assert time.monotonic() - t0 < 10  # the statement was interrupted, not run to its end
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
         assert s._one("SELECT sirag_sigmoid(0) AS p")["p"] == 0.5  # the store works on
+
+
+def test_a_ctrl_c_that_lands_as_a_write_takes_the_lock_leaves_no_transaction_open(tmp_path) -> None:
+    """A SIGINT that arrives while a write waits for another process's lock is raised the moment
+    BEGIN IMMEDIATE returns with the lock. The write must roll back there too: a store left inside
+    that transaction kept the lock, and a batch worker that lived on after its Ctrl-C held it
+    while the other worker's next write waited out the 120 s retry deadline."""
+    import os
+    import signal
+    import threading
+
+    db = tmp_path / "m.db"
+    with MemoryStore(db) as s:
+        other = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        # Ctrl-C while the write waits for the lock, then the lock is freed: SQLite takes it and
+        # returns, and Python raises the KeyboardInterrupt at its next step.
+        ctrl_c = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+        freed = threading.Timer(0.5, other.execute, ("ROLLBACK",))
+        ctrl_c.start()
+        freed.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                s.record(make_answer(), run_id="r", item_id="q1")
+        finally:
+            ctrl_c.cancel()
+            freed.cancel()
+            freed.join()
+        assert not s.db.conn.in_transaction, "the interrupted write kept its transaction (and the lock)"
+        # Another process can write at once, and the interrupted write left nothing behind.
+        other.execute("PRAGMA busy_timeout = 0")
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("ROLLBACK")
+        other.close()
+        assert s._one("SELECT COUNT(*) AS n FROM outcomes")["n"] == 0
+        s.record(make_answer(), run_id="r", item_id="q1")  # and the store writes on
+        assert s._one("SELECT COUNT(*) AS n FROM outcomes")["n"] == 1
