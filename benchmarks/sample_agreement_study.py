@@ -1,0 +1,250 @@
+"""Does the model's agreement with itself tell a right answer from a wrong one?
+
+`--run` runs `sirag eval` (any batch file, any `--set`) with the llama.cpp generator
+instrumented: after the greedy reply to every answer prompt it draws `--samples` more replies at
+`--temperature` (from the 64 likeliest tokens at each step; the prompt's KV cache is reused, so
+each costs its own tokens only) and appends them to `sample_traces.jsonl` in the run's folder.
+The engine never sees them: the run's answers and grades are those of a plain run.
+
+`--analyse RUN_DIR...` grades every attempt that gave an answer (also those the engine withheld)
+against gold, joins it with its samples and prints, for each candidate feature, its AUROC for
+"the answer is correct" alone and added to the confidence model's features (logistic regression,
+5 folds grouped by question, ten seeds), and what the samples cost beside generation.
+
+  python benchmarks/sample_agreement_study.py --run configs/batch-squad-normans.yaml \
+      --name study-squad-A --limit 104 --memory runs/mem-study-squad-A.db
+  python benchmarks/sample_agreement_study.py --analyse runs/study-squad-A runs/study-squad-B
+
+Features (a reply is compared with citations, punctuation and articles removed; two replies
+agree when one's words contain the other's, or their token F1 is at least 0.5):
+  agree        share of samples that agree with the greedy answer
+  clusters     distinct answers among the greedy one and the samples (refusals and empty
+               replies not counted)
+  sem_entropy  entropy of the samples' answer groups (refusals one group, empty replies one)
+  refuse_share share of samples that decline
+
+Not part of `make bench`: it needs the 1.5B generator for as long as the evaluation takes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import json
+import re
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+TRACE_NAME = "sample_traces.jsonl"
+ANSWER_SYSTEMS = ("You answer questions", "You are a careful")  # the answer prompts' system messages
+TOP = 64
+
+
+def _instrument(trace_path: Path, samples: int, temperature: float, limit: int, seed: int) -> None:
+    """Make every LlamaCppGenerator.generate call for an answer prompt also draw ``samples``
+    replies and append them, with the greedy one, to ``trace_path``."""
+    from self_improving_rag.generation import llamacpp
+
+    cls = llamacpp.LlamaCppGenerator
+    original_generate = cls.generate
+    rng = np.random.default_rng(seed)
+
+    def generate(self, messages, max_tokens=None, on_token=None, read=None):
+        gen = original_generate(self, messages, max_tokens=max_tokens, on_token=on_token, read=read)
+        system = messages[0]["content"] if messages else ""
+        if not system.startswith(ANSWER_SYSTEMS):
+            return gen
+        user = messages[-1]["content"]
+        question = user.rsplit("Question:", 1)[-1].split("\n", 1)[0].strip() if "Question:" in user else None
+        llm = self._llm
+        tokens = self.tokenize(self.format(messages))
+        vocab = llm._model.vocab
+        drawn = []
+        t0 = time.perf_counter()
+        for _ in range(samples):
+            self._prefill(tokens)  # the whole prompt but its last token is cached
+            ids: list[int] = []
+            for _ in range(limit):
+                logits = self._logits()
+                top = np.argpartition(-logits, TOP)[:TOP]
+                z = logits[top] / temperature
+                p = np.exp(z - np.logaddexp.reduce(z))
+                tok = int(top[rng.choice(TOP, p=p / p.sum())])
+                if self._llama_cpp.llama_vocab_is_eog(vocab, tok):
+                    break
+                ids.append(tok)
+                llm.eval([tok])
+            drawn.append(codecs.getincrementaldecoder("utf-8")(errors="replace").decode(llm.detokenize(ids)).strip())
+        row = {"question": question, "text": gen.text, "samples": drawn,
+               "sample_ms": (time.perf_counter() - t0) * 1000,
+               "generator_ms": gen.timings_ms["prompt"] + gen.timings_ms["generate"]}
+        with trace_path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        return gen
+
+    cls.generate = generate
+
+
+def run(argv: list[str], name: str, samples: int, temperature: float, max_tokens: int, seed: int) -> int:
+    from self_improving_rag.cli import main
+
+    out = REPO / "runs" / name
+    out.mkdir(parents=True, exist_ok=True)
+    _instrument(out / TRACE_NAME, samples, temperature, max_tokens, seed)
+    return main(["eval", *argv, "--name", name, "--output-dir", str(REPO / "runs")])
+
+
+# -- analysis ---------------------------------------------------------------------------------
+
+def _words(text: str) -> list[str]:
+    from self_improving_rag.generation.prompts import strip_citations
+
+    text = re.sub(r"\[[^\]]*\]?", " ", strip_citations(text or "").lower())
+    return [w for w in re.findall(r"[a-z0-9]+", text) if w not in {"a", "an", "the"}]
+
+
+def _declines(text: str) -> bool:
+    return "cannot answer" in (text or "").lower()
+
+
+def _agree(a: list[str], b: list[str]) -> bool:
+    from self_improving_rag.evaluation.metrics import token_f1
+
+    if not a or not b:
+        return False
+    sa, sb = " ".join(a), " ".join(b)
+    return sa in sb or sb in sa or token_f1(sa, [sb]) >= 0.5
+
+
+def sample_features(greedy: str, samples: list[str]) -> dict[str, float]:
+    g = _words(greedy)
+    replies = [(None if _declines(s) else _words(s)) for s in samples]  # None: declined
+    answers = [r for r in replies if r]
+    groups: list[list[str]] = [g]
+    for r in answers:
+        if not any(_agree(r, c) for c in groups):
+            groups.append(r)
+    counts: list[int] = []  # the samples' own groups, refusals and empty replies one each
+    reps: list = []
+    for r in replies:
+        key = "declined" if r is None else ("empty" if not r else None)
+        at = next((j for j, c in enumerate(reps)
+                   if (key is not None and c == key) or (key is None and not isinstance(c, str) and _agree(r, c))), None)
+        if at is None:
+            reps.append(key if key is not None else r)
+            counts.append(1)
+        else:
+            counts[at] += 1
+    p = np.array(counts, float) / max(1, len(samples))
+    return {"agree": sum(_agree(g, r) for r in answers) / max(1, len(samples)),
+            "clusters": float(len(groups)),
+            "sem_entropy": float(-(p * np.log(p)).sum()) if len(p) else 0.0,
+            "refuse_share": sum(r is None for r in replies) / max(1, len(samples))}
+
+
+def _graded_attempts(run_dir: Path) -> list[dict]:
+    from self_improving_rag.batch import grade
+    from self_improving_rag.evaluation.calibration import answer_words
+
+    traces: dict[tuple, dict] = {}
+    for line in (run_dir / TRACE_NAME).read_text(encoding="utf-8").splitlines():
+        t = json.loads(line)
+        traces.setdefault((t["question"], t["text"]), t)
+    rows = []
+    for line in (run_dir / "results.jsonl").read_text(encoding="utf-8").splitlines():
+        r = json.loads(line)
+        if r.get("answerable") is None or "error" in r:
+            continue
+        for att in r["attempts"]:
+            answer = att.get("answer")
+            if not answer or _declines(answer):
+                continue
+            y = grade({"answerable": r["answerable"], "gold_answers": r["gold_answers"], "answer": answer,
+                       "refused": False}).get("correct")
+            trace = traces.get((r["question"], answer))
+            if y is None or trace is None:
+                continue
+            conf = att["signals"].get("confidence") or {}
+            feats = dict((conf.get("detail") or {}).get("features") or {})
+            feats["answer_words"] = answer_words(answer)
+            rows.append({**feats, **sample_features(answer, trace["samples"]), "y": int(y),
+                         "group": f"{run_dir.name}/{r['id']}", "confidence": conf.get("value"),
+                         "cost": trace["sample_ms"] / max(1.0, trace["generator_ms"]),
+                         "returned": att["number"] == r.get("chosen_attempt") and not r["refused"]})
+    return rows
+
+
+def _grouped_cv_auroc(X: np.ndarray, y: np.ndarray, groups: list[str], seeds: int = 10) -> tuple[float, float]:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+    from sklearn.preprocessing import StandardScaler
+
+    names = sorted(set(groups))
+    out = []
+    for seed in range(seeds):
+        order = np.random.default_rng(seed).permutation(len(names))
+        fold_of = {names[i]: k % 5 for k, i in enumerate(order)}
+        fold = np.array([fold_of[g] for g in groups])
+        p = np.zeros(len(y))
+        for f in range(5):
+            tr, te = fold != f, fold == f
+            sc = StandardScaler().fit(X[tr])
+            model = LogisticRegression(max_iter=2000).fit(sc.transform(X[tr]), y[tr])
+            p[te] = model.predict_proba(sc.transform(X[te]))[:, 1]
+        out.append(roc_auc_score(y, p))
+    return float(np.mean(out)), float(np.std(out))
+
+
+def analyse(run_dirs: list[Path]) -> None:
+    from self_improving_rag.evaluation.calibration import _feature_vector
+    from self_improving_rag.evaluation.metrics import auroc
+
+    rows = [row for d in run_dirs for row in _graded_attempts(d)]
+    for label, sel in (("every answer given", rows), ("answers returned", [r for r in rows if r["returned"]])):
+        y = np.array([r["y"] for r in sel])
+        if len(sel) < 20 or len(set(y)) < 2:
+            print(f"{label}: {len(sel)} answers, too few to study")
+            continue
+        print(f"\n== {label}: {len(sel)} answers, {int(y.sum())} right")
+        for name in ("confidence", "agree", "clusters", "sem_entropy", "refuse_share"):
+            print(f"  {name:14s} alone: AUROC {auroc([r[name] for r in sel], list(y)):.3f}")
+        base = np.vstack([_feature_vector(r)[1:] for r in sel])
+        groups = [r["group"] for r in sel]
+        m, s = _grouped_cv_auroc(base, y, groups)
+        print(f"  the confidence features:        {m:.3f} ± {s:.3f}")
+        for extra in (["agree"], ["clusters"], ["sem_entropy"], ["agree", "clusters"]):
+            x = np.column_stack([base] + [np.array([r[e] for r in sel], float) for e in extra])
+            m, s = _grouped_cv_auroc(x, y, groups)
+            print(f"  + {'+'.join(extra):28s} {m:.3f} ± {s:.3f}")
+        print(f"  samples' cost: median {100 * float(np.median([r['cost'] for r in sel])):.0f}% of the generator's time")
+
+
+def parse(argv: list[str] | None = None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run", metavar="BATCH", help="run `sirag eval BATCH` with samples traced")
+    p.add_argument("--name", help="run name (with --run)")
+    p.add_argument("--samples", type=int, default=6, help="replies drawn per answer prompt (default 6)")
+    p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7)")
+    p.add_argument("--sample-tokens", type=int, default=32, help="longest sampled reply, in tokens (default 32)")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--analyse", nargs="+", type=Path, metavar="RUN_DIR")
+    return p.parse_known_args(argv)
+
+
+if __name__ == "__main__":
+    args, rest = parse()
+    if args.run:
+        if not args.name:
+            sys.exit("--run needs --name")
+        if args.samples < 1 or args.temperature <= 0 or args.sample_tokens < 1:
+            sys.exit("--samples and --sample-tokens must be at least 1, --temperature above 0")
+        sys.exit(run([args.run, *rest], args.name, args.samples, args.temperature, args.sample_tokens, args.seed))
+    if args.analyse:
+        analyse(args.analyse)
+        sys.exit(0)
+    sys.exit("give --run BATCH --name NAME, or --analyse RUN_DIR...")
