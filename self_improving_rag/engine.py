@@ -228,12 +228,14 @@ class Engine:
                 log.info("repair %s gives the prompt of attempt %d again: skipped", repair, same.number)
                 attempts[-1] = _with_cost_of(attempts[-1], same)
                 if self._out_of_time(t_start, len(attempts)):
+                    stop_note = self._out_of_time_note()
                     break
                 # The next repair starts from the strategy the last attempt used: the skipped one
                 # changed nothing worth keeping (and stays in ``tried``, so it is not chosen again).
                 nxt = self.policy.repair(question, attempts[-1].attribution.failure, attempts[-1].strategy, tried,
                                          features)
                 if nxt is None:
+                    stop_note = _no_repair_note(attempts[-1].attribution.failure)
                     break
                 repair, strategy = nxt
                 tried.add(strategy.key)
@@ -256,6 +258,9 @@ class Engine:
             if failure == "NONE" or len(attempts) >= max_attempts:
                 break
             if self._out_of_time(t_start, len(attempts)):
+                # Said in a refusal, as the other early stops are: "after 1 attempt(s)" with
+                # loop.max_attempts 3 would otherwise leave the user guessing why it stopped.
+                stop_note = self._out_of_time_note()
                 break
             futile = self.policy.futile(failure, question, features)
             if futile is not None:
@@ -264,6 +269,7 @@ class Engine:
                 break
             nxt = self.policy.repair(question, failure, strategy, tried, features)
             if nxt is None:
+                stop_note = _no_repair_note(failure)
                 break
             repair, strategy = nxt
             tried.add(strategy.key)
@@ -290,6 +296,11 @@ class Engine:
         log.info("time budget of %.0f s would be spent by another attempt after %d attempt(s) in %.1f s",
                  self.config.loop.max_seconds, made, elapsed)
         return True
+
+    def _out_of_time_note(self) -> str:
+        """Why the loop stopped early on time, for a refusal's reason."""
+        return (f"no retry: another attempt would end past the time budget (loop.max_seconds "
+                f"{self.config.loop.max_seconds:g} s)")
 
     def _rewrite(self, question: str) -> tuple[str, Generation | None]:
         return rewrite_query(self.generator, question)
@@ -391,6 +402,11 @@ class Engine:
 
     def close(self) -> None:
         self.searcher.close()
+
+
+def _no_repair_note(failure: str) -> str:
+    """Why the loop stopped when no untried repair applies, for a refusal's reason."""
+    return f"no retry: no repair after {failure} is left untried for this question"
 
 
 class _SamePrompt(Exception):

@@ -50,6 +50,25 @@ def test_time_budget_stops_the_loop(tmp_path, make_engine):
     assert len(ans.attempts) == 1
 
 
+def test_a_refusal_cut_short_by_the_time_budget_says_so(tmp_path, make_engine):
+    """A refusal after fewer attempts than loop.max_attempts names the time budget that stopped
+    the loop, as it names memory's record when that stops it."""
+    cfg = load_config(None, fake_overrides(tmp_path) + ["loop.max_seconds=0.000001", "loop.max_attempts=5"])
+    engine, _, _ = make_engine([REFUSE], config=cfg)
+    ans = engine.ask("Who saved the sailors of the Greyling in the storm?")
+    assert ans.refused and len(ans.attempts) == 1
+    assert "loop.max_seconds" in ans.refusal_reason and "time budget" in ans.refusal_reason
+
+
+def test_a_refusal_with_no_repair_left_says_so(make_engine):
+    engine, _, _ = make_engine([REFUSE])
+    engine.warm_up()
+    engine.policy.repair = lambda *a, **k: None  # every repair of the failure already tried
+    ans = engine.ask("Who saved the sailors of the Greyling in the storm?")
+    assert ans.refused and len(ans.attempts) == 1
+    assert "no repair after" in ans.refusal_reason
+
+
 @pytest.mark.parametrize("budget,expected", [(0.5, 1), (0.75, 2)])
 def test_time_budget_does_not_start_an_attempt_that_would_overrun_it(tmp_path, make_engine, budget, expected):
     """Attempts take ~0.3 s: a retry starts only if the mean attempt still fits the budget;
