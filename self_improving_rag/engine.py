@@ -353,10 +353,12 @@ class Engine:
         # confidence below its answer bar is LOW_CONFIDENCE even when it clears thresholds.confidence.
         thr = self.config.thresholds
         attribution = attribute(signals, thr.model_copy(update={"confidence": max(thr.confidence,
-                                                                                  self.answer_bar(number))}))
+                                                                                  self.answer_bar(number))}),
+                                retrieved=bool(retrieval.passages))
         timings["total"] = sum(timings.values())
         return AttemptRecord(
-            number=number, strategy=strategy, repair=repair, answer=None if refused else shown, raw_answer=raw,
+            number=number, strategy=strategy, repair=repair, answer=None if refused else shown,
+            raw_answer=raw if generation is not None else "",  # no passages: the model said nothing
             citations=citations, signals=signals, attribution=attribution, prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens, timings_ms=timings, passages=retrieval.passages,
         )
@@ -380,7 +382,9 @@ class Engine:
                                             (a.signals.coverage.value or 0.0)))
         last = attempts[-1]
         conf = max(float(a.signals.confidence.value or 0.0) for a in attempts)
-        if all(a.signals.refusal for a in attempts):
+        if not any(a.passages for a in attempts):
+            why = f"retrieval found no passage for the question in {len(attempts)} attempt(s)"
+        elif all(a.signals.refusal for a in attempts):
             why = f"the model found no answer in the passages after {len(attempts)} attempt(s)"
         else:
             bars = "/".join(dict.fromkeys(f"{self.answer_bar(a.number):.2f}" for a in attempts))

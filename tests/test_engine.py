@@ -784,3 +784,19 @@ def test_the_first_strategy_and_its_reason_are_logged(make_engine, caplog):
         engine.ask("Who saved the sailors of the Greyling in the storm?", loop=False)
     assert any("first attempt with c=" in r.getMessage() and "the configured default" in r.getMessage()
                for r in caplog.records)
+
+
+def test_an_attempt_that_retrieved_nothing_does_not_say_the_model_declined(tmp_path, make_engine):
+    """BM25 finds no passage for a question none of whose words the corpus holds: the model is
+    not asked, so the diagnosis, the refusal and the JSON must not report a reply it never gave."""
+    cfg = load_config(None, fake_overrides(tmp_path) + ["strategy.retriever=bm25"])
+    engine, gen, _ = make_engine([GOOD], config=cfg)
+    ans = engine.ask("What colour is the moon on Tuesdays?", loop=False)
+    assert ans.refused and len(ans.attempts) == 1 and not gen.history  # the model was not asked
+    att = ans.attempts[0]
+    assert att.prompt_tokens == 0 and not att.passages
+    assert att.attribution.failure == "WEAK_RETRIEVAL"
+    assert "no passage" in att.attribution.reason and "declined" not in att.attribution.reason
+    assert ans.refusal_reason.startswith("retrieval found no passage")
+    assert "declined" not in ans.refusal_reason
+    assert "raw_answer" not in ans.to_json()["attempts"][0]

@@ -13,9 +13,10 @@ def _fmt(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.2f}"
 
 
-def attribute(signals: Signals, thr: ThresholdsConfig) -> Attribution:
+def attribute(signals: Signals, thr: ThresholdsConfig, retrieved: bool = True) -> Attribution:
     """The first failure whose condition holds, in this order:
 
+    0. no passage retrieved (``retrieved`` False: the model was not asked) -> WEAK_RETRIEVAL
     1. refusal with coverage and grounding at or above their thresholds -> MISSED_ANSWER
     2. coverage or grounding below threshold                          -> WEAK_RETRIEVAL
     3. no claim supported and every claim's words mostly absent from
@@ -36,6 +37,10 @@ def attribute(signals: Signals, thr: ThresholdsConfig) -> Attribution:
     def make(failure: str, reason: str) -> Attribution:
         return Attribution(failure, reason, CATALOGUE.get(failure, ()))
 
+    if not retrieved:
+        # Nothing to read: the engine refused for the model, so "the model declined" and "the
+        # passages do not mention ..." would both describe something that did not happen.
+        return make("WEAK_RETRIEVAL", "retrieval found no passage for the question, so the model was not asked")
     if signals.refusal:
         if not weak_cov and not weak_grd:
             return make("MISSED_ANSWER", f"the model declined although coverage {_fmt(cov)} >= {thr.coverage:.2f} "
