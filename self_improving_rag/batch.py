@@ -1339,6 +1339,18 @@ def _print_summary(s: dict) -> None:
             f"{k} {v.get('p50', 0) / 1000:.2f}/{v.get('p95', 0) / 1000:.2f}" for k, v in s["latency_ms"].items() if v.get("p50") is not None))
 
 
+def _print_where(out_root: Path, summaries: list[dict], comparison: Path | None = None) -> None:
+    """Where the runs were written: the batch file's folder (its output_dir:), not the folder
+    the command ran in, so the summary lines alone leave a user looking in the wrong place."""
+    if not summaries:
+        return
+    runs = ", ".join(f"{s['run']}/" for s in summaries)
+    line = f"results: {out_root}{os.sep} {runs} (results.jsonl, summary.json)"
+    if comparison is not None:
+        line += f"; comparison: {comparison.name}.{{json,md,png}}"
+    print(line)
+
+
 def cmd_batch(args: argparse.Namespace, config: Config) -> int:
     """Run the questions of a YAML batch file (corpus, questions, overrides, optional grid).
 
@@ -1357,6 +1369,7 @@ def cmd_batch(args: argparse.Namespace, config: Config) -> int:
     else:
         for s in summaries:
             _print_summary(s)
+        _print_where(_resolve(base, spec.output_dir), summaries)
     return 0
 
 
@@ -1446,6 +1459,8 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
             _print_summary(s)
         if len(summaries) > 1:
             print(markdown_table([{"run": s["run"], **{k: s.get(k) for k in COMPARE_KEYS}} for s in summaries]))
+        _print_where(_resolve(base, spec.output_dir), summaries,
+                     _resolve(base, spec.output_dir) / f"{spec.name}-loop-vs-noloop" if args.compare_no_retry else None)
     return 0
 
 

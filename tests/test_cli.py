@@ -484,3 +484,28 @@ def test_debug_keeps_a_path_errors_line_and_code_and_the_log_keeps_user_errors(t
     records = [json.loads(ln) for f in (tmp_path / "logs").glob("sirag-*.jsonl") for ln in f.read_text().splitlines()]
     assert any(rec["level"] == "WARNING" and rec["message"].startswith(f"error: no index in {tmp_path / 'nope'}")
                for rec in records)
+
+
+def test_batch_and_eval_say_where_the_runs_were_written(tmp_path):
+    """Run folders go to the batch file's folder (its output_dir:), not the folder the command
+    runs in: the human output names that folder and every run written there."""
+    docs = write_corpus(tmp_path / "docs")
+    here = tmp_path / "elsewhere"
+    here.mkdir()
+    spec = {"name": "where", "corpus": ["docs"], "questions": {"inline": [
+        {"question": "Who built the lighthouse of Marrow Point?", "answers": ["Clara Venn"]}]},
+        "overrides": {"generator.replies": ["Clara Venn built it [1]."]}}
+    f = tmp_path / "batch.yaml"
+    f.write_text(yaml.safe_dump(spec))
+    assert docs.is_dir()
+    ov = fake_overrides(tmp_path)
+    r = run(["batch", str(f)], here, ov)
+    assert r.returncode == 0, r.stderr
+    runs = (tmp_path / "runs").resolve()
+    assert (runs / "where" / "results.jsonl").is_file() and not (here / "runs").exists()
+    assert f"results: {runs}{os.sep} where/ (results.jsonl, summary.json)" in r.stdout
+    r = run(["eval", str(f), "--compare-no-retry", "--name", "where2"], here, ov)
+    assert r.returncode == 0, r.stderr
+    assert (f"results: {runs}{os.sep} where2/, where2-single/, where2-plain/ (results.jsonl, summary.json); "
+            "comparison: where2-loop-vs-noloop.{json,md,png}") in r.stdout
+    assert (runs / "where2-loop-vs-noloop.md").is_file()
