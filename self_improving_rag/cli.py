@@ -456,7 +456,9 @@ def cmd_search(args: argparse.Namespace, config: Config) -> int:
         return 0
     print(f"strategy {strategy.key}")
     if query is not None:
-        print(f"query (rewritten): {query}")
+        # The generator may give no keywords (it declines): the search is then for the question alone.
+        print(f"query (rewritten): {query}" if query != question
+              else "query (rewritten): unchanged: the generator gave no keywords, so the question alone is searched")
     for h in hits:
         sc = " ".join(f"{k}={v:.3f}" for k, v in h["scores"].items())
         print(f"{h['rank']:2d}. {h['doc']} [{h['start']}-{h['end']}] {h['section']}\n    {sc}\n    "

@@ -509,3 +509,13 @@ def test_batch_and_eval_say_where_the_runs_were_written(tmp_path):
     assert (f"results: {runs}{os.sep} where2/, where2-single/, where2-plain/ (results.jsonl, summary.json); "
             "comparison: where2-loop-vs-noloop.{json,md,png}") in r.stdout
     assert (runs / "where2-loop-vs-noloop.md").is_file()
+
+
+def test_search_says_when_the_keywords_rewrite_left_the_query_unchanged(tmp_path):
+    write_corpus(tmp_path / "docs")
+    ov = fake_overrides(tmp_path)  # the scripted generator declines: it gives no keywords
+    assert run(["ingest", str(tmp_path / "docs")], tmp_path, ov).returncode == 0
+    r = run(["search", "Who built the lighthouse?", "--set", "strategy.query_rewrite=keywords"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert "query (rewritten): unchanged: the generator gave no keywords" in r.stdout
+    assert "query (rewritten): Who built the lighthouse?" not in r.stdout
