@@ -404,6 +404,8 @@ def cmd_ask(args: argparse.Namespace, config: Config) -> int:
         answer = engine.ask(question, loop=False if args.no_retry else None, on_token=on_token, on_attempt=on_attempt)
     finally:
         engine.close()
+    if engine.calibrated:  # as `sirag batch` says it: the confidence weights changed with this command
+        print(f"note: {engine.calibrated}", file=sys.stderr)
     data = answer.to_json()
     if args.json:
         _print_json(data)

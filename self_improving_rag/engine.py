@@ -108,6 +108,9 @@ class Engine:
             self.searcher.judge = lambda messages: self.generator.yes_probability(messages)
         self._policy: StrategyPolicy | None = None
         self._scorer: SignalScorer | None = None
+        #: What the automatic calibration at start stored (its one-line report), else None: new
+        #: confidence weights are in use from this engine on, which its user should be told.
+        self.calibrated: str | None = None
 
     def answer_bar(self, number: int) -> float:
         """The confidence attempt ``number`` (1-based) must reach to be returned."""
@@ -181,15 +184,17 @@ class Engine:
     def _auto_calibrate(self) -> None:
         """Fit the confidence weights on memory's labels when enough new ones arrived
         (``calibration.auto_fit``); a store that cannot be written keeps its weights."""
-        from .evaluation.calibrate import auto_calibrate_with
+        from .evaluation.calibrate import auto_fit_with
 
         try:
-            done = auto_calibrate_with(self.memory, self.config)
+            done, stored = auto_fit_with(self.memory, self.config)
         except MemoryStoreError as exc:
             log.warning("automatic calibration skipped (%s); the confidence weights in use stay", exc)
             return
         if done:
             log.info(done)
+            if stored:  # the confidence weights changed
+                self.calibrated = done
 
     @property
     def policy(self) -> StrategyPolicy:

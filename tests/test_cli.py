@@ -519,3 +519,30 @@ def test_search_says_when_the_keywords_rewrite_left_the_query_unchanged(tmp_path
     assert r.returncode == 0, r.stderr
     assert "query (rewritten): unchanged: the generator gave no keywords" in r.stdout
     assert "query (rewritten): Who built the lighthouse?" not in r.stdout
+
+
+def test_ask_says_when_its_automatic_calibration_stored_new_weights(tmp_path):
+    """The engine fits the confidence weights by itself once enough labels arrive (as `sirag
+    batch` says in a note): `sirag ask` says so too, once, when the fit is stored."""
+    sys.path.insert(0, str(REPO / "tests" / "memory"))
+    from memory_testkit import make_answer, make_attempt
+
+    from self_improving_rag.memory import MemoryStore
+
+    write_corpus(tmp_path / "docs")
+    ov = fake_overrides(tmp_path) + ['generator.replies=["Clara Venn built it [1]."]']
+    assert run(["ingest", str(tmp_path / "docs")], tmp_path, ov).returncode == 0
+    store = MemoryStore(tmp_path / "memory" / "memory.db")
+    try:  # short answers right, long ones mostly wrong: a fit beats the default weights
+        for answer, every in (("Tobias Lune [1]", 1), ("The keeper who rowed out in the great storm and saved "
+                                                       "the sailors from the wreck was a man of the town [2]", 6)):
+            for i in range(30):
+                ans = make_answer(f"{answer[:10]} question {i}?", (make_attempt(1, answer=answer),), answer=answer)
+                store.add_feedback(store.record(ans), correct=(i % every == 0), source="gold")
+    finally:
+        store.close()
+    r = run(["ask", "Who built the lighthouse of Marrow Point?"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert "note: confidence calibrated on the 60 labelled answers" in r.stderr and "is in use" in r.stderr
+    r = run(["ask", "Who built the lighthouse of Marrow Point?"], tmp_path, ov)  # nothing new: no fit, no note
+    assert r.returncode == 0 and "calibrated" not in r.stderr, r.stderr

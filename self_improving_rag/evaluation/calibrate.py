@@ -174,10 +174,15 @@ def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, fold
 def auto_calibrate_with(store, config) -> str | None:
     """:func:`auto_calibrate` with a Config's ``calibration`` settings and ``policy.seed``; the
     line :func:`describe_auto_fit` gives for what it did, or None when nothing was due."""
+    return auto_fit_with(store, config)[0]
+
+
+def auto_fit_with(store, config) -> tuple[str | None, bool]:
+    """:func:`auto_calibrate_with`'s line, and whether the fit was stored (new weights in use)."""
     c = config.calibration
     result = auto_calibrate(store, c.auto_min_labels, c.auto_refit_after, seed=config.policy.seed, folds=c.folds,
                             l2=c.l2, per_corpus=c.per_corpus)
-    return None if result is None else describe_auto_fit(result)
+    return (None, False) if result is None else (describe_auto_fit(result), bool(result.get("stored")))
 
 
 def describe_auto_fit(result: dict) -> str:
