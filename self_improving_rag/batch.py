@@ -177,6 +177,7 @@ def load_items(spec: BatchSpec, base: Path) -> list[QAItem]:
                     raise BatchError(f"{spec.name}: inline question {i + 1} has the key '{key}'; did you mean "
                                      f"'{close[0]}'? (fields: {', '.join(_INLINE_FIELDS)}; other keys are kept as "
                                      "metadata)")
+            _check_inline_text(spec.name, i, row)
             obj = {"id": f"q{i + 1:03d}", "answers": [], **row}
             item = _jsonl_item(where, f"question {i + 1}", obj)
             if "answers" not in row and "answerable" not in row:
@@ -193,6 +194,41 @@ def load_items(spec: BatchSpec, base: Path) -> list[QAItem]:
                                  "or rename the other")
         _check_unique_ids(where, items)
     return items
+
+
+def _yaml_kind(value: Any) -> str | None:
+    """What YAML read an unquoted value as, when that is not text (None for text)."""
+    import datetime
+
+    if isinstance(value, bool):
+        return "a yes/no value"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return "a date"
+    if value is None:
+        return "null (nothing)"
+    return None
+
+
+def _check_inline_text(name: str, i: int, row: dict) -> None:
+    """An inline question's text fields must be text. YAML reads an unquoted 1523, yes or
+    2020-01-01 as a number, a yes/no value or a date: the answer a user wrote for "When was the
+    guild founded?" is then refused as "not a list of strings", which names no value and reads as
+    if the list itself were wrong. Name the value and say to quote it."""
+    for key in ("question", "answers", "evidence"):
+        if key not in row:
+            continue
+        # A whole list left empty (evidence: ~) is accepted as no list, as in a JSONL file.
+        values = [row[key]] if key == "question" else row[key] if isinstance(row[key], list) else []
+        for v in values:
+            kind = _yaml_kind(v)
+            if kind is None:
+                continue
+            shown = "yes" if v is True else "no" if v is False else "" if v is None else str(v)
+            example = f'"{shown}"' if key == "question" else f'["{shown}"]'
+            raise BatchError(f"{name}: inline question {i + 1}: '{key}' holds {v!r}, which YAML reads as {kind}, "
+                             f"not text; quote it in the batch file, as written (e.g. {key}: {example})")
 
 
 def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:

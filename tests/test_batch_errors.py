@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -865,3 +866,23 @@ def test_an_automatic_inline_id_that_clashes_names_both_questions(tmp_path):
     spec, base = load_batch(f)
     with pytest.raises(Exception, match="duplicate id 'a'"):
         load_items(spec, base)
+
+
+def test_an_inline_answer_yaml_reads_as_a_number_yes_no_or_date_says_to_quote_it(tmp_path):
+    """`answers: [1523]` is a list, but of a number: the error names the value and says to quote
+    it, instead of "must be a list of strings", which reads as if the list itself were wrong."""
+    from self_improving_rag.batch import load_batch, load_items
+    from self_improving_rag.errors import BatchError
+
+    f = tmp_path / "b.yaml"
+    for key, written, said in (("answers", "[1523]", "1523, which YAML reads as a number"),
+                               ("answers", "[yes]", "True, which YAML reads as a yes/no value"),
+                               ("evidence", "[2020-01-01]", "datetime.date(2020, 1, 1), which YAML reads as a date")):
+        f.write_text(f"name: t\nquestions:\n  inline:\n    - question: When?\n      {key}: {written}\n")
+        spec, base = load_batch(f)
+        with pytest.raises(BatchError, match=rf"inline question 1: '{key}' holds {re.escape(said)}, not text; "
+                                             "quote it"):
+            load_items(spec, base)
+    f.write_text("name: t\nquestions:\n  inline:\n    - question: When?\n      answers: ['1523']\n      evidence: ~\n")
+    spec, base = load_batch(f)
+    assert load_items(spec, base)[0].answers == ("1523",)
