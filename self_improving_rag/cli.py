@@ -485,6 +485,14 @@ class _MemoryParser(_Parser):
     before it, and returns every later word as unrecognized. An option it does not know (a word
     that begins with - before any --, as in every CLI) is still reported, with what followed it."""
 
+    def error(self, message: str) -> NoReturn:
+        # argparse names the optional word list too ("required: action, arg"), as if every
+        # action needed one: `sirag memory` alone lacks only the action.
+        if message.startswith("the following arguments are required: action"):
+            actions = next(a.choices for a in self._actions if a.dest == "action")
+            message = f"name an action: {', '.join(actions)}"
+        super().error(message)
+
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
         namespace, extra = super().parse_known_args(args, namespace)
         cut = extra.index("--") if "--" in extra else len(extra)

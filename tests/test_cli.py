@@ -546,3 +546,11 @@ def test_ask_says_when_its_automatic_calibration_stored_new_weights(tmp_path):
     assert "note: confidence calibrated on the 60 labelled answers" in r.stderr and "is in use" in r.stderr
     r = run(["ask", "Who built the lighthouse of Marrow Point?"], tmp_path, ov)  # nothing new: no fit, no note
     assert r.returncode == 0 and "calibrated" not in r.stderr, r.stderr
+
+
+def test_memory_without_an_action_names_the_actions_not_an_argument_some_take(tmp_path):
+    r = run(["memory"], tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("error: sirag memory: name an action: stats, strategies, failures, show, search, "
+                               "export, report, merge;")
+    assert "arg" not in r.stderr.split(";")[0]
