@@ -979,6 +979,10 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
                 print(f"note: run {run_name} is finished; its results are summarised as they were made. The "
                       f"settings given now differ ({shown}) and are not used: give the run another name to run "
                       "them", file=sys.stderr)
+            else:  # the summary alone would read as if the questions had just been asked
+                print(f"note: run {run_name}: the {len(items)} question(s) asked for were all answered before, so "
+                      "nothing was asked again; the summary is of the results as they were made (give the run "
+                      "another name to ask them again)", file=sys.stderr)
             bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=run_name, unit="q",
                        disable=not progress or None)
 

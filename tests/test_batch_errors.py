@@ -886,3 +886,15 @@ def test_an_inline_answer_yaml_reads_as_a_number_yes_no_or_date_says_to_quote_it
     f.write_text("name: t\nquestions:\n  inline:\n    - question: When?\n      answers: ['1523']\n      evidence: ~\n")
     spec, base = load_batch(f)
     assert load_items(spec, base)[0].answers == ("1523",)
+
+
+def test_a_rerun_that_asks_nothing_says_so(tmp_path):
+    """A rerun of a finished run prints the same summary as the run itself: a note says that
+    nothing was asked again, so it does not read as a second run."""
+    ov = fake_overrides(tmp_path)
+    f = _batch(tmp_path)
+    r = run(["batch", str(f)], tmp_path, ov)
+    assert r.returncode == 0 and "nothing was asked again" not in r.stderr, r.stderr
+    r = run(["batch", str(f)], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert "note: run t: the 2 question(s) asked for were all answered before, so nothing was asked again" in r.stderr
