@@ -990,6 +990,9 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
                 append_row(results, row)
                 if on_row:
                     on_row(row)
+                if "error" in row:  # else only an errors= count at the end of the summary line says so
+                    tqdm.write(f"note: run {run_name}: question {row['id']} could not be asked ({row['error']}); "
+                               "it counts as wrong, under errors in the summary", file=sys.stderr)
                 bar.update(1)
 
             if todo and workers <= 1:

@@ -898,3 +898,17 @@ def test_a_rerun_that_asks_nothing_says_so(tmp_path):
     r = run(["batch", str(f)], tmp_path, ov)
     assert r.returncode == 0, r.stderr
     assert "note: run t: the 2 question(s) asked for were all answered before, so nothing was asked again" in r.stderr
+
+
+def test_a_question_that_could_not_be_asked_is_named_on_stderr(tmp_path):
+    """An unusable question becomes an error row that counts as wrong; the run names it and why
+    as it happens, not only as an errors= count at the end of the summary line."""
+    ov = fake_overrides(tmp_path)
+    f = _batch(tmp_path)
+    spec = yaml.safe_load(f.read_text())
+    spec["questions"]["inline"] = [ROWS[0], {"id": "c", "question": "?? !!", "answers": ["Clara Venn"]}]
+    f.write_text(yaml.safe_dump(spec))
+    r = run(["batch", str(f)], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert "note: run t: question c could not be asked (the question has no letters or digits" in r.stderr
+    assert "question a could not" not in r.stderr
