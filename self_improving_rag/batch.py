@@ -1173,6 +1173,7 @@ def plain_attempt_row(row: dict) -> dict:
     """
     if not row.get("attempts"):
         return _ungraded({**row, "derived_from_first_attempt": True})
+    from .feedback.attribution import NO_PASSAGE_REASON
     from .generation.prompts import is_refusal
 
     a = row["attempts"][0]
@@ -1181,11 +1182,15 @@ def plain_attempt_row(row: dict) -> dict:
     # such an answer (answer None) and keeps the model's words as raw_answer (since session 26).
     said = a["answer"] if a.get("answer") is not None else (a.get("raw_answer") or "")
     declined = not said.strip() or is_refusal(said)
+    # With nothing retrieved the model was not asked (its attempt's failure_reason says so): plain
+    # RAG then has nothing to answer from, and its row says that rather than that the model declined.
+    why = f"plain RAG: {NO_PASSAGE_REASON}" if a.get("failure_reason") == NO_PASSAGE_REASON \
+        else "plain RAG: the model declined"
     out = {**row, "attempts": [a], "answer": None if declined else said, "refused": declined,
            "confidence": float(a["signals"]["confidence"]["value"] or 0.0), "chosen_attempt": None if declined else 1,
            "timings_ms": dict(a["timings_ms"]), "derived_from_first_attempt": True, "outcome_id": None,
            "sources": row.get("sources", []) if row.get("chosen_attempt") == 1 else [],
-           "refusal_reason": "plain RAG: the model declined" if declined else None}
+           "refusal_reason": why if declined else None}
     return _ungraded(out)
 
 

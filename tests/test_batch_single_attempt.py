@@ -456,3 +456,19 @@ def test_aurc_covers_every_question_and_the_answers_alone():
     rows[2] = loop_row("c", [attempt(1, "Tom [1].", 0.0, "NONE")], chosen=1)
     assert batch.summarise(rows)["aurc"] == pytest.approx(risk_coverage([0.9, 0.97, 0.0, -1.0], [1, 0, 0, 1])["aurc"])
     assert "aurc_answered" in batch.COMPARE_KEYS
+
+
+def test_plain_rag_with_nothing_retrieved_says_the_model_was_not_asked(tmp_path, make_engine):
+    """BM25 finds no passage for a question none of whose words the corpus holds, so the engine
+    does not ask the model: the plain-RAG row says so, not that the model declined."""
+    from self_improving_rag.config import load_config
+
+    cfg = load_config(None, fake_overrides(tmp_path) + ["strategy.retriever=bm25"])
+    engine, gen, _ = make_engine([GOOD], config=cfg)
+    item = QAItem(id="n1", question="What colour is the moon on Tuesdays?", answers=(), answerable=False)
+    row = json.loads(json.dumps(batch._ask_row(engine, item, "r", False)))  # as stored in results.jsonl
+    assert not gen.history
+    out = batch.plain_attempt_row(row)
+    assert out["refused"] is True and out["answer"] is None
+    assert out["refusal_reason"] == ("plain RAG: retrieval found no passage for the question, so the model "
+                                     "was not asked")

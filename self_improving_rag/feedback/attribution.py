@@ -6,6 +6,10 @@ from ..config import ThresholdsConfig
 from ..types import Attribution, Signals
 from .repairs import CATALOGUE
 
+#: The reason of an attempt whose retrieval found nothing (rule 0): the engine did not ask the
+#: model, and an attempt's stored ``failure_reason`` says so in these words.
+NO_PASSAGE_REASON = "retrieval found no passage for the question, so the model was not asked"
+
 FAILURES = ("NONE", "WEAK_RETRIEVAL", "HALLUCINATION_RISK", "LOW_CONFIDENCE", "REDUNDANT_CONTEXT", "MISSED_ANSWER")
 
 
@@ -40,7 +44,7 @@ def attribute(signals: Signals, thr: ThresholdsConfig, retrieved: bool = True) -
     if not retrieved:
         # Nothing to read: the engine refused for the model, so "the model declined" and "the
         # passages do not mention ..." would both describe something that did not happen.
-        return make("WEAK_RETRIEVAL", "retrieval found no passage for the question, so the model was not asked")
+        return make("WEAK_RETRIEVAL", NO_PASSAGE_REASON)
     if signals.refusal:
         if not weak_cov and not weak_grd:
             return make("MISSED_ANSWER", f"the model declined although coverage {_fmt(cov)} >= {thr.coverage:.2f} "
