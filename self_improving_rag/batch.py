@@ -1415,13 +1415,18 @@ def markdown_table(rows: list[dict]) -> str:
 
 # -- CLI ----------------------------------------------------------------------------------
 
+def _figure(v: Any) -> str:
+    """A summary figure as the summary line shows it: "n/a" for one that cannot be computed (a
+    recall with no unanswerable question, say), as the other commands say it, not Python's None."""
+    return "n/a" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
+
+
 def _print_summary(s: dict) -> None:
     keys = [k for k in COMPARE_KEYS if k in s] + ["refused", "answered"] + (["errors"] if s.get("errors") else [])
-    print(f"run {s['run']}: " + ", ".join(f"{k}={s[k]:.3f}" if isinstance(s.get(k), float) else f"{k}={s.get(k)}"
-                                        for k in keys))
+    print(f"run {s['run']}: " + ", ".join(f"{k}={_figure(s.get(k))}" for k in keys))
     if s.get("refusal"):
         r = s["refusal"]
-        print("  refusal: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()
+        print("  refusal: " + ", ".join(f"{k}={_figure(v)}" for k, v in r.items()
                                         if k in ("precision", "recall", "f1", "false_refusal_rate")))
     if s.get("latency_ms"):
         print("  latency p50/p95 (s): " + ", ".join(

@@ -935,3 +935,17 @@ def test_a_run_whose_model_is_missing_leaves_no_empty_store_behind(tmp_path):
     assert run(["batch", str(f), "--memory", str(fresh)], tmp_path, ov).returncode == 0
     r = run(["eval", str(f), "--name", "u", "--memory", str(fresh)], tmp_path, ov + missing)
     assert r.returncode == 2 and fresh.is_file()
+
+
+def test_the_summary_line_says_n_a_for_a_figure_it_cannot_compute(capsys):
+    """A figure a run cannot give (an AUROC with one class of answers, a refusal recall with no
+    unanswerable question) reads "n/a", as the other commands print it, not Python's None."""
+    from self_improving_rag.batch import _print_summary
+
+    _print_summary({"run": "t", "n": 2, "em": 0.5, "confidence_auroc": None, "faithfulness_mean": None,
+                    "refused": 1, "answered": 1,
+                    "refusal": {"precision": 0.0, "recall": None, "f1": None, "false_refusal_rate": 1.0}})
+    out = capsys.readouterr().out
+    assert "None" not in out
+    assert "run t: n=2, em=0.500, confidence_auroc=n/a, faithfulness_mean=n/a, refused=1, answered=1" in out
+    assert "  refusal: precision=0.000, recall=n/a, f1=n/a, false_refusal_rate=1.000" in out
