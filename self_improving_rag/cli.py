@@ -541,6 +541,16 @@ class _MemoryParser(_Parser):
         return namespace, []
 
 
+#: The memory actions that --limit applies to, and how many matches `memory search` shows without it.
+_MEMORY_LIMITED = ("search", "strategies", "failures")
+_SEARCH_LIMIT = 20
+
+
+def _either(names: tuple[str, ...]) -> str:
+    """``a``, ``a or b``, ``a, b or c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
 @command
 def cmd_memory(args: argparse.Namespace, config: Config) -> int:
     """Analyse the memory store: stats, strategies, failures, show ID, search TEXT, export, report;
@@ -555,6 +565,7 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
     """
     action = args.action
     words = list(args.arg or [])
+    cut = None  # what --limit left out of strategies or failures, said under the rows
     # Options of one action given to another are mistakes, not something to ignore.
     if words and action not in ("show", "search", "merge"):
         raise InputError(f"sirag memory {action} takes no argument (got {' '.join(words)!r}); only show ID, "
@@ -562,12 +573,14 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
     if action == "show" and len(words) > 1:
         raise InputError(f"sirag memory show takes one outcome id, got {len(words)}: {' '.join(words)!r}")
     args.arg = " ".join(words) if words else None
-    owned = [(flag, owner) for flag, value, owner in (("--csv", args.csv, "export"), ("--json-file", args.json_file,
-             "export"), ("--html", args.html, "report")) if value and action != owner]
+    owned = [(flag, owners) for flag, value, owners in (
+        ("--csv", args.csv, ("export",)), ("--json-file", args.json_file, ("export",)),
+        ("--html", args.html, ("report",)), ("--limit", args.limit is not None, _MEMORY_LIMITED))
+        if value and action not in owners]
     if owned:
         stray = [flag for flag, _ in owned]
         raise InputError(f"{', '.join(stray)} {'is' if len(stray) == 1 else 'are'} not an option of memory {action} "
-                         f"({'; '.join(f'{flag} to memory {owner}' for flag, owner in owned)})")
+                         f"({'; '.join(f'{flag} to memory {_either(owners)}' for flag, owners in owned)})")
     if action == "merge":
         return _memory_merge(words, args, config)
     # Analysis only reads: the store is opened read-only, once its schema is upgraded if it needs that.
@@ -579,10 +592,13 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
             c = config.calibration
             data: Any = {**store.stats(), "calibration": calibration_status(store, c.auto_fit, c.auto_min_labels,
                                                                             c.auto_refit_after)}
-        elif action == "strategies":
-            data = store.strategies()
-        elif action == "failures":
-            data = store.failures()
+        elif action in ("strategies", "failures"):
+            data = store.strategies() if action == "strategies" else store.failures()
+            if args.limit is not None and len(data) > args.limit:  # the most used (or most frequent) first
+                cut = (f"(the first {args.limit} of {len(data)} "
+                       + ("strategies, by attempts" if action == "strategies" else "failure types, by count")
+                       + "; --limit sets how many)")
+                data = data[:args.limit]
         elif action == "show":
             if not args.arg:
                 raise InputError("sirag memory show needs an outcome id (or its first 6+ characters)")
@@ -590,7 +606,7 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
         elif action == "search":
             if not args.arg:
                 raise InputError("sirag memory search needs some text to look for")
-            data = store.search(args.arg, limit=args.limit)
+            data = store.search(args.arg, limit=args.limit or _SEARCH_LIMIT)
         elif action == "export":
             targets = [(fmt, path) for fmt, path in (("csv", args.csv), ("json", args.json_file)) if path]
             if not targets and args.json:
@@ -626,6 +642,8 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
             print("  ".join(f"{k}={_short(v)}" for k, v in row.items()))
         if not data:
             print(f"(no outcome matches {args.arg!r})" if action == "search" else "(nothing yet)")
+        if cut:
+            print(cut)
     else:
         for k, v in data.items():
             _print_item(k, v)
@@ -925,8 +943,9 @@ def build_parser() -> argparse.ArgumentParser:
                                        "merge"])
     sp.add_argument("arg", nargs="*", help="outcome id for show, text for search, other stores' files for merge "
                                            "(after --, a word may begin with -: memory search -- -Marsh)")
-    sp.add_argument("--limit", type=int_at_least(1), default=20,
-                    help="matches shown by `memory search` (default 20); the other actions show everything")
+    sp.add_argument("--limit", type=int_at_least(1),
+                    help=f"rows shown by `memory search` (default {_SEARCH_LIMIT} matches), `strategies` (the most "
+                         "used first) and `failures` (the most frequent first; both default: all)")
     sp.add_argument("--csv", metavar="FILE", help="export: write CSV here")
     sp.add_argument("--json-file", metavar="FILE", help="export: write JSON here")
     sp.add_argument("--html", metavar="FILE", help="report: write the HTML report here")

@@ -125,3 +125,35 @@ def test_a_label_given_now_wins_over_one_merged_from_a_clock_ahead(db, tmp_path,
     assert sirag(tmp_path, ["memory", "stats"], "--json") == 0
     feedback = json.loads(capsys.readouterr().out)["feedback"]
     assert (feedback["correct"], feedback["wrong"]) == (1, 0)
+
+
+def test_limit_cuts_strategies_and_failures_and_is_refused_where_it_does_not_apply(tmp_path, capsys):
+    """`memory strategies --limit 1` showed every strategy: --limit now keeps the most used
+    strategies (the most frequent failure types), says what it left out, and is refused, as
+    --csv is, by the actions it does not apply to."""
+    from memory_testkit import STRATEGY_A, STRATEGY_B, make_attempt
+
+    with MemoryStore(tmp_path / "memory" / "memory.db") as store:
+        store.record(make_answer("Who owns Marsh House?"))
+        store.record(make_answer("Who kept the lighthouse?"))
+        store.record(make_answer("Who built it?", attempts=(
+            make_attempt(1, failure="LOW_CONFIDENCE", answer=None),
+            make_attempt(2, strategy=STRATEGY_B, failure="WEAK_RETRIEVAL", answer=None),
+            make_attempt(3, strategy=STRATEGY_B, failure="WEAK_RETRIEVAL", answer=None)), refused=True))
+    assert sirag(tmp_path, ["memory", "strategies"], "--json", "--limit", "1") == 0
+    assert [r["strategy_key"] for r in json.loads(capsys.readouterr().out)] == [STRATEGY_A.key]
+    assert sirag(tmp_path, ["memory", "strategies"], "--json") == 0
+    assert len(json.loads(capsys.readouterr().out)) == 2
+    assert sirag(tmp_path, ["memory", "failures"], "--limit", "1") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("failure=WEAK_RETRIEVAL ") and not any("LOW_CONFIDENCE" in line for line in out)
+    assert out[1] == "(the first 1 of 2 failure types, by count; --limit sets how many)"
+    assert sirag(tmp_path, ["memory", "strategies"], "--limit", "5") == 0
+    assert "--limit sets how many" not in capsys.readouterr().out  # nothing left out
+    for action in ("stats", "export", "report"):
+        assert sirag(tmp_path, ["memory", action], "--limit", "1") == 2
+        err = capsys.readouterr().err
+        assert err == (f"error: --limit is not an option of memory {action} (--limit to memory search, strategies "
+                       "or failures)\n"), err
+    assert sirag(tmp_path, ["memory", "search", "who"], "--json", "--limit", "2") == 0
+    assert len(json.loads(capsys.readouterr().out)) == 2
