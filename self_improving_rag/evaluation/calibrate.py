@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from ..errors import InputError
+from ..errors import InputError, MemoryStoreError
 from .calibration import DEFAULT_WEIGHTS, answer_words, choose_l2, cross_fit, evaluate_fit, fit_corpora, fit_weights
 
+
+log = logging.getLogger(__name__)
 
 #: ``if_latest`` left out (:meth:`MemoryStore.save_calibration`): store the fit whatever is newest.
 ANY_LATEST: Any = object()
@@ -153,22 +156,55 @@ def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, fold
     before (a fit or a reset), at least ``refit_after`` of them are new to those weights (labelled
     after them, or merged in since: :func:`_new_labels`). The fit is made and kept as ``sirag
     calibrate`` does: stored only if it beats the default weights'
-    held-out Brier score; a fit kept out is tried again at the next call, until new labels make it
-    pass. Returns the :func:`calibrate_from_memory` result, or None when nothing was due, the store
-    is read-only, or its labels hold one class.
+    held-out Brier score. A fit kept out is recorded (:meth:`MemoryStore.save_kept_out`), and the
+    next one is due only once ``refit_after`` labelled answers are new to it, as to a stored fit
+    (:func:`_kept_out`): the same labels would give the same fit, at every start. Returns the
+    :func:`calibrate_from_memory` result, or None when nothing was due, the store is read-only, or
+    its labels hold one class.
     """
     if getattr(store, "read_only", False) or store.labelled_answers() < min_labels:
         return None
     fit = store.latest_calibration()
-    if fit is not None and _new_labels(store, fit) < refit_after:
+    new = _new_to_weights(store, fit)
+    if new is not None and new < refit_after:
         return None
+    last_label = store.last_label_id()  # before the fit reads the labels: one written meanwhile stays new
     try:
         # Stored only if no other process (another `sirag ask` starting on this store) stored a fit
         # while this one was fitting: the labels would then no longer be new to the weights in use.
-        return calibrate_from_memory(store, min_labels=min_labels, seed=seed, save=True, folds=folds, l2=l2,
-                                     per_corpus=per_corpus, if_latest=fit["id"] if fit is not None else None)
+        result = calibrate_from_memory(store, min_labels=min_labels, seed=seed, save=True, folds=folds, l2=l2,
+                                       per_corpus=per_corpus, if_latest=fit["id"] if fit is not None else None)
     except InputError:  # every label the same: nothing to fit
         return None
+    if not result["stored"] and not result["would_store"]:  # kept out: worse than the default weights
+        before, after = result["held_out"]["before"].get("brier"), result["held_out"]["after"].get("brier")
+        reason = f"held-out Brier {after:.3f} > the default weights' {before:.3f}"
+        try:
+            store.save_kept_out(result["n"], last_label, fit["id"] if fit is not None else None, reason)
+        except MemoryStoreError as exc:  # not recorded: the next start fits again, no worse than before
+            log.warning("the automatic fit kept out could not be recorded (%s); the next start fits again", exc)
+        else:
+            result["not_stored"] += (f"; the automatic fit waits for {refit_after} labelled answers new to it "
+                                     "(calibration.auto_refit_after)")
+    return result
+
+
+def _kept_out(store, fit: dict | None) -> dict | None:
+    """The newest automatic fit kept out (:meth:`MemoryStore.save_kept_out`) while the weights
+    in use now (``fit``, the store's latest; None for none) were: a fit or a reset stored since
+    makes it history."""
+    kept = store.latest_kept_out()
+    return kept if kept is not None and kept["fit_id"] == (fit["id"] if fit is not None else None) else None
+
+
+def _new_to_weights(store, fit: dict | None) -> int | None:
+    """Labelled answers that neither the weights in use (``fit``: :func:`_new_labels`) nor an
+    automatic fit kept out since (:func:`_kept_out`) has seen; None without either (no weights
+    stored, no fit kept out: the automatic fit waits only for ``calibration.auto_min_labels``)."""
+    kept = _kept_out(store, fit)
+    if kept is not None:
+        return store.labelled_answers(after_label=kept["last_label_id"])
+    return None if fit is None else _new_labels(store, fit)
 
 
 def auto_calibrate_with(store, config) -> str | None:
@@ -222,9 +258,15 @@ def calibration_status(store, auto_fit: bool, min_labels: int, refit_after: int)
     default = fit is None or bool((fit.get("metrics") or {}).get("reset_to_defaults"))
     n = store.labelled_answers()
     new = _new_labels(store, fit)
-    wait = max(min_labels - n, 0 if fit is None else refit_after - new, 0)
-    return {"weights": "default" if default else f"fit {fit['id']}", "fitted_on": 0 if default else int(fit["n"]),
-            "corpus_fits": {c: int(f["n"]) for c, f in (fit or {}).get("corpus_fits", {}).items()},
-            "labelled_answers": n, "new_since_weights": new,
-            "automatic_fit": ("off" if not auto_fit else "due" if wait == 0
-                              else f"after {wait} more labelled answer{'' if wait == 1 else 's'}")}
+    unseen = _new_to_weights(store, fit)
+    wait = max(min_labels - n, 0 if unseen is None else refit_after - unseen, 0)
+    status = {"weights": "default" if default else f"fit {fit['id']}", "fitted_on": 0 if default else int(fit["n"]),
+              "corpus_fits": {c: int(f["n"]) for c, f in (fit or {}).get("corpus_fits", {}).items()},
+              "labelled_answers": n, "new_since_weights": new,
+              "automatic_fit": ("off" if not auto_fit else "due" if wait == 0
+                                else f"after {wait} more labelled answer{'' if wait == 1 else 's'}")}
+    kept = _kept_out(store, fit)
+    if kept is not None:  # why the automatic fit waits although labels are new to the weights in use
+        status["kept_out"] = (f"the automatic fit on {kept['n']} labelled answers ({kept['created_at'][:16]}): "
+                              f"{kept['reason']}")
+    return status

@@ -153,3 +153,22 @@ def m004_add_corpus_columns(db: Database) -> None:
     their corpus is unknown."""
     db.execute("ALTER TABLE outcomes ADD COLUMN corpus TEXT")
     db.execute("ALTER TABLE calibration_fits ADD COLUMN corpus_fits_json TEXT")
+
+
+@MIGRATIONS()
+def m005_add_kept_out_fits(db: Database) -> None:
+    """Record each automatic calibration fit kept out (worse than the default weights on held-out
+    labels): with the store's newest label id then, so that the engine does not fit the same
+    labels again at every start, and the fit in use then, so that a later fit or reset ends it."""
+    db.execute(
+        """
+        CREATE TABLE calibration_kept_out (
+            id INTEGER PRIMARY KEY,
+            created_at TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            last_label_id INTEGER NOT NULL,
+            fit_id INTEGER REFERENCES calibration_fits(id),
+            reason TEXT NOT NULL
+        )
+        """
+    )

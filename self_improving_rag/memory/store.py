@@ -1143,6 +1143,29 @@ class MemoryStore:
         or None when this store holds no such fit."""
         return self._fit_of(self._one("SELECT * FROM calibration_fits WHERE id = :id", {"id": int(fit_id)}))
 
+    def save_kept_out(self, n: int, last_label_id: int, fit_id: int | None, reason: str) -> int:
+        """Record an automatic calibration fit that was kept out (not stored): made on ``n``
+        labelled answers when the store's newest label row was ``last_label_id``, while the fit
+        ``fit_id`` (None: none) was in use, and why; returns its id. Not merged into other stores
+        (its label id means nothing there)."""
+        for name, value in (("n", n), ("last_label_id", last_label_id)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        row = {"created_at": _utcnow(), "n": n, "last_label_id": last_label_id,
+               "fit_id": None if fit_id is None else int(fit_id), "reason": str(reason)}
+
+        def write() -> int:
+            with self._immediate() as db:
+                cursor = self._insert(db, "calibration_kept_out", row)
+            return int(cursor.lastrowid)
+
+        return self._write(write)
+
+    def latest_kept_out(self) -> dict[str, Any] | None:
+        """The newest record of :meth:`save_kept_out` (``id``, ``created_at``, ``n``,
+        ``last_label_id``, ``fit_id``, ``reason``), or None."""
+        return self._one("SELECT * FROM calibration_kept_out ORDER BY id DESC LIMIT 1")
+
     @staticmethod
     def _fit_of(row: dict[str, Any] | None) -> dict[str, Any] | None:
         if row is None:

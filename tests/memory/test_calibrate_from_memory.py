@@ -196,6 +196,40 @@ def test_automatic_calibration_keeps_out_a_fit_worse_than_the_defaults(store: Me
     assert describe_auto_fit(result).startswith("automatic calibration on 4 labelled answers not stored: the fit")
 
 
+def test_an_automatic_fit_kept_out_is_not_fitted_again_until_new_labels_arrive(store: MemoryStore,
+                                                                             monkeypatch) -> None:
+    """A fit kept out was fitted again at every engine start, on the same labels, and `memory
+    stats` kept saying the automatic fit was due: it is recorded, and the next automatic fit waits
+    for calibration.auto_refit_after labelled answers new to it, as it waits after a stored fit."""
+    from self_improving_rag.evaluation import calibrate
+
+    _record(store, 2, SHORT, correct_every=2)  # labels that contradict the signals (see above)
+    _record(store, 2, LONG, correct_every=2)
+    first = calibrate.auto_calibrate(store, min_labels=2, refit_after=3)
+    assert first["stored"] is False and store.latest_calibration() is None
+    assert "waits for 3 labelled answers new to it (calibration.auto_refit_after)" in first["not_stored"]
+    kept = store.latest_kept_out()
+    assert (kept["n"], kept["fit_id"], kept["last_label_id"]) == (4, None, store.last_label_id())
+    status = calibrate.calibration_status(store, True, 2, 3)
+    assert status["automatic_fit"] == "after 3 more labelled answers" and status["new_since_weights"] == 4
+    assert status["kept_out"].startswith("the automatic fit on 4 labelled answers (")
+    assert "held-out Brier" in status["kept_out"] and "> the default weights'" in status["kept_out"]
+    fits: list[int] = []
+    real = calibrate.calibrate_from_memory
+    monkeypatch.setattr(calibrate, "calibrate_from_memory", lambda *a, **k: fits.append(1) or real(*a, **k))
+    assert calibrate.auto_calibrate(store, min_labels=2, refit_after=3) is None and not fits
+    _record(store, 2, LONG, correct_every=2)
+    assert calibrate.calibration_status(store, True, 2, 3)["automatic_fit"] == "after 1 more labelled answer"
+    assert calibrate.auto_calibrate(store, min_labels=2, refit_after=3) is None and not fits
+    oid = store.record(make_answer("One more question?", (make_attempt(1, answer=SHORT),), answer=SHORT))
+    store.add_feedback(oid, correct=True, source="gold")
+    assert calibrate.calibration_status(store, True, 2, 3)["automatic_fit"] == "due"
+    assert calibrate.auto_calibrate(store, min_labels=2, refit_after=3) is not None and fits == [1]
+    # A fit stored since (here a reset) ends the record: the reset's own rule applies.
+    calibrate.reset_calibration(store)
+    assert "kept_out" not in calibrate.calibration_status(store, True, 2, 3)
+
+
 def test_automatic_calibration_needs_both_kinds_of_label_and_a_writable_store(tmp_path: Path) -> None:
     from self_improving_rag.evaluation.calibrate import auto_calibrate
 

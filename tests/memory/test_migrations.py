@@ -57,6 +57,7 @@ def test_blank_database_gets_every_migration_and_table(tmp_path: Path) -> None:
                 "timings_json", "total_ms", "created_at"} <= columns(s.db, "attempts")
         assert {"metrics_json", "corpus_fits_json"} <= columns(s.db, "calibration_fits")
         assert "corpus" in columns(s.db, "outcomes")
+        assert {"n", "last_label_id", "fit_id", "reason"} <= columns(s.db, "calibration_kept_out")
         triggers = {t.name for t in s.db["outcomes"].triggers}
         assert {"outcomes_ai", "outcomes_ad", "outcomes_au"} <= triggers
         indexes = {i.name: i for i in s.db["outcomes"].indexes}
@@ -116,6 +117,26 @@ def test_upgrade_from_the_oldest_schema_keeps_rows(tmp_path: Path) -> None:
         # An outcome from before the corpus was recorded has none; the fit has no corpus fits.
         assert old_row["corpus"] is None and s.latest_calibration()["corpus_fits"] == {}
         assert s.stats()["corpora"] == {"(not recorded)": 2}
+
+
+def test_upgrade_to_the_record_of_fits_kept_out_keeps_the_fits(tmp_path: Path) -> None:
+    """m005 adds the record of automatic fits kept out to a store of the schema before it."""
+    path = tmp_path / "m004.db"
+    with Database(path) as old:
+        MIGRATIONS.apply(old, stop_before="m005_add_kept_out_fits")
+        assert "calibration_kept_out" not in old.table_names()
+        with old.conn:
+            old.execute("INSERT INTO calibration_fits (created_at, weights_json, n, metrics_json) "
+                        "VALUES ('2026-01-01T00:00:00.000+00:00', '{\"coverage\": 1.0}', 3, '{}')")
+    with MemoryStore(path) as s:
+        assert applied(path) == migration_names()
+        fit = s.latest_calibration()
+        assert fit["weights"] == {"coverage": 1.0} and fit["n"] == 3
+        assert s.latest_kept_out() is None
+        reason = "held-out Brier 0.300 > the default weights' 0.250"
+        kept = s.save_kept_out(4, 0, fit["id"], reason)
+        assert {k: v for k, v in s.latest_kept_out().items() if k != "created_at"} == {
+            "id": kept, "n": 4, "last_label_id": 0, "fit_id": fit["id"], "reason": reason}
 
 
 def test_older_schema_opened_read_only_is_a_clear_error(tmp_path: Path) -> None:
