@@ -872,6 +872,8 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     (``calibration.auto_fit``); the runs themselves never fit. ``fits``: for a run (by name) that
     starts now, the calibration fit to score it with instead of memory's latest (a separate
     loop-off run takes its loop run's, see :func:`_pin_fit`)."""
+    from tqdm import tqdm
+
     items = load_items(spec, base)
     n_all = len(items)
     # The summary covers every question of the dataset the run has answered (not only this
@@ -919,49 +921,6 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     check_documents(spec, index_dir, corpus)
     if guard_index and corpus:
         _check_index_sources(index_dir, corpus)
-    from .cli import _store_to_create
-
-    # The stores this call creates: a run that fails before any answer is recorded (a model that
-    # cannot load, say) leaves none of them behind, empty, as `sirag ask` leaves none; a store
-    # that existed before is never touched.
-    fresh = {c.paths.memory_db: made for _, c, _, _ in runs if (made := _store_to_create(c))}
-    try:
-        return _run_points(spec, runs, out_root, index_dir, corpus, items, by_id, workers=workers,
-                           progress=progress, suffix=suffix, on_row=on_row, guard_index=guard_index,
-                           calibrate=calibrate, fits=fits)
-    except BaseException:
-        _remove_unused_stores(fresh)
-        raise
-
-
-def _remove_unused_stores(fresh: dict[str, list[Path]]) -> None:
-    """Remove each store of ``fresh`` (memory path: what creating it made) in which nothing was
-    recorded; one never created (it could not be opened) is left alone, not created now."""
-    from .cli import _remove_unused_store
-    from .memory import MemoryStore
-
-    for db, made in fresh.items():
-        if not Path(db).is_file():
-            continue
-        try:
-            store = MemoryStore(db)
-        except Exception as exc:  # best effort: the error that stopped the run matters more
-            log.debug("could not open %s to remove it: %s", db, exc)
-            continue
-        try:
-            _remove_unused_store(store, made)
-        finally:
-            store.close()
-
-
-def _run_points(spec: BatchSpec, runs: list[tuple], out_root: Path, index_dir: str, corpus: list[Path],
-                items: list[QAItem], by_id: dict[str, QAItem], *, workers: int, progress: bool, suffix: str,
-                on_row: Callable[[dict], None] | None, guard_index: bool, calibrate: bool,
-                fits: dict[str, Any] | None) -> list[dict]:
-    """The runs of :func:`run_batch`, once their settings are checked: open the memory stores,
-    calibrate, and run each grid point (``runs``: point, config, run name, loop)."""
-    from tqdm import tqdm
-
     from .memory import MemoryStore
 
     for db in dict.fromkeys(c.paths.memory_db for _, c, _, _ in runs):

@@ -50,38 +50,6 @@ def _memory(config: Config, read_only: bool = False):
     return MemoryStore(config.paths.memory_db, read_only=read_only)
 
 
-def _store_to_create(config: Config) -> list[Path] | None:
-    """What opening ``paths.memory_db`` will create: the store file, then each folder made for
-    it (innermost first); None when the file exists already."""
-    db = Path(config.paths.memory_db)
-    if db.exists() or db.is_symlink():
-        return None
-    made, parent = [db], db.parent
-    while not parent.exists():
-        made.append(parent)
-        parent = parent.parent
-    return made
-
-
-def _remove_unused_store(store, made: list[Path]) -> None:
-    """Remove a store this command created (``made``: see :func:`_store_to_create`) when nothing
-    was recorded in it, with its folders when they are left empty."""
-    import sqlite3
-
-    if store is None:
-        return
-    try:
-        if store.stats()["outcomes"]:
-            return
-        store.close()
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            Path(f"{made[0]}{suffix}").unlink(missing_ok=True)
-        for folder in made[1:]:
-            folder.rmdir()
-    except (OSError, SiragError, sqlite3.Error) as exc:  # best effort: the error that stopped the command matters more
-        log.debug("could not remove the unused memory store %s: %s", made[0], exc)
-
-
 def _existing_memory(config: Config, command: str, read_only: bool = False):
     """The memory store for a command that reads what was recorded: a missing path is an
     error (a typo must not create an empty store), not a new database."""
@@ -424,7 +392,6 @@ def cmd_ask(args: argparse.Namespace, config: Config) -> int:
         raise InputError("--stream writes the answer as it is generated and --json writes it once at the end; "
                          "choose one")
     question = check_question(_read_question(args))
-    fresh = None if args.no_memory else _store_to_create(config)
     engine = _engine(args, config, record=not args.no_memory)
     stream = args.stream
     on_token = (lambda piece: (sys.stderr.write(piece), sys.stderr.flush())) if stream else None
@@ -435,12 +402,6 @@ def cmd_ask(args: argparse.Namespace, config: Config) -> int:
 
     try:
         answer = engine.ask(question, loop=False if args.no_retry else None, on_token=on_token, on_attempt=on_attempt)
-    except BaseException:
-        # A question that failed before anything was recorded (the model missing, say) leaves no
-        # empty store behind, as one that fails for want of an index leaves none.
-        if fresh is not None:
-            _remove_unused_store(engine.memory, fresh)
-        raise
     finally:
         engine.close()
     if engine.calibrated:  # as `sirag batch` says it: the confidence weights changed with this command

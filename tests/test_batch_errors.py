@@ -914,29 +914,6 @@ def test_a_question_that_could_not_be_asked_is_named_on_stderr(tmp_path):
     assert "question a could not" not in r.stderr
 
 
-def test_a_run_whose_model_is_missing_leaves_no_empty_store_behind(tmp_path):
-    """As `sirag ask`: a batch or eval that fails before recording anything removes the memory
-    store (and the folders) it created; a store that existed before is kept, even an empty one,
-    and so is one a run recorded answers in."""
-    from self_improving_rag.memory import MemoryStore
-
-    ov = fake_overrides(tmp_path)
-    f = _batch(tmp_path)
-    missing = ["generator.backend=llama_cpp", f"generator.model={tmp_path / 'none.gguf'}"]
-    new = tmp_path / "new" / "deeper" / "m.db"
-    for command in ("batch", "eval"):
-        r = run([command, str(f), "--memory", str(new)], tmp_path, ov + missing)
-        assert "none.gguf does not exist" in _one_error_line(r)
-        assert not (tmp_path / "new").exists(), command
-    MemoryStore(new).close()  # an existing store, with nothing in it
-    r = run(["batch", str(f), "--memory", str(new)], tmp_path, ov + missing)
-    assert r.returncode == 2 and new.is_file()
-    fresh = tmp_path / "other" / "m.db"
-    assert run(["batch", str(f), "--memory", str(fresh)], tmp_path, ov).returncode == 0
-    r = run(["eval", str(f), "--name", "u", "--memory", str(fresh)], tmp_path, ov + missing)
-    assert r.returncode == 2 and fresh.is_file()
-
-
 def test_the_summary_line_says_n_a_for_a_figure_it_cannot_compute(capsys):
     """A figure a run cannot give (an AUROC with one class of answers, a refusal recall with no
     unanswerable question) reads "n/a", as the other commands print it, not Python's None."""

@@ -554,21 +554,3 @@ def test_memory_without_an_action_names_the_actions_not_an_argument_some_take(tm
     assert r.stderr.startswith("error: sirag memory: name an action: stats, strategies, failures, show, search, "
                                "export, report, merge;")
     assert "arg" not in r.stderr.split(";")[0]
-
-
-def test_a_question_whose_model_is_missing_leaves_no_empty_store_behind(tmp_path):
-    """As a question that fails for want of an index: the memory store (and its folder) that
-    the failed ask created is removed; an existing store is kept as it was."""
-    write_corpus(tmp_path / "docs")
-    ov = fake_overrides(tmp_path)
-    assert run(["ingest", str(tmp_path / "docs")], tmp_path, ov).returncode == 0
-    missing = ["generator.backend=llama_cpp", f"generator.model={tmp_path / 'none.gguf'}"]
-    r = run(["ask", "Who built the lighthouse?"], tmp_path, ov + missing)
-    assert r.returncode == 2 and "none.gguf does not exist" in r.stderr, r.stderr
-    assert not (tmp_path / "memory").exists()
-    assert run(["ask", "Who built the lighthouse?"], tmp_path, ov).returncode == 0
-    db = tmp_path / "memory" / "memory.db"
-    r = run(["ask", "Who built the lighthouse?"], tmp_path, ov + missing)
-    assert r.returncode == 2 and db.is_file()
-    r = run(["memory", "stats", "--json"], tmp_path, ov)
-    assert json.loads(r.stdout)["outcomes"] == 1
