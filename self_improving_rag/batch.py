@@ -662,7 +662,8 @@ def _die_with_parent() -> None:
 
 def _worker_sigint(signum: int, frame: Any) -> None:
     """A worker's Ctrl-C (a terminal sends it to the batch and its workers alike): it stops the
-    loading or the question under way, once, and the worker asks nothing more. An idle worker
+    loading or the question under way (until its answer is recorded: :func:`_idle_once_recorded`),
+    once, and the worker asks nothing more. An idle worker
     does not die of it: a worker ended by KeyboardInterrupt printed a traceback and broke the
     pool, and Python 3.11's pool then failed on the questions already cancelled, leaving the
     batch waiting for ever (CPython gh-107219)."""
@@ -676,22 +677,50 @@ def _worker_sigint(signum: int, frame: Any) -> None:
 def _sigint_blocked():
     """Ctrl-C held (blocked) in this thread, and raised when the block ends. Worker processes
     started meanwhile inherit the block, so none can die of a Ctrl-C before :func:`_worker_init`
-    has set its handler (which then takes a Ctrl-C held for it)."""
+    has set its handler (which then takes a Ctrl-C held for it). The block is per thread: another
+    thread (tqdm's monitor, with a progress bar on a terminal) can still take the signal, and
+    Python then runs the handler in this thread, inside the block, in the middle of starting a
+    worker (which died of the half-sent start-up data, with a traceback). So, in the main thread,
+    the block's handler only notes the signal."""
     import contextlib
     import signal
+    import threading
 
     if not hasattr(signal, "pthread_sigmask"):
         return contextlib.nullcontext()
 
     @contextlib.contextmanager
     def blocked():
+        held: list[int] = []
+        previous = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+        if previous is not None:
+            signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             yield
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+        if held:
+            raise KeyboardInterrupt
 
     return blocked()
+
+
+def _idle_once_recorded(store) -> None:
+    """Make a worker idle for Ctrl-C (see :func:`_worker_sigint`) as soon as its answer is
+    recorded in memory: an interrupt after that, while the row is made, would lose a row whose
+    outcome memory holds (a resume then sets that outcome aside and asks the question again)."""
+    record = store.record
+
+    def record_then_idle(*args, **kwargs):
+        global _BUSY
+        outcome = record(*args, **kwargs)
+        _BUSY = False
+        return outcome
+
+    store.record = record_then_idle
 
 
 def _worker_init(config_json: dict, index_dir: str, loop: bool, fit_id: Any = None, parent: int | None = None,
@@ -716,6 +745,8 @@ def _worker_init(config_json: dict, index_dir: str, loop: bool, fit_id: Any = No
             engine = Engine(config, memory=MemoryStore(config.paths.memory_db), index_dir=index_dir,
                             fit_id=fit_id)
             engine.warm_up()
+            if engine.memory is not None:
+                _idle_once_recorded(engine.memory)
             _ENGINE = (engine, loop)
         except SiragError as exc:  # raised by the first question: an initializer error only breaks the pool
             _ENGINE = exc

@@ -134,3 +134,64 @@ def test_ctrl_c_while_the_workers_start_ends_the_batch_with_one_line(tmp_path: P
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate(timeout=30)
     _resume_asks_the_rest(world, batch)
+
+
+def test_a_ctrl_c_another_thread_takes_is_raised_only_when_the_workers_are_started():
+    """With a progress bar on a terminal, tqdm's monitor thread (which does not block SIGINT) can
+    take the Ctrl-C; Python then ran the handler in the main thread inside the block, in the middle
+    of starting a worker, which died with a traceback. It is now raised after the block."""
+    import threading
+
+    from self_improving_rag.batch import _sigint_blocked
+
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)  # started before the block: SIGINT not blocked there
+    other.start()
+    reached_end = False
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with _sigint_blocked():
+                signal.pthread_kill(other.ident, signal.SIGINT)
+                for _ in range(200):  # bytecode boundaries, where Python runs a signal handler
+                    time.sleep(0.001)
+                reached_end = True
+    finally:
+        release.set()
+        other.join()
+    assert reached_end
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_ctrl_c_after_the_answer_is_recorded_keeps_its_row(make_engine, monkeypatch):
+    """A worker's Ctrl-C stops its question only until the answer is in memory: one that comes
+    while the row is being made (graded, here) lost a row whose outcome memory held."""
+    from self_improving_rag import batch
+    from self_improving_rag.evaluation.datasets import QAItem
+
+    engine, _, store = make_engine(["Clara Venn built it. [1]"])
+    batch._idle_once_recorded(store)
+    monkeypatch.setattr(batch, "_ENGINE", (engine, False))
+    monkeypatch.setattr(batch, "_PARENT", None)
+    monkeypatch.setattr(batch, "_STOP", None)
+    monkeypatch.setattr(batch, "_INTERRUPTED", False)
+    real_grade = batch.grade
+
+    def ctrl_c_then_grade(row):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.01)  # the handler runs here
+        return real_grade(row)
+
+    monkeypatch.setattr(batch, "grade", ctrl_c_then_grade)
+    previous = signal.signal(signal.SIGINT, batch._worker_sigint)
+    try:
+        row = batch._worker_ask(QAItem(id="q1", question="Who built the lighthouse?", answers=("Clara Venn",),
+                                       answerable=True), "r")
+    except KeyboardInterrupt:  # (not raised out of the test: pytest would stop the whole session)
+        pytest.fail("a Ctrl-C after the answer was recorded lost its row")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert row["id"] == "q1" and row["outcome_id"]
+    assert batch._INTERRUPTED  # the Ctrl-C was taken: the worker asks nothing more
+    with pytest.raises(KeyboardInterrupt):
+        batch._worker_ask(QAItem(id="q2", question="Who lit the lamp?", answers=("Clara Venn",), answerable=True),
+                          "r")
