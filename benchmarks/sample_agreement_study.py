@@ -151,12 +151,19 @@ def _graded_attempts(run_dir: Path) -> list[dict]:
     from self_improving_rag.batch import grade
     from self_improving_rag.evaluation.calibration import answer_words
 
+    from self_improving_rag.generation.prompts import strip_citations
+
     traces: dict[tuple, dict] = {}
-    for line in (run_dir / TRACE_NAME).read_text(encoding="utf-8").splitlines():
-        t = json.loads(line)
+    rows_read = [json.loads(line) for line in (run_dir / TRACE_NAME).read_text(encoding="utf-8").splitlines()]
+    for t in rows_read:
         traces.setdefault((t["question"], t["text"]), t)
-    rows = []
-    for line in (run_dir / "results.jsonl").read_text(encoding="utf-8").splitlines():
+    for t in rows_read:  # then the reply without citations, for an answer whose unknown citations were taken out
+        traces.setdefault((t["question"], strip_citations(t["text"])), t)
+    results = run_dir / "results.jsonl"
+    if not results.exists():  # the loop off: the run is <name>-noloop, its traces under <name>
+        results = run_dir.with_name(run_dir.name + "-noloop") / "results.jsonl"
+    rows, unmatched = [], 0
+    for line in results.read_text(encoding="utf-8").splitlines():
         r = json.loads(line)
         if r.get("answerable") is None or "error" in r:
             continue
@@ -167,7 +174,10 @@ def _graded_attempts(run_dir: Path) -> list[dict]:
             y = grade({"answerable": r["answerable"], "gold_answers": r["gold_answers"], "answer": answer,
                        "refused": False}).get("correct")
             trace = traces.get((r["question"], answer))
-            if y is None or trace is None:
+            if y is None:
+                continue
+            if trace is None:
+                unmatched += 1
                 continue
             conf = att["signals"].get("confidence") or {}
             feats = dict((conf.get("detail") or {}).get("features") or {})
@@ -176,6 +186,8 @@ def _graded_attempts(run_dir: Path) -> list[dict]:
                          "group": f"{run_dir.name}/{r['id']}", "confidence": conf.get("value"),
                          "cost": trace["sample_ms"] / max(1.0, trace["generator_ms"]),
                          "returned": att["number"] == r.get("chosen_attempt") and not r["refused"]})
+    if unmatched:
+        print(f"{run_dir.name}: {unmatched} graded answer(s) without samples, left out", file=sys.stderr)
     return rows
 
 
@@ -241,6 +253,8 @@ if __name__ == "__main__":
     if args.run:
         if not args.name:
             sys.exit("--run needs --name")
+        if any(a == "--workers" or a.startswith("--workers=") for a in rest):
+            sys.exit("--workers: the samples are drawn in this process only; run the study without it")
         if args.samples < 1 or args.temperature <= 0 or args.sample_tokens < 1:
             sys.exit("--samples and --sample-tokens must be at least 1, --temperature above 0")
         sys.exit(run([args.run, *rest], args.name, args.samples, args.temperature, args.sample_tokens, args.seed))

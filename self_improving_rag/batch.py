@@ -225,10 +225,14 @@ def _check_inline_text(name: str, i: int, row: dict) -> None:
             kind = _yaml_kind(v)
             if kind is None:
                 continue
-            shown = "yes" if v is True else "no" if v is False else "" if v is None else str(v)
+            if v is None:  # nothing to quote: an empty value ("question: ~", "answers: [~]")
+                raise BatchError(f"{name}: inline question {i + 1}: '{key}' holds an empty value (YAML reads "
+                                 f"it as {kind}); give it text")
+            shown = "yes" if v is True else "no" if v is False else str(v)
             example = f'"{shown}"' if key == "question" else f'["{shown}"]'
+            # The value as YAML read it: "1.50" is shown as 1.5, "on" as yes; the quotes keep what was written.
             raise BatchError(f"{name}: inline question {i + 1}: '{key}' holds {v!r}, which YAML reads as {kind}, "
-                             f"not text; quote it in the batch file, as written (e.g. {key}: {example})")
+                             f"not text; put the text as you wrote it in quotes (YAML read it as {example})")
 
 
 def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
@@ -1011,7 +1015,10 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
                       f"settings given now differ ({shown}) and are not used: give the run another name to run "
                       "them", file=sys.stderr)
             else:  # the summary alone would read as if the questions had just been asked
-                print(f"note: run {run_name}: the {len(items)} question(s) asked for were all answered before, so "
+                errors = sum(1 for it in items if "error" in done.get(it.id, {}))
+                unasked = f" ({errors} of them could not be asked)" if errors else ""
+                print(f"note: run {run_name}: the {len(items)} question(s) asked for were all answered before"
+                      f"{unasked}, so "
                       "nothing was asked again; the summary is of the results as they were made (give the run "
                       "another name to ask them again)", file=sys.stderr)
             bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=run_name, unit="q",

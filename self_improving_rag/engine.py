@@ -390,7 +390,10 @@ class Engine:
         if not any(a.passages for a in attempts):
             why = f"retrieval found no passage for the question in {len(attempts)} attempt(s)"
         elif all(a.signals.refusal for a in attempts):
-            why = f"the model found no answer in the passages after {len(attempts)} attempt(s)"
+            empty = sum(1 for a in attempts if not a.passages)  # the model was not asked in those
+            why = (f"the model found no answer in the passages after {len(attempts)} attempt(s)" if not empty else
+                   f"the model found no answer in the passages of {len(attempts) - empty} attempt(s) "
+                   f"({empty} other(s) retrieved nothing)")
         else:
             bars = "/".join(dict.fromkeys(f"{self.answer_bar(a.number):.2f}" for a in attempts))
             vetoed = [a for a in attempts if a.answer is not None and a.attribution.failure in VETO_FAILURES

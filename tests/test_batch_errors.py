@@ -881,7 +881,15 @@ def test_an_inline_answer_yaml_reads_as_a_number_yes_no_or_date_says_to_quote_it
         f.write_text(f"name: t\nquestions:\n  inline:\n    - question: When?\n      {key}: {written}\n")
         spec, base = load_batch(f)
         with pytest.raises(BatchError, match=rf"inline question 1: '{key}' holds {re.escape(said)}, not text; "
-                                             "quote it"):
+                                             "put the text as you wrote it in quotes"):
+            load_items(spec, base)
+    # An empty value has nothing to quote: following "quote it" gave 'question' must be non-empty.
+    for key, written in (("question", "~"), ("answers", "[~]")):
+        f.write_text(f"name: t\nquestions:\n  inline:\n    - question: When?\n      {key}: {written}\n"
+                     if key != "question" else f"name: t\nquestions:\n  inline:\n    - question: {written}\n")
+        spec, base = load_batch(f)
+        with pytest.raises(BatchError, match=rf"'{key}' holds an empty value \(YAML reads it as null \(nothing\)\); "
+                                             "give it text"):
             load_items(spec, base)
     f.write_text("name: t\nquestions:\n  inline:\n    - question: When?\n      answers: ['1523']\n      evidence: ~\n")
     spec, base = load_batch(f)
@@ -898,6 +906,15 @@ def test_a_rerun_that_asks_nothing_says_so(tmp_path):
     r = run(["batch", str(f)], tmp_path, ov)
     assert r.returncode == 0, r.stderr
     assert "note: run t: the 2 question(s) asked for were all answered before, so nothing was asked again" in r.stderr
+    # A question that could not be asked was not answered before: the note says so.
+    spec = yaml.safe_load(f.read_text())
+    spec["name"] = "u"
+    spec["questions"]["inline"] = [ROWS[0], {"id": "c", "question": "?? !!", "answers": ["Clara Venn"]}]
+    f.write_text(yaml.safe_dump(spec))
+    assert run(["batch", str(f)], tmp_path, ov).returncode == 0
+    r = run(["batch", str(f)], tmp_path, ov)
+    assert ("note: run u: the 2 question(s) asked for were all answered before (1 of them could not be asked), "
+            "so nothing was asked again") in r.stderr, r.stderr
 
 
 def test_a_question_that_could_not_be_asked_is_named_on_stderr(tmp_path):

@@ -800,3 +800,18 @@ def test_an_attempt_that_retrieved_nothing_does_not_say_the_model_declined(tmp_p
     assert ans.refusal_reason.startswith("retrieval found no passage")
     assert "declined" not in ans.refusal_reason
     assert "raw_answer" not in ans.to_json()["attempts"][0]
+
+
+def test_a_refusal_after_attempts_that_retrieved_nothing_counts_only_those_the_model_read(tmp_path, make_engine):
+    """BM25 finds nothing for the first attempt; a retry that switches the retriever finds
+    passages and the model declines. The refusal says how many attempts the model read and how
+    many retrieved nothing, not that the model found nothing "after 2 attempt(s)"."""
+    cfg = load_config(None, fake_overrides(tmp_path) + ["strategy.retriever=bm25"])
+    engine, gen, _ = make_engine(["I cannot answer this from the documents."] * 6, config=cfg)
+    ans = engine.ask("What colour is the moon on Tuesdays?")
+    assert ans.refused
+    empty = [a for a in ans.attempts if not a.passages]
+    read = [a for a in ans.attempts if a.passages]
+    assert empty and read, [(a.strategy.key, len(a.passages)) for a in ans.attempts]
+    assert ans.refusal_reason.startswith(f"the model found no answer in the passages of {len(read)} attempt(s) "
+                                         f"({len(empty)} other(s) retrieved nothing)"), ans.refusal_reason
