@@ -14,10 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.reliability.reliability_kit import (cli_argv, env, ingest_test_corpus, memory_count, replies,
-                                               result_lines, run_cli, wait_for)
+                                               result_lines, run_cli, wait_for, write_batch)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups and /proc")
 
@@ -25,15 +24,6 @@ RUN = "ctrlc"
 N = 40
 #: Seconds a Ctrl-C'd batch may take to end: it took 120 s or for ever before.
 PROMPT_S = 10
-
-
-def _batch(world: Path) -> Path:
-    items = [{"id": f"q{i:03d}", "question": f"Who built the lighthouse of Marrow Point, case {i}?",
-              "answers": ["Clara Venn"]} for i in range(N)]
-    path = world / f"{RUN}.yaml"
-    path.write_text(yaml.safe_dump({"name": RUN, "index": "index", "output_dir": "runs",
-                                    "questions": {"inline": items}}), encoding="utf-8")
-    return path
 
 
 def _start(world: Path, batch: Path) -> subprocess.Popen:
@@ -66,7 +56,7 @@ def _resume_asks_the_rest(world: Path, batch: Path) -> None:
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in result_lines(results)]
     assert [r["id"] for r in rows[:len(kept)]] == kept  # the rows kept were not asked again
-    assert sorted(r["id"] for r in rows) == [f"q{i:03d}" for i in range(N)]
+    assert sorted(r["id"] for r in rows) == [f"q{i:04d}" for i in range(N)]
     db = world / "memory" / "memory.db"
     assert memory_count(db, "SELECT COUNT(DISTINCT item_id) FROM outcomes WHERE run_id = ?", (RUN,)) == N
 
@@ -92,7 +82,7 @@ def test_ctrl_c_while_the_workers_wait_for_memory_s_lock_ends_the_batch(tmp_path
     question waited out the 120 s retry deadline (and questions queued in the pool were asked
     after the Ctrl-C)."""
     world = ingest_test_corpus(tmp_path)
-    batch = _batch(world)
+    batch = write_batch(world, N, RUN)
     results = world / "runs" / RUN / "results.jsonl"
     proc = _start(world, batch)
     holder = None
@@ -121,7 +111,7 @@ def test_ctrl_c_while_the_workers_start_ends_the_batch_with_one_line(tmp_path: P
     set up its own Ctrl-C handling died of it with a traceback, which broke the pool; Python
     3.11's pool then failed on the questions the batch had cancelled, and the batch waited for ever."""
     world = ingest_test_corpus(tmp_path)
-    batch = _batch(world)
+    batch = write_batch(world, N, RUN)
     proc = _start(world, batch)
     try:
         wait_for(lambda: _worker_importing(proc.pid) or proc.poll() is not None, 60, "a worker loading")

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+import yaml
+
 from tests.conftest import fake_overrides, write_corpus
 
 SIRAG = (sys.executable, "-m", "self_improving_rag.cli")
@@ -142,3 +144,14 @@ def ingest_test_corpus(world: Path) -> Path:
     proc = run_cli(world, ["ingest", "docs"], cwd=world)
     assert proc.returncode == 0, proc.stderr
     return world
+
+
+def write_batch(root: Path, n: int, name: str) -> Path:
+    """A batch file ``name`` of ``n`` distinct inline questions over the index already built in ``root``."""
+    places = ["lighthouse", "market", "orchard", "harbour", "storm", "mill"]
+    items = [{"id": f"q{i:04d}", "question": f"Who is named in the story of the {places[i % len(places)]}, case {i}?",
+              "answers": ["Clara Venn"]} for i in range(n)]
+    path = root / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"name": name, "index": "index", "output_dir": "runs",
+                                    "questions": {"inline": items}}), encoding="utf-8")
+    return path

@@ -11,9 +11,8 @@ import signal
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.reliability.reliability_kit import (ingest_test_corpus, index_fingerprint, memory_count, replies, result_lines, run_cli,
+from tests.reliability.reliability_kit import (ingest_test_corpus, write_batch, index_fingerprint, memory_count, replies, result_lines, run_cli,
                                                start_cli, wait_for)
 
 REPLY = replies("Clara Venn built the lighthouse [1].")
@@ -26,20 +25,9 @@ def indexed(tmp_path: Path) -> Path:
     return ingest_test_corpus(tmp_path)
 
 
-def write_batch(root: Path, n: int, name: str = RUN) -> Path:
-    """A batch file of ``n`` distinct inline questions over the already built index."""
-    places = ["lighthouse", "market", "orchard", "harbour", "storm", "mill"]
-    items = [{"id": f"q{i:04d}", "question": f"Who is named in the story of the {places[i % len(places)]}, case {i}?",
-              "answers": ["Clara Venn"]} for i in range(n)]
-    path = root / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"name": name, "index": "index", "output_dir": "runs",
-                                    "questions": {"inline": items}}), encoding="utf-8")
-    return path
-
-
 def start_batch_with_rows(root: Path, n: int, rows: int = 5):
     """Start ``sirag batch`` on n questions and wait until ``rows`` results are written."""
-    batch = write_batch(root, n)
+    batch = write_batch(root, n, RUN)
     results = root / "runs" / RUN / "results.jsonl"
     proc = start_cli(root, ["batch", batch.name], cwd=root, extra=[REPLY])
     try:
@@ -87,7 +75,7 @@ def test_kill_9_then_resume_gives_each_question_once(indexed: Path) -> None:
 
 def test_torn_last_line_is_repaired_on_resume(indexed: Path) -> None:
     n = 12
-    batch = write_batch(indexed, n)
+    batch = write_batch(indexed, n, RUN)
     first = run_cli(indexed, ["batch", batch.name, "--limit", "6"], cwd=indexed, extra=[REPLY])
     assert first.returncode == 0, first.stderr
     results = indexed / "runs" / RUN / "results.jsonl"
