@@ -766,16 +766,14 @@ def _worker_ask(item: QAItem, run_id: str) -> dict:
         # The batch was killed (kill -9 leaves its pool's queue behind): answering the queued
         # questions would record answers in memory that no results file will ever hold.
         os._exit(1)
-    if _INTERRUPTED or (_STOP is not None and _STOP.is_set()):
-        # The batch is stopping: a question queued in the pool (not cancellable there) is not asked.
-        raise KeyboardInterrupt
-    if isinstance(_ENGINE, BaseException):
-        raise _ENGINE
-    engine, loop = _ENGINE
-    _BUSY = True
+    _BUSY = True  # from here a Ctrl-C is raised, not only noted
     try:
-        if _INTERRUPTED:  # a Ctrl-C since the check above
+        if _INTERRUPTED or (_STOP is not None and _STOP.is_set()):
+            # The batch is stopping: a question queued in the pool (not cancellable there) is not asked.
             raise KeyboardInterrupt
+        if isinstance(_ENGINE, BaseException):
+            raise _ENGINE
+        engine, loop = _ENGINE
         return _ask_row(engine, item, run_id, loop)
     except KeyboardInterrupt:  # also one raised where the store held the signal during a read
         _INTERRUPTED = True
@@ -1240,7 +1238,7 @@ def _fit_calibration_once(db: str, config: Config) -> None:
 
     store = MemoryStore(db)
     try:
-        done = auto_calibrate_with(store, config)
+        done, _ = auto_calibrate_with(store, config)
     finally:
         store.close()
     if done:

@@ -184,10 +184,10 @@ class Engine:
     def _auto_calibrate(self) -> None:
         """Fit the confidence weights on memory's labels when enough new ones arrived
         (``calibration.auto_fit``); a store that cannot be written keeps its weights."""
-        from .evaluation.calibrate import auto_fit_with
+        from .evaluation.calibrate import auto_calibrate_with
 
         try:
-            done, stored = auto_fit_with(self.memory, self.config)
+            done, stored = auto_calibrate_with(self.memory, self.config)
         except MemoryStoreError as exc:
             log.warning("automatic calibration skipped (%s); the confidence weights in use stay", exc)
             return

@@ -207,14 +207,10 @@ def _new_to_weights(store, fit: dict | None) -> int | None:
     return None if fit is None else _new_labels(store, fit)
 
 
-def auto_calibrate_with(store, config) -> str | None:
-    """:func:`auto_calibrate` with a Config's ``calibration`` settings and ``policy.seed``; the
-    line :func:`describe_auto_fit` gives for what it did, or None when nothing was due."""
-    return auto_fit_with(store, config)[0]
-
-
-def auto_fit_with(store, config) -> tuple[str | None, bool]:
-    """:func:`auto_calibrate_with`'s line, and whether the fit was stored (new weights in use)."""
+def auto_calibrate_with(store, config) -> tuple[str | None, bool]:
+    """:func:`auto_calibrate` with a Config's ``calibration`` settings and ``policy.seed``: the
+    line :func:`describe_auto_fit` gives for what it did (None when nothing was due), and whether
+    the fit was stored (new weights in use)."""
     c = config.calibration
     result = auto_calibrate(store, c.auto_min_labels, c.auto_refit_after, seed=config.policy.seed, folds=c.folds,
                             l2=c.l2, per_corpus=c.per_corpus)

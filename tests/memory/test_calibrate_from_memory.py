@@ -280,7 +280,7 @@ def test_the_engines_automatic_fit_uses_the_configured_strength(store: MemorySto
     _record(store, 30, LONG, correct_every=6)
     config = Config()
     config = config.model_copy(update={"calibration": config.calibration.model_copy(update={"l2": 3.0})})
-    line = auto_calibrate_with(store, config)
+    line, _ = auto_calibrate_with(store, config)
     assert line is not None and "is in use" in line
     assert store.latest_calibration()["metrics"]["l2"] == 3.0
 
