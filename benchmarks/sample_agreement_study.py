@@ -23,6 +23,14 @@ agree when one's words contain the other's, or their token F1 is at least 0.5):
   sem_entropy  entropy of the samples' answer groups (refusals one group, empty replies one)
   refuse_share share of samples that decline
 
+`--fit RUN_DIR...` reads runs made with the engine's own feature (`sirag eval ... --set
+scoring.agreement_samples=4`, session 29): every attempt that gave an answer, graded against gold
+with its stored features, cross-fitted by the project's `cross_fit` (penalty chosen in each fold,
+5 folds grouped by question, five seeds) with and without `agreement`, and what the draws cost
+beside the generator. Runs joined with "+" are pooled:
+
+  python benchmarks/sample_agreement_study.py --fit runs/squad-s29-A+runs/squad-s29-B runs/sherlock-s29
+
 Not part of `make bench`: it needs the 1.5B generator for as long as the evaluation takes.
 """
 
@@ -235,6 +243,65 @@ def analyse(run_dirs: list[Path]) -> None:
         print(f"  samples' cost: median {100 * float(np.median([r['cost'] for r in sel])):.0f}% of the generator's time")
 
 
+def _stored_attempts(run_dir: Path) -> list[dict]:
+    """Every attempt of a run that gave an answer, graded, with the features the engine stored."""
+    from self_improving_rag.batch import grade
+
+    rows = []
+    for line in (run_dir / "results.jsonl").read_text(encoding="utf-8").splitlines():
+        r = json.loads(line)
+        if r.get("answerable") is None or "error" in r:
+            continue
+        for att in r["attempts"]:
+            answer = att.get("answer")
+            if not answer:
+                continue
+            y = grade({"answerable": r["answerable"], "gold_answers": r["gold_answers"], "answer": answer,
+                       "refused": False}).get("correct")
+            if y is None:
+                continue
+            conf = att["signals"].get("confidence") or {}
+            detail = conf.get("detail") or {}
+            timings = att.get("timings_ms") or {}
+            rows.append({**(detail.get("features") or {}), "y": int(y), "group": f"{run_dir.name}/{r['id']}",
+                         "confidence": conf.get("value"), "draws_ms": (detail.get("agreement") or {}).get("ms"),
+                         "generate_ms": timings.get("generate"),
+                         "returned": att["number"] == r.get("chosen_attempt") and not r["refused"]})
+    return rows
+
+
+def fit(specs: list[str], seeds: int = 5) -> None:
+    from self_improving_rag.evaluation.calibration import cross_fit
+    from self_improving_rag.evaluation.metrics import auroc
+
+    def cross(rows: list[dict], without: bool) -> str:
+        use = [{**r, "agreement": None} if without else r for r in rows]
+        y, groups = [r["y"] for r in rows], [r["group"] for r in rows]
+        res = [cross_fit(use, y, seed=s, l2="auto", folds=5, groups=groups)["after"] for s in range(seeds)]
+        a = [x["auroc"] for x in res]
+        return (f"AUROC {np.mean(a):.3f} ± {np.std(a):.3f}, ECE {np.mean([x['ece'] for x in res]):.3f} "
+                f"(floor {res[0]['ece_floor']:.3f}), Brier {np.mean([x['brier'] for x in res]):.3f}")
+
+    for spec in specs:
+        rows = [row for d in spec.split("+") for row in _stored_attempts(Path(d))]
+        for label, sel in (("every answer given", rows), ("answers returned", [r for r in rows if r["returned"]])):
+            y = [r["y"] for r in sel]
+            print(f"\n== {spec}, {label}: {len(sel)} answers, {sum(y)} right, "
+                  f"{sum(r.get('agreement') is not None for r in sel)} with agreement")
+            if len(sel) < 20 or len(set(y)) < 2:
+                print("  too few to fit")
+                continue
+            alone = [0.5 if r.get("agreement") is None else r["agreement"] for r in sel]  # None: neutral
+            print(f"  agreement alone: AUROC {auroc(alone, y):.3f}; "
+                  f"the engine's confidence alone: {auroc([r['confidence'] for r in sel], y):.3f}")
+            print(f"  fitted without agreement: {cross(sel, True)}")
+            print(f"  fitted with agreement:    {cross(sel, False)}")
+        share = [r["draws_ms"] / r["generate_ms"] for r in rows if r["draws_ms"] is not None and r["generate_ms"]]
+        if share:
+            print(f"  draws: median {100 * float(np.median(share)):.1f}% of the generator's time, "
+                  f"p90 {100 * float(np.percentile(share, 90)):.1f}%")
+
+
 def parse(argv: list[str] | None = None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", metavar="BATCH", help="run `sirag eval BATCH` with samples traced")
@@ -244,6 +311,7 @@ def parse(argv: list[str] | None = None):
     p.add_argument("--sample-tokens", type=int, default=32, help="longest sampled reply, in tokens (default 32)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--analyse", nargs="+", type=Path, metavar="RUN_DIR")
+    p.add_argument("--fit", nargs="+", metavar="RUN_DIR", help="runs made with scoring.agreement_samples ('+' pools)")
     return p.parse_known_args(argv)
 
 
@@ -260,4 +328,7 @@ if __name__ == "__main__":
     if args.analyse:
         analyse(args.analyse)
         sys.exit(0)
-    sys.exit("give --run BATCH --name NAME, or --analyse RUN_DIR...")
+    if args.fit:
+        fit(args.fit)
+        sys.exit(0)
+    sys.exit("give --run BATCH --name NAME, --analyse RUN_DIR... or --fit RUN_DIR...")

@@ -283,7 +283,9 @@ _ADDED_SINCE = {"policy.first_from_memory": True, "loop.retry_margin": 0.0, "cal
                # Session 23: attribution's dates rule (1: off) and the fit's penalty (fixed at 1).
                "thresholds.dates_unstated": 1.0, "calibration.l2": 1.0,
                # Session 24: one fit for every corpus.
-               "calibration.per_corpus": False}
+               "calibration.per_corpus": False,
+               # Session 29: no sampled replies.
+               "scoring.agreement_samples": 0}
 
 # Settings that do not change what a run answers: a resume may change them.
 _RESUME_FREE = ("paths.memory_db", "paths.log_dir", "paths.model_cache", "generator.n_threads", "generator.timeout_s",

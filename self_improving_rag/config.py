@@ -221,6 +221,13 @@ class ScoringConfig(_Model):
     # holds it (before the answer), taken while the generator evaluates that prompt, so it costs
     # a row of logits per content-word token (llama.cpp; the other backends cannot read it).
     question_prior: bool = True
+    # agreement confidence feature: after the answer, draw this many more replies to the same
+    # prompt at temperature 0.7, decoded together from the prompt's KV cache and cut at the
+    # answer's length, and take the share that agree with the answer (llama.cpp only; 0: off).
+    # Off by default: its weight is 0 until a fit, the fitted confidence was no better with it on
+    # SQuAD or sherlock_dev, and the draws took a median 15% of the generator's time
+    # (docs/results.md, session 29).
+    agreement_samples: int = Field(0, ge=0, le=8)
 
 
 class ThresholdsConfig(_Model):

@@ -142,6 +142,12 @@ class Engine:
                         "re-ingest with ingestion.chunkers including %s)", default.chunker, available[0],
                         default.chunker)
             default = replace(default, chunker=available[0])
+        k = self.config.scoring.agreement_samples
+        can_sample = getattr(self.generator, "can_sample", None)
+        if k and not (can_sample is not None and can_sample(k)):
+            log.warning("scoring.agreement_samples is %d, but this generator (backend %s) cannot draw that many "
+                        "replies from its prompt: the agreement feature stays undefined (the llama_cpp backend, made "
+                        "from this config, can)", k, self.config.generator.backend)
         weights = fit = note = None
         if self.memory is not None:
             if self.config.calibration.auto_fit and self.record:

@@ -25,7 +25,10 @@ refusal, with ``scoring.question_prior`` off, for a backend that cannot score it
 the answer repeats every content word); ``dates_unstated`` is the share of the question's
 dates (years, decades, centuries, spans) that the answer's evidence does not state, in [0, 1]
 (None for a question without a date, a refusal, or no passages); ``explanation`` is 1.0 when
-the question asks why, or how followed by a verb ("how did", not "how many"), else 0.0.
+the question asks why, or how followed by a verb ("how did", not "how many"), else 0.0;
+``agreement`` is the share of replies sampled from the answer prompt that agree with the answer,
+in [0, 1] (None for a refusal, with ``scoring.agreement_samples`` 0, the default, or for a backend
+that cannot sample from its last prompt).
 """
 
 from __future__ import annotations
@@ -60,12 +63,13 @@ __all__ = [
 ]
 
 FEATURES: tuple[str, ...] = ("coverage", "grounding", "faithfulness", "redundancy", "mean_logprob", "refusal",
-                             "answer_words", "question_fit", "question_prior", "dates_unstated", "explanation")
+                             "answer_words", "question_fit", "question_prior", "dates_unstated", "explanation",
+                             "agreement")
 
 #: Features added after weights could already be stored: a stored fit without one of them
 #: gives it this weight (0: that fit did not use it), so old fits keep their meaning.
 ADDED_FEATURES: dict[str, float] = {"answer_words": 0.0, "question_fit": 0.0, "question_prior": 0.0,
-                                    "dates_unstated": 0.0, "explanation": 0.0}
+                                    "dates_unstated": 0.0, "explanation": 0.0, "agreement": 0.0}
 
 #: Value used for a feature that is missing (``None``): a middling value that neither
 #: argues for nor against the answer. ``refusal`` is imputed as "not a refusal", since
@@ -82,6 +86,7 @@ NEUTRAL_VALUES: dict[str, float] = {
     "question_prior": -6.0,  # the median on SQuAD answers (docs/results.md, session 21)
     "dates_unstated": 0.0,  # a question without a date: nothing unstated
     "explanation": 0.0,
+    "agreement": 0.5,  # half the samples agree: neither for nor against
 }
 
 #: Log-probabilities below this are clipped: past it the answer is noise either way, and
@@ -112,6 +117,9 @@ _PRIOR_SLOPES: dict[str, float] = {
     # signals is for a fit on labelled answers to say (docs/results.md, session 22).
     "dates_unstated": 0.0,
     "explanation": 0.0,
+    # 0 until fitted: off by default (sampling costs generator time), and how much it weighs
+    # against the other signals is for a fit on labelled answers that recorded it to say.
+    "agreement": 0.0,
 }
 
 #: Hand-set priors. The bias is chosen so that an attempt whose every feature is at its

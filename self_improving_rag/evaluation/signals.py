@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -15,14 +16,15 @@ import numpy as np
 
 from ..config import ScoringConfig
 from ..errors import GenerationError, GeneratorUnavailableError
-from ..generation.prompts import (_CITATION, build_judge_messages, build_question_read_messages, parse_citations,
-                                  strip_citations)
+from ..generation.prompts import (_CITATION, build_judge_messages, build_question_read_messages, is_refusal,
+                                  parse_citations, strip_citations)
 from ..ingestion.sentences import split_sentences
 from ..retrieval.reranker import sigmoid
 from ..text import QUESTION_WORDS, STOP_WORDS, capitalised_terms, claim_terms, content_terms, term_words
 from ..types import Generation, Passage, RetrievalResult, Signal, Signals
 from .calibration import QUESTION_FIT_FLOOR, answer_words
 from .calibration import confidence as calibrated_confidence
+from .metrics import normalize_answer, token_f1
 
 log = logging.getLogger(__name__)
 
@@ -484,6 +486,45 @@ def explanation_question(question: str) -> float:
     return 0.0
 
 
+#: How replies are sampled for ``agreement``: temperature, the likeliest tokens drawn from, and
+#: the bounds on a reply's length (the answer's own length in tokens, within these).
+AGREEMENT_TEMPERATURE = 0.7
+AGREEMENT_TOP = 64
+AGREEMENT_MIN_TOKENS = 4
+AGREEMENT_MAX_TOKENS = 32
+
+
+def _answer_words(text: str) -> list[str]:
+    return normalize_answer(strip_citations(text or "")).split()
+
+
+def replies_agree(a: str, b: str) -> bool:
+    """Whether two replies give the same answer: compared without citations, case, punctuation
+    and articles, one's words contain the other's as a run ("France" and "in France"), or their
+    token F1 is at least 0.5. A reply with no words agrees with nothing."""
+    wa, wb = _answer_words(a), _answer_words(b)
+    if not wa or not wb:
+        return False
+    short, long_ = sorted((wa, wb), key=len)
+    if any(long_[i:i + len(short)] == short for i in range(len(long_) - len(short) + 1)):
+        return True
+    return token_f1(" ".join(wa), " ".join(wb)) >= 0.5
+
+
+def sample_agreement(answer: str, samples: list[str] | None, refused: bool) -> Signal:
+    """``agreement``: the share of ``samples`` (replies drawn from the answer prompt at a
+    temperature) that agree with ``answer`` by :func:`replies_agree`; a sample that declines or
+    says nothing disagrees. None for a refusal or without samples. High: the model gives this
+    answer again when it is free not to; low: it scatters, as when it guesses."""
+    if refused:
+        return Signal("agreement", None, "refusal: no answer to agree with")
+    if not samples:
+        return Signal("agreement", None, "no replies sampled")
+    agree = [not is_refusal(s) and replies_agree(answer, s) for s in samples]
+    return Signal("agreement", sum(agree) / len(samples), f"{sum(agree)} of {len(samples)} sampled replies agree",
+                  {"samples": list(samples), "agree": agree})
+
+
 # -- the scorer: model calls wired to the pure functions -----------------------------------
 
 class SignalScorer:
@@ -522,6 +563,11 @@ class SignalScorer:
             redundancy = Signal("redundancy", None, "no passages")
         grounding = grounding_score([h.scores.get("relevance", 0.0) for h in retrieval.hits],
                                     self.config.relevance_threshold)
+        # First: the samples continue the answer prompt, which the judge's prompts overwrite.
+        t = time.perf_counter()
+        agreement = sample_agreement(answer, self._sample(generation, refused), refused)
+        if agreement.value is not None:
+            agreement.detail["ms"] = round((time.perf_counter() - t) * 1000, 1)  # what the draws cost
         use_judge = self.config.judge == "llm" and self.generator is not None
         checks = [] if refused else self._check_claims(question, answer, passages, sentences, sentence_vecs,
                                                          use_judge, prompt)
@@ -544,11 +590,14 @@ class SignalScorer:
             "question_prior": qprior,
             "dates_unstated": dates.value,
             "explanation": explanation_question(question),
+            "agreement": agreement.value,
         }
         conf = calibrated_confidence(features, self.weights)
         detail = {"features": features, "mean_logprob": features["mean_logprob"]}
         if dates.value is not None:  # the question's dates, those the evidence does not state, and where it looked
             detail["dates_unstated"] = {"reason": dates.reason, **dates.detail}
+        if agreement.value is not None:  # the sampled replies and which agree
+            detail["agreement"] = {"reason": agreement.reason, **agreement.detail}
         if qfit_token is not None:
             detail["question_fit_token"] = qfit_token  # the question's least expected word
         if qprior_token is not None:
@@ -559,8 +608,27 @@ class SignalScorer:
             detail["question_tokens"] = [[piece, None if lp is None else round(lp, 3)] for piece, lp in read]
         confidence = Signal("confidence", conf, "logistic model over the signals, the mean token log-prob, the answer's "
                             "length, how well the question fits the answer, its dates and its kind"
+                            + (", and how often sampled replies agree with it" if agreement.value is not None else "")
                             + f" ({self.weights_note})", detail)
         return Signals(coverage, redundancy, grounding, faithfulness, confidence, refused)
+
+    def _sample(self, generation: Generation | None, refused: bool) -> list[str] | None:
+        """``scoring.agreement_samples`` more replies to the answer prompt, cut at the answer's
+        length (within :data:`AGREEMENT_MIN_TOKENS`..:data:`AGREEMENT_MAX_TOKENS`); None for a
+        refusal, the feature off, a backend that cannot sample from its last prompt, or a failed
+        draw (a missing feature is imputed; a failed draw must not fail the attempt)."""
+        sample = getattr(self.generator, "sample_replies", None)
+        k = self.config.agreement_samples
+        if refused or generation is None or sample is None or k < 1:
+            return None
+        length = min(max(generation.completion_tokens, AGREEMENT_MIN_TOKENS), AGREEMENT_MAX_TOKENS)
+        try:
+            return sample(k, length, AGREEMENT_TEMPERATURE, AGREEMENT_TOP)
+        except GeneratorUnavailableError:
+            raise
+        except GenerationError as exc:
+            log.warning("replies not sampled: %s", exc)
+            return None
 
     def _read_question(self, question: str, passages: list[Passage], generation: Generation | None, answer: str,
                        refused: bool, prompt: str) -> list[tuple[str, float | None]] | None:

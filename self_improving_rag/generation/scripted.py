@@ -17,14 +17,20 @@ class ScriptedGenerator:
     ``reader`` scripts ``span_logprobs``: a callable ``f(messages, span)`` giving (piece, log p)
     pairs, or None (the backend cannot score a text: the default); it also answers a
     ``generate(..., read=(span, need))`` request (the spans asked for are in ``prompt_reads``).
+    ``sampler`` scripts ``sample_replies``: a callable ``f(messages, k, max_tokens)`` giving the
+    replies to the last prompt, or None (the backend cannot sample: the default); each request
+    is kept in ``sample_history`` as (messages, k, max_tokens).
     """
 
     name = "scripted"
 
-    def __init__(self, replies: list | None = None, judge=None, logprob: float = -0.2, reader=None) -> None:
+    def __init__(self, replies: list | None = None, judge=None, logprob: float = -0.2, reader=None,
+                 sampler=None) -> None:
         self.replies = list(replies or [])
         self.judge = judge
         self.reader = reader
+        self.sampler = sampler
+        self.sample_history: list[tuple[list[dict[str, str]], int, int]] = []
         self.read_history: list[tuple[list[dict[str, str]], str]] = []
         self.prompt_reads: list[str] = []
         self.logprob = logprob
@@ -56,6 +62,15 @@ class ScriptedGenerator:
             prompt_read = tuple(self._read(messages, *read))
         return Generation(text=text, token_logprobs=tuple([self.logprob] * n), prompt_tokens=prompt,
                           completion_tokens=n, timings_ms={"prompt": 0.0, "generate": 0.0}, prompt_read=prompt_read)
+
+    def can_sample(self, k: int) -> bool:
+        return self.sampler is not None
+
+    def sample_replies(self, k: int, max_tokens: int, temperature: float = 0.7, top: int = 64) -> list[str] | None:
+        if self.sampler is None or not self.history:
+            return None
+        self.sample_history.append((self.history[-1], k, max_tokens))
+        return list(self.sampler(self.history[-1], k, max_tokens))
 
     def yes_probability(self, messages) -> float | None:
         self.judge_history.append(messages)

@@ -222,6 +222,7 @@ _COLUMN_SQL = {
     "question_prior": _QUESTION_PRIOR_SQL,
     "dates_unstated": _stored_feature_sql("dates_unstated"),
     "explanation": _stored_feature_sql("explanation"),
+    "agreement": _stored_feature_sql("agreement"),
 }
 assert set(_COLUMN_SQL) == set(FEATURES), "every confidence feature needs its column here"
 
@@ -1085,8 +1086,9 @@ class MemoryStore:
         wins), source, question_fit (from the stored signals; None where it was not read, or was
         read by session 19's version, which kept no question tokens), question_prior (None
         where it was not read, as before session 21), dates_unstated (None for a question without
-        a date, and before session 22), explanation (None before session 22) and corpus (the
-        corpus it was answered from; None before session 24). Signal values may be None.
+        a date, and before session 22), explanation (None before session 22), agreement (None where
+        no replies were sampled, as before session 29) and corpus (the corpus it was answered from;
+        None before session 24). Signal values may be None.
         Refused outcomes are left out: confidence is the probability that a given answer is
         correct, and a label on a refusal ("rightly refused") says nothing about that.
         """
@@ -1098,7 +1100,7 @@ class MemoryStore:
                    a.refusal, a.mean_logprob, a.answer, a.failure, l.label, l.source,
                    {_QUESTION_FIT_SQL} AS question_fit, {_QUESTION_PRIOR_SQL} AS question_prior,
                    {_COLUMN_SQL["dates_unstated"]} AS dates_unstated, {_COLUMN_SQL["explanation"]} AS explanation,
-                   o.corpus
+                   {_COLUMN_SQL["agreement"]} AS agreement, o.corpus
             FROM latest l
             JOIN outcomes o ON o.id = l.outcome_id
             JOIN attempts a ON a.outcome_id = o.id AND a.number = o.chosen_attempt

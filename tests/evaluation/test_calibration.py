@@ -31,7 +31,7 @@ def _logit(p: float) -> float:
     return math.log(p / (1 - p))
 
 
-def _synthetic_rows(n: int, seed: int) -> list[dict[str, float]]:
+def _synthetic_rows(n: int, seed: int, agreement: bool = False) -> list[dict[str, float]]:
     rng = np.random.default_rng(seed)
     rows = [
         {
@@ -52,6 +52,9 @@ def _synthetic_rows(n: int, seed: int) -> list[dict[str, float]]:
     for r in rows:
         r["dates_unstated"] = float(later.uniform() < 0.1)
         r["explanation"] = float(later.uniform() < 0.1)
+    latest = np.random.default_rng(seed + 20_000)
+    for r in rows if agreement else ():  # as recorded with scoring.agreement_samples set
+        r["agreement"] = float(latest.integers(0, 5)) / 4  # four samples
     return rows
 
 
@@ -162,7 +165,7 @@ def test_fit_recovers_known_direction() -> None:
 def test_fit_matches_plain_l2_logistic_regression() -> None:
     """With a zero prior the objective is ordinary ridge logistic regression."""
     sklearn_linear = pytest.importorskip("sklearn.linear_model", reason="scikit-learn is not installed")
-    rows = _synthetic_rows(300, seed=6)
+    rows = _synthetic_rows(300, seed=6, agreement=True)
     labels = _labels_from(rows, DEFAULT_WEIGHTS, seed=7)
     zero = {k: 0.0 for k in DEFAULT_WEIGHTS}
     ours = fit_weights(rows, labels, l2=2.0, prior=zero)
@@ -172,7 +175,7 @@ def test_fit_matches_plain_l2_logistic_regression() -> None:
 
 
 def test_fit_is_stationary_point() -> None:
-    rows = _synthetic_rows(100, seed=8)
+    rows = _synthetic_rows(100, seed=8, agreement=True)
     labels = _labels_from(rows, DEFAULT_WEIGHTS, seed=9)
     l2 = 0.5
     w = fit_weights(rows, labels, l2=l2)
@@ -526,7 +529,7 @@ def test_longer_answers_lower_confidence() -> None:
 
 
 def test_a_fit_stored_before_answer_words_and_question_fit_keeps_its_meaning() -> None:
-    added = ("answer_words", "question_fit", "question_prior", "dates_unstated", "explanation")
+    added = ("answer_words", "question_fit", "question_prior", "dates_unstated", "explanation", "agreement")
     old = {k: v for k, v in {**DEFAULT_WEIGHTS, "faithfulness": 3.0}.items() if k not in added}
     rows = _synthetic_rows(30, seed=11)
     for r in rows:
@@ -534,7 +537,7 @@ def test_a_fit_stored_before_answer_words_and_question_fit_keeps_its_meaning() -
                               for f in FEATURES if f not in added)
         assert _logit(confidence(r, old)) == pytest.approx(z)
     assert ADDED_FEATURES == {"answer_words": 0.0, "question_fit": 0.0, "question_prior": 0.0,
-                              "dates_unstated": 0.0, "explanation": 0.0}
+                              "dates_unstated": 0.0, "explanation": 0.0, "agreement": 0.0}
 
 
 def test_question_fit_is_clipped_and_its_default_weight_leaves_the_confidence_unchanged() -> None:
@@ -585,3 +588,23 @@ def test_dates_unstated_and_explanation_default_to_no_weight_and_act_once_fitted
     assert NEUTRAL_VALUES["dates_unstated"] == 0.0 and NEUTRAL_VALUES["explanation"] == 0.0
     assert confidence(base, w) == confidence({**base, "dates_unstated": 0.0, "explanation": 0.0}, w)
     assert _logit(confidence({**base, "explanation": 1.0}, w)) - _logit(confidence(base, w)) == pytest.approx(-2.0)
+
+
+def test_agreement_defaults_to_no_weight_and_acts_once_fitted() -> None:
+    """Sampled replies are off by default and their weight is 0: the default confidence is the
+    same whatever the agreement; a fit on answers that recorded it moves the logit by its weight
+    per unit, and an answer without samples gets the neutral value (half agree)."""
+    base = {"coverage": 0.8, "grounding": 0.7, "faithfulness": 0.9, "redundancy": 0.1, "mean_logprob": -0.3}
+    assert DEFAULT_WEIGHTS["agreement"] == 0.0
+    assert confidence({**base, "agreement": 0.0}) == confidence({**base, "agreement": 1.0}) == confidence(base)
+    w = {**DEFAULT_WEIGHTS, "agreement": 2.0}
+    assert _logit(confidence({**base, "agreement": 1.0}, w)) - _logit(confidence({**base, "agreement": 0.25}, w)) \
+        == pytest.approx(1.5)
+    assert confidence(base, w) == confidence({**base, "agreement": NEUTRAL_VALUES["agreement"]}, w) \
+        == confidence({**base, "agreement": 0.5}, w)
+    # Labels that follow agreement give it a positive weight; rows without it keep the prior.
+    rows = _synthetic_rows(400, seed=41, agreement=True)
+    labels = [int(r["agreement"] >= 0.5) if i % 3 else 1 - int(r["agreement"] >= 0.5) for i, r in enumerate(rows)]
+    assert fit_weights(rows, labels)["agreement"] > 0.5
+    without = [{k: v for k, v in r.items() if k != "agreement"} for r in rows]
+    assert fit_weights(without, labels)["agreement"] == 0.0

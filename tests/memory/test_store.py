@@ -981,3 +981,23 @@ def test_a_ctrl_c_that_lands_as_a_write_takes_the_lock_leaves_no_transaction_ope
         assert s._one("SELECT COUNT(*) AS n FROM outcomes")["n"] == 0
         s.record(make_answer(), run_id="r", item_id="q1")  # and the store writes on
         assert s._one("SELECT COUNT(*) AS n FROM outcomes")["n"] == 1
+
+
+def test_agreement_reaches_the_sql_confidence_and_calibration(store: MemoryStore) -> None:
+    """agreement lives in the stored features: the SQL confidence reads it (a missing value is the
+    neutral 0.5), and labelled_attempts hands it on (None where no replies were sampled)."""
+    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS, sigmoid
+
+    def with_agreement(q: str, value) -> str:
+        return _record_with_detail(store, q, {"features": {} if value is None else {"agreement": value}}, correct=True)
+
+    rows = {with_agreement("q1", 1.0): 1.0, with_agreement("q2", 0.25): 0.25, with_agreement("q3", None): None}
+    weights = {**{k: 0.0 for k in DEFAULT_WEIGHTS}, "bias": -1.0, "agreement": 2.0}
+
+    def passing(bar: float) -> int:
+        return _passing(store, weights, bar)
+
+    # Logits: q1 −1 + 2 = 1; q2 −1 + 0.5 = −0.5; q3 neutral −1 + 1 = 0.
+    assert passing(sigmoid(-0.5) - 1e-6) == 3 and passing(sigmoid(0.0) - 1e-6) == 2
+    assert passing(sigmoid(1.0) - 1e-6) == 1 and passing(sigmoid(1.0) + 1e-6) == 0
+    assert {r["outcome_id"]: r["agreement"] for r in store.labelled_attempts()} == rows

@@ -90,6 +90,46 @@ def test_small_packaged_model_generates_with_logprobs_and_prefix_reuse():
     assert again.reused_prefix_tokens == n_prompt - 1  # the same prompt again: all but the last token
 
 
+def test_replies_sampled_together_continue_the_answer_prompt_and_leave_the_cache_as_it_was():
+    """sample_replies decodes its replies together, one KV sequence each, from copies of the
+    prompt's cells. Drawn from the single likeliest token, every reply is the greedy answer
+    (cut at the length asked): a reply decoded at the wrong position, or from cells that do not
+    hold the prompt, would drift from it; so would one drawn after another prompt has
+    overwritten the cache without the prompt being read again. The draws are seeded by the
+    prompt (the same replies again), the greedy answer's cache is kept, and the sampled
+    sequences are emptied."""
+    import llama_cpp
+
+    from self_improving_rag.generation.llamacpp import LlamaCppGenerator
+    from self_improving_rag.generation.prompts import build_judge_messages, build_messages
+    from self_improving_rag.generation.registry import resolve_model
+    from self_improving_rag.types import Passage
+
+    path = resolve_model("smollm2-135m-instruct", "unused")
+    passages = [Passage(1, "The lighthouse of Marrow Point was built in 1852 by Clara Venn.", ("a",), "d", "D", 0, 10, 0.9)]
+    messages = build_messages("base", "Who built the lighthouse?", passages)
+    gen = LlamaCppGenerator(str(path), n_ctx=2048, max_tokens=12, parallel=4)
+    out = gen.generate(messages)
+    n = out.prompt_tokens
+    ids = gen._llm.input_ids[n:n + 6].tolist()  # the greedy reply's first tokens, as generated
+    cut = next((i for i, t in enumerate(ids) if b"\n" in gen._llm.detokenize([t])), len(ids))
+    greedy = gen._llm.detokenize(ids[:cut]).decode("utf-8", "replace").strip()
+    assert greedy and gen.sample_replies(3, 6, temperature=1.0, top=1) == [greedy] * 3
+    memory = llama_cpp.llama_get_memory(gen._llm._ctx.ctx)
+    assert [llama_cpp.llama_memory_seq_pos_max(memory, s) for s in (1, 2, 3)] == [-1, -1, -1]
+    drawn = gen.sample_replies(3, 8, temperature=1.5)
+    assert len(drawn) == 3 and gen.sample_replies(3, 8, temperature=1.5) == drawn
+    assert gen.sample_replies(9, 8, temperature=1.5) == drawn  # at most parallel - 1 replies
+    again = gen.generate(messages)
+    assert again.text == out.text and again.reused_prefix_tokens == again.prompt_tokens - 1
+    gen.yes_probability(build_judge_messages("base", "Who built it?", passages, "Clara Venn built it."))
+    assert gen.sample_replies(3, 6, temperature=1.0, top=1) == [greedy] * 3  # the prompt read again first
+    assert gen.can_sample(3) and not gen.can_sample(4)
+    one = LlamaCppGenerator(str(path), n_ctx=2048, max_tokens=12)
+    one.generate(messages)
+    assert one.sample_replies(3, 8) is None and not one.can_sample(1)  # one sequence cannot hold the replies
+
+
 def test_a_span_read_in_one_batch_scores_as_token_by_token():
     """span_logprobs runs the question's tokens as one batch, with a row of logits for each
     token asked for; each log-prob equals the one read after evaluating the tokens one at a time,
