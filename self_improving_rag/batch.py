@@ -245,6 +245,38 @@ def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
     return [dict(zip(keys, vals)) for vals in itertools.product(*(grid[k] for k in keys))]
 
 
+def _setting_keys(item: str) -> list[str]:
+    """The dotted keys one ``key=value`` item sets ("strategy={top_k: 6}" sets strategy.top_k)."""
+    def flat(tree: Any, prefix: str) -> list[str]:
+        if not isinstance(tree, dict) or not tree:
+            return [prefix]
+        return [k for key, v in tree.items() for k in flat(v, f"{prefix}.{key}" if prefix else str(key))]
+
+    try:
+        return flat(parse_override(item), "")
+    except ConfigError:  # resolved_config names the bad item
+        return []
+
+
+def check_grid_conflicts(spec: BatchSpec, cli_overrides: tuple[str, ...] | list[str] = ()) -> None:
+    """A key the grid varies that a --set item also gives: each grid point's value replaces it (the
+    grid comes last), so the setting typed on the command line would be silently left unused. (The
+    batch file's own overrides: may hold a key its grid varies: both are in one file, in view.)"""
+    if not spec.grid:
+        return
+    varied = [k for g in spec.grid for k in _setting_keys(f"{g}=0")]
+    # main() adds policy.first_from_memory=false itself when a --set pins a strategy.* key.
+    given = [k for item in cli_overrides if item.replace(" ", "") != "policy.first_from_memory=false"
+             for k in _setting_keys(item)]
+    for key in given:
+        g = next((g for g in varied if key == g or key.startswith(g + ".") or g.startswith(key + ".")), None)
+        if g is not None:
+            flag = "--set (or --memory)" if key == "paths.memory_db" else "--set"
+            raise BatchError(f"batch {spec.name}: {key} is given with {flag}, but the grid varies {g} and each grid "
+                             f"point's value would replace it unseen; drop the {flag.split()[0]} item, or take {g} "
+                             "out of the batch file's grid:")
+
+
 def resolved_config(base_config: Config, spec: BatchSpec, point: dict[str, Any], index_dir: str,
                     cli_overrides: tuple[str, ...] | list[str] = ()) -> Config:
     """Settings of one run: defaults < --config < the batch file's overrides < --set (the
@@ -929,6 +961,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     # cost the earlier runs' hours.
     runs = []
     indexed = None if corpus else _index_chunkers(index_dir)
+    check_grid_conflicts(spec, cli_overrides)
     for point in grid_points(spec.grid):
         config = resolved_config(base_config, spec, point, index_dir, cli_overrides)
         # The chunkers the run will search: those it ingests with, or, with no corpus to ingest,

@@ -943,3 +943,17 @@ def test_the_summary_line_says_n_a_for_a_figure_it_cannot_compute(capsys):
     assert "None" not in out
     assert "run t: n=2, em=0.500, confidence_auroc=n/a, faithfulness_mean=n/a, refused=1, answered=1" in out
     assert "  refusal: precision=0.000, recall=n/a, f1=n/a, false_refusal_rate=1.000" in out
+
+
+def test_a_set_of_a_key_the_grid_varies_is_refused_not_silently_replaced(tmp_path):
+    # The grid point's value comes last: `--set strategy.top_k=9` ran top_k 2 and 3, saying nothing.
+    ov = fake_overrides(tmp_path)
+    f = _batch(tmp_path, grid={"strategy.top_k": [2, 3]})
+    line = _one_error_line(run(["batch", str(f), "--set", "strategy.top_k=9"], tmp_path, ov))
+    assert "strategy.top_k" in line and "--set" in line and "grid" in line, line
+    assert not (tmp_path / "runs").exists()
+    # A --set of another key, and the batch file's own overrides of a grid key (both in view), still run.
+    f = _batch(tmp_path, grid={"generator.replies": [["Clara Venn [1]."], ["Osric [1]."]]})
+    r = run(["batch", str(f), "--set", "strategy.top_k=4", "--json"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert [s["n"] for s in json.loads(r.stdout)] == [2, 2]
