@@ -893,6 +893,31 @@ def _index_chunkers(index_dir: str) -> list[str] | None:
         return None
 
 
+def _file_in_the_way(folder: Path) -> Path | None:
+    """The file standing where ``folder`` or one of its parents must be a folder, if any."""
+    for p in (folder, *folder.parents):
+        if p.exists():
+            return None if p.is_dir() else p
+    return None
+
+
+def _check_folders(out_root: Path, run_names: list[str], index_dir: str) -> None:
+    """Before anything is written: a file where the output folder, a run's folder or the index
+    folder goes made mkdir fail with a bare "Not a directory" or "File exists"."""
+    if (f := _file_in_the_way(out_root)) is not None:
+        what = "is a file, not a folder" if f == out_root else f"cannot be made: {f} is a file"
+        raise BatchError(f"the output folder {out_root} {what}; give another output folder (the batch file's "
+                         "output_dir:, or sirag eval --output-dir DIR), or move that file away")
+    for name in run_names:
+        if (out_root / name).exists() and not (out_root / name).is_dir():
+            raise BatchError(f"{out_root / name} is a file, where run {name} keeps its results; move that file "
+                             "away, or give the run another name (the batch file's name:, or sirag eval --name NEW)")
+    if (f := _file_in_the_way(Path(index_dir))) is not None:
+        what = "is a file, not a folder" if f == Path(index_dir) else f"cannot be made: {f} is a file"
+        raise BatchError(f"the index folder {index_dir} {what}; give another index folder "
+                         "(the batch file's index:, or --index DIR), or move that file away")
+
+
 def check_documents(spec: BatchSpec, index_dir: str, corpus: list[Path]) -> None:
     """Before anything is written: a batch needs documents to answer from, or an index of them."""
     if not corpus and not spec.index and not Path(index_dir).is_dir():
@@ -983,6 +1008,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
         dup = next(n for n in names if names.count(n) > 1)
         raise BatchError(f"batch {spec.name}: two grid points share the run folder {dup}; make the grid's values "
                          "differ in letters or digits")
+    _check_folders(out_root, [r[2] for r in runs], index_dir)
     for _, _, run_name, point_loop in runs:
         for suf in derived if point_loop else ():
             _check_derived_folder(out_root / run_name, suf)

@@ -957,3 +957,22 @@ def test_a_set_of_a_key_the_grid_varies_is_refused_not_silently_replaced(tmp_pat
     r = run(["batch", str(f), "--set", "strategy.top_k=4", "--json"], tmp_path, ov)
     assert r.returncode == 0, r.stderr
     assert [s["n"] for s in json.loads(r.stdout)] == [2, 2]
+
+
+def test_a_file_where_an_output_folder_goes_is_named_with_the_fix(tmp_path):
+    ov = fake_overrides(tmp_path)
+    f = _batch(tmp_path)
+    blocker = tmp_path / "out"
+    blocker.write_text("notes\n")
+    # Was: "error: .../out/t: Not a directory; check that path (...)", naming a path the user never gave.
+    line = _one_error_line(run(["eval", str(f), "--output-dir", str(blocker)], tmp_path, ov))
+    assert f"{blocker} is a file, not a folder" in line and "--output-dir" in line, line
+    line = _one_error_line(run(["eval", str(f), "--output-dir", str(blocker / "sub")], tmp_path, ov))
+    assert f"{blocker} is a file" in line, line
+    assert blocker.read_text() == "notes\n"
+    # A file where the run's own folder goes (was: ".../runs/t: File exists; check that path").
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "t").write_text("keep\n")
+    line = _one_error_line(run(["batch", str(f)], tmp_path, ov))
+    assert f"{tmp_path / 'runs' / 't'} is a file" in line and "name" in line, line
+    assert (tmp_path / "runs" / "t").read_text() == "keep\n"
