@@ -127,7 +127,12 @@ def load_batch(path: str | Path) -> tuple[BatchSpec, Path]:
         loc = ".".join(str(x) for x in err["loc"])
         what = f"unknown key '{loc}'" if err["type"] == "extra_forbidden" else f"'{loc}': {err['msg']}"
         value, key = err.get("input"), err["loc"][-1] if err["loc"] else "name"
-        if err["type"] == "string_type" and isinstance(value, bool):
+        if value is None and err["type"] not in ("extra_forbidden", "missing"):
+            # "overrides:" uncommented with its entries left commented out, as in the example file.
+            fix = "give it its value" if loc in ("name", "questions") else "give it its value, or remove the key too"
+            what = (f"'{loc}' is empty (YAML reads a key with nothing after it, or only commented-out lines under "
+                    f"it, as null): {fix}")
+        elif err["type"] == "string_type" and isinstance(value, bool):
             # YAML reads an unquoted off, on, yes or no as a yes/no value.
             what += f" (YAML read it as the yes/no value {str(value).lower()}: quote what you wrote, e.g. {key}: \"off\")"
         elif err["type"] == "string_type" and isinstance(value, (int, float)):

@@ -976,3 +976,15 @@ def test_a_file_where_an_output_folder_goes_is_named_with_the_fix(tmp_path):
     line = _one_error_line(run(["batch", str(f)], tmp_path, ov))
     assert f"{tmp_path / 'runs' / 't'} is a file" in line and "name" in line, line
     assert (tmp_path / "runs" / "t").read_text() == "keep\n"
+
+
+def test_a_key_left_empty_is_named_as_empty(tmp_path):
+    # The example batch file has "# overrides:" with its entries commented out: uncommenting the key
+    # alone made it null, reported as "Input should be a valid dictionary".
+    ov = fake_overrides(tmp_path)
+    docs = write_corpus(tmp_path / "docs")
+    f = tmp_path / "batch.yaml"
+    f.write_text(f"name: t\ncorpus: [{docs}]\nquestions:\n  inline:\n    - question: Who built it?\n"
+                 "overrides:\n#  strategy.top_k: 6\n")
+    line = _one_error_line(run(["batch", str(f)], tmp_path, ov))
+    assert "'overrides' is empty" in line and "remove the key" in line, line
