@@ -1506,6 +1506,18 @@ def _print_where(out_root: Path, summaries: list[dict], comparison: Path | None 
     print(line)
 
 
+def _log_to_batch_log_dir(spec: BatchSpec, config: Config, args: argparse.Namespace) -> None:
+    """Logging was set up before the batch file was read: when its overrides: set paths.log_dir (and
+    no --set replaces it), the log goes there from now on, as the run's config.yaml records."""
+    if not any(k == "paths.log_dir" for o, v in spec.overrides.items() for k in _setting_keys(f"{o}={json.dumps(v)}")):
+        return
+    log_dir = resolved_config(config, spec, {}, str(config.paths.index_dir), args.overrides).paths.log_dir
+    if log_dir != config.paths.log_dir:
+        from .logging_setup import setup_logging
+
+        setup_logging(log_dir, args.verbose, args.command)
+
+
 def cmd_batch(args: argparse.Namespace, config: Config) -> int:
     """Run the questions of a YAML batch file (corpus, questions, overrides, optional grid).
 
@@ -1514,6 +1526,7 @@ def cmd_batch(args: argparse.Namespace, config: Config) -> int:
     settings than the run was made with is refused (give the batch another name in its name: field).
     """
     spec, base = load_batch(args.file)
+    _log_to_batch_log_dir(spec, config, args)
     if args.index:  # --index replaces the batch file's index (relative to the current folder, like any option)
         spec = spec.model_copy(update={"index": str(Path(args.index).resolve())})
     summaries = run_batch(spec, base, config, limit=args.limit, workers=args.workers,
@@ -1542,6 +1555,7 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
                          "add --compare-no-retry")
     if args.file:
         spec, base = load_batch(args.file)
+        _log_to_batch_log_dir(spec, config, args)
         if args.name:  # a second run of the same batch under another name (its own folder)
             spec = spec.model_copy(update={"name": args.name})
         if args.index:

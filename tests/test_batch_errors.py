@@ -988,3 +988,17 @@ def test_a_key_left_empty_is_named_as_empty(tmp_path):
                  "overrides:\n#  strategy.top_k: 6\n")
     line = _one_error_line(run(["batch", str(f)], tmp_path, ov))
     assert "'overrides' is empty" in line and "remove the key" in line, line
+
+
+
+def test_the_batch_files_log_dir_is_where_its_log_goes(tmp_path):
+    # Logging was set up before the batch file was read: its overrides' paths.log_dir, recorded in
+    # the run's config.yaml, was ignored and the log went to logs/ in the current folder.
+    ov = [o for o in fake_overrides(tmp_path) if not o.startswith("paths.log_dir=")]
+    logs = tmp_path / "batch-logs"
+    f = _batch(tmp_path, overrides={"generator.replies": ["Clara Venn built it [1]."], "paths.log_dir": str(logs)})
+    r = run(["batch", str(f)], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert yaml.safe_load((tmp_path / "runs" / "t" / "config.yaml").read_text())["paths"]["log_dir"] == str(logs)
+    text = "".join(p.read_text() for p in logs.glob("*.jsonl"))
+    assert "first attempt with" in text, "the engine's lines go to the batch file's log folder"
