@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .store import MemoryStore
+from .store import MemoryStore, _remove_quietly
 
 __all__ = ["write_html_report"]
 
@@ -299,5 +299,5 @@ def write_html_report(store: MemoryStore, path: Path, *, window: int = 20) -> Pa
     except OSError as exc:  # name the file the user asked for, not the temporary one
         raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
     finally:
-        tmp.unlink(missing_ok=True)
+        _remove_quietly(tmp)  # never hides the error above (a read-only file system fails this too)
     return path

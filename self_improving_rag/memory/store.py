@@ -131,6 +131,16 @@ def _is_locked(exc: sqlite3.OperationalError) -> bool:
     return "database is locked" in msg or "database is busy" in msg or "database table is locked" in msg
 
 
+def _remove_quietly(path: Path) -> None:
+    """Remove a temporary file if it is there. Never raises: on a read-only file system even removing
+    a file that was never made fails (EROFS, not ENOENT), and that error would replace the one that
+    says why the file could not be written, naming the temporary file instead of the user's."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
 def _rate(successes: int, total: int) -> float | None:
     return successes / total if total else None
 
@@ -1447,7 +1457,7 @@ class MemoryStore:
                 done.append(path)
         finally:
             for tmp, _ in staged:
-                tmp.unlink(missing_ok=True)
+                _remove_quietly(tmp)
         return n_outcomes
 
     @staticmethod

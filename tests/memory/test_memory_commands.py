@@ -157,3 +157,30 @@ def test_limit_cuts_strategies_and_failures_and_is_refused_where_it_does_not_app
                        "or failures)\n"), err
     assert sirag(tmp_path, ["memory", "search", "who"], "--json", "--limit", "2") == 0
     assert len(json.loads(capsys.readouterr().out)) == 2
+
+
+def test_an_export_or_report_on_a_read_only_file_system_names_the_file_asked_for(db, tmp_path, capsys, monkeypatch):
+    """On a read-only file system even removing the temporary file that was never made fails
+    (EROFS, not ENOENT): that error replaced the real one and named `.out.csv.1a2b3c4d.tmp`."""
+    import errno
+    import pathlib
+
+    real_open = pathlib.Path.open
+
+    def read_only(path, *args, **kwargs):
+        if path.name.endswith(".tmp"):
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return real_open(path, *args, **kwargs)
+
+    def unlink(path, missing_ok=False):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(pathlib.Path, "open", read_only)
+    monkeypatch.setattr(pathlib.Path, "unlink", unlink)
+    for action, option, name in (("export", "--csv", "out.csv"), ("export", "--json-file", "out.json"),
+                                 ("report", "--html", "out.html")):
+        target = tmp_path / name
+        assert sirag(tmp_path, ["memory", action, option, str(target)]) == 2
+        err = capsys.readouterr().err
+        assert err == f"error: {target}: Read-only file system; check that path (does its folder exist, is it a " \
+                      "file and not a folder, may you write there?)\n", err
