@@ -538,6 +538,9 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
     if action == "show" and len(words) > 1:
         raise InputError(f"sirag memory show takes one outcome id, got {len(words)}: {' '.join(words)!r}")
     args.arg = " ".join(words) if words else None
+    for flag, value in (("--csv", args.csv), ("--json-file", args.json_file), ("--html", args.html)):
+        if value is not None and not value.strip():  # an empty variable in a script ("--csv $OUT")
+            raise InputError(f"{flag} is empty; give a file name, e.g. out{_OUTPUT_SUFFIX[flag]}")
     owned = [(flag, owners) for flag, value, owners in (
         ("--csv", args.csv, ("export",)), ("--json-file", args.json_file, ("export",)),
         ("--html", args.html, ("report",)), ("--limit", args.limit is not None, _MEMORY_LIMITED))
@@ -571,6 +574,12 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
         elif action == "search":
             if not args.arg:
                 raise InputError("sirag memory search needs some text to look for")
+            from .memory.store import search_words
+
+            if not search_words(args.arg):  # nothing would be searched: "no outcome matches" would mislead
+                raise InputError(f"sirag memory search: {args.arg!r} holds no word to look for (quotes, "
+                                 "punctuation and operators such as * are not searched); give a word, e.g. "
+                                 "sirag memory search Holmes")
             data = store.search(args.arg, limit=args.limit or _SEARCH_LIMIT)
         elif action == "export":
             targets = [(fmt, path) for fmt, path in (("csv", args.csv), ("json", args.json_file)) if path]

@@ -60,6 +60,7 @@ _POSSESSIVE_RE = re.compile(r"(?<=\w)['’]s\b", re.UNICODE)
 # FTS5 query strings grow with every token; a pasted page must not become a huge query (more
 # different words than this are refused: every word must occur, so none may be left out).
 _MAX_SEARCH_TOKENS = 64
+_SQLITE_MAX_INT = 2**63 - 1
 
 
 def question_id(text: str) -> str:
@@ -129,6 +130,14 @@ def _mean_logprob(attempt: AttemptRecord) -> float | None:
 def _is_locked(exc: sqlite3.OperationalError) -> bool:
     msg = str(exc).lower()
     return "database is locked" in msg or "database is busy" in msg or "database table is locked" in msg
+
+
+def search_words(text: str) -> list[str]:
+    """The words :meth:`MemoryStore.search` looks for in ``text``: runs of letters and digits, a
+    possessive "'s" dropped, a word repeated (in any case) once; [] when it holds none (only
+    punctuation, quotes or FTS operators such as ``*``)."""
+    words = _TOKEN_RE.findall(_POSSESSIVE_RE.sub("", text))
+    return list({w.casefold(): w for w in words}.values())
 
 
 def _remove_quietly(path: Path) -> None:
@@ -1369,8 +1378,7 @@ class MemoryStore:
             raise ValueError(f"text must be a str, got {text!r}")
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise ValueError(f"limit must be a positive int, got {limit!r}")
-        words = _TOKEN_RE.findall(_POSSESSIVE_RE.sub("", text))
-        tokens = list({w.casefold(): w for w in words}.values())  # a word repeated, in any case, once
+        tokens = search_words(text)
         if not tokens:
             return []
         if len(tokens) > _MAX_SEARCH_TOKENS:
@@ -1387,7 +1395,7 @@ class MemoryStore:
             ORDER BY bm25(outcomes_fts), o.created_at DESC
             LIMIT ?
             """,
-            (match, limit),
+            (match, min(limit, _SQLITE_MAX_INT)),  # a larger int does not fit SQLite's (OverflowError)
         )
 
     def _export_rows(self) -> tuple[list[str], list[str], list[dict[str, Any]]]:

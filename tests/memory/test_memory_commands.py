@@ -184,3 +184,34 @@ def test_an_export_or_report_on_a_read_only_file_system_names_the_file_asked_for
         err = capsys.readouterr().err
         assert err == f"error: {target}: Read-only file system; check that path (does its folder exist, is it a " \
                       "file and not a folder, may you write there?)\n", err
+
+
+@pytest.mark.parametrize("text", ["***", " ", "?!", '""'])
+def test_a_search_text_without_a_word_is_an_error_not_no_match(db, tmp_path, capsys, text):
+    """`memory search '***'` said "(no outcome matches '***')" with exit 0, though nothing was
+    searched (operators and punctuation are not words): an empty text was already an error."""
+    assert sirag(tmp_path, ["memory", "search"], "--", text) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: sirag memory search: ") and err.count("\n") == 1, err
+    assert "no word" in err and "give a word" in err, err
+
+
+def test_a_limit_beyond_what_sqlite_counts_shows_every_match(db, tmp_path, capsys):
+    """--limit 99999999999999999999 was an internal error (OverflowError from SQLite)."""
+    assert sirag(tmp_path, ["memory", "search", "who"], "--json", "--limit", "9" * 20) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 2
+
+
+@pytest.mark.parametrize("option", ["--csv", "--json-file", "--html"])
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_output_file_name_is_said_to_be_empty(db, tmp_path, capsys, monkeypatch, option, value):
+    """`--csv ""` (an empty variable in a script) said that export needs --csv FILE, and `--csv " "`
+    wrote a file named " "."""
+    monkeypatch.chdir(tmp_path)
+    action = "report" if option == "--html" else "export"
+    assert sirag(tmp_path, ["memory", "stats"]) == 0  # makes the log folder
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert sirag(tmp_path, ["memory", action], option, value) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {option} is empty; give a file name, e.g. ") and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
