@@ -530,7 +530,7 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
     """
     action = args.action
     words = list(args.arg or [])
-    cut = None  # what --limit left out of strategies or failures, said under the rows
+    cut = None  # what --limit left out of search, strategies or failures, said under the rows
     # Options of one action given to another are mistakes, not something to ignore.
     if words and action not in ("show", "search", "merge"):
         raise InputError(f"sirag memory {action} takes no argument (got {' '.join(words)!r}); only show ID, "
@@ -580,7 +580,11 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
                 raise InputError(f"sirag memory search: {args.arg!r} holds no word to look for (quotes, "
                                  "punctuation and operators such as * are not searched); give a word, e.g. "
                                  "sirag memory search Holmes")
-            data = store.search(args.arg, limit=args.limit or _SEARCH_LIMIT)
+            limit = args.limit or _SEARCH_LIMIT
+            data = store.search(args.arg, limit=limit + 1)  # one more, to tell whether the limit left some out
+            if len(data) > limit:
+                cut = f"(only the best {limit} shown; more outcomes match: --limit sets how many)"
+                data = data[:limit]
         elif action == "export":
             targets = [(fmt, path) for fmt, path in (("csv", args.csv), ("json", args.json_file)) if path]
             if not targets and args.json:

@@ -215,3 +215,16 @@ def test_an_empty_output_file_name_is_said_to_be_empty(db, tmp_path, capsys, mon
     err = capsys.readouterr().err
     assert err.startswith(f"error: {option} is empty; give a file name, e.g. ") and err.count("\n") == 1, err
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_a_search_cut_by_its_limit_says_so(db, tmp_path, capsys):
+    """`memory search Norman` showed 20 of 74 matching outcomes and said nothing of the other 54
+    (strategies and failures say what --limit left out)."""
+    assert sirag(tmp_path, ["memory", "search", "who"], "--limit", "1") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 and out[0].startswith("id=") and out[1] == (
+        "(only the best 1 shown; more outcomes match: --limit sets how many)"), out
+    assert sirag(tmp_path, ["memory", "search", "who"], "--limit", "1", "--json") == 0
+    assert len(json.loads(capsys.readouterr().out)) == 1
+    assert sirag(tmp_path, ["memory", "search", "who"], "--limit", "2") == 0
+    assert "--limit sets how many" not in capsys.readouterr().out  # nothing left out
