@@ -955,7 +955,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: list[str]) -> NoReturn:
+def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: list[str],
+                  action: str | None = None) -> NoReturn:
     """Exit 2 with the usage of the command given (not the top-level one) and, for an option that
     belongs to other commands, which ones: ``sirag batch x.yaml --name n`` says --name is eval's."""
     subs = next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
@@ -966,6 +967,10 @@ def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: l
         owners = [name for name, sp in subs.items() if name != command and option in sp._option_string_actions]
         if option.startswith("-") and owners:
             hints.append(f"{option} is an option of `sirag {'`, `sirag '.join(owners)}`")
+        elif action == "search" and option.startswith("-") and not option.startswith("--") \
+                and option not in target._option_string_actions:
+            # Not an option anywhere: most likely a word to search for that begins with -.
+            hints.append(f"a word to search for that begins with - goes after --: `sirag memory search -- {arg}`")
     target.error(f"unrecognized arguments: {' '.join(extra)}" + (f" ({'; '.join(hints)})" if hints else ""))
 
 
@@ -973,7 +978,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:
-        _unrecognized(parser, args.command, extra)
+        _unrecognized(parser, args.command, extra, getattr(args, "action", None))
     if not args.command:
         parser.print_help()
         return 2

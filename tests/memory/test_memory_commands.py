@@ -66,6 +66,24 @@ def test_words_after_options_and_after_a_double_dash_are_search_words(db, tmp_pa
     assert info.value.code == 2 and "unrecognized arguments: -Marsh" in capsys.readouterr().err
 
 
+def test_a_search_word_that_begins_with_a_dash_is_told_to_go_after_double_dash(db, tmp_path, capsys):
+    """`memory search -Marsh` said only "unrecognized arguments: -Marsh; see `sirag memory --help`":
+    the fix, in the docs, is to put the word after --."""
+    with pytest.raises(SystemExit) as info:
+        sirag(tmp_path, ["memory", "search", "-Marsh"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.count("\n") == 1, err
+    assert "unrecognized arguments: -Marsh (a word to search for that begins with - goes after --: " \
+           "`sirag memory search -- -Marsh`)" in err, err
+    with pytest.raises(SystemExit):  # an option of another command is named as such, not as a word
+        sirag(tmp_path, ["memory", "search", "Marsh", "--rebuild"])
+    err = capsys.readouterr().err
+    assert "--rebuild is an option of `sirag ingest`" in err and "goes after --" not in err, err
+    with pytest.raises(SystemExit):  # a mistyped option is not taken for a word
+        sirag(tmp_path, ["memory", "search", "Marsh", "--limt", "3"])
+    assert "goes after --" not in capsys.readouterr().err
+
+
 def test_a_search_over_the_word_limit_is_an_error_not_cut(db, tmp_path, capsys):
     # Repeated words count once: this is two words, and Martians occurs nowhere.
     assert sirag(tmp_path, ["memory", "search", *["lighthouse"] * 64, "Martians"], "--json") == 0
