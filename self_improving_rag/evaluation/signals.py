@@ -494,7 +494,7 @@ AGREEMENT_MIN_TOKENS = 4
 AGREEMENT_MAX_TOKENS = 32
 
 
-def _answer_words(text: str) -> list[str]:
+def _reply_words(text: str) -> list[str]:
     return normalize_answer(strip_citations(text or "")).split()
 
 
@@ -502,7 +502,7 @@ def replies_agree(a: str, b: str) -> bool:
     """Whether two replies give the same answer: compared without citations, case, punctuation
     and articles, one's words contain the other's as a run ("France" and "in France"), or their
     token F1 is at least 0.5. A reply with no words agrees with nothing."""
-    wa, wb = _answer_words(a), _answer_words(b)
+    wa, wb = _reply_words(a), _reply_words(b)
     if not wa or not wb:
         return False
     short, long_ = sorted((wa, wb), key=len)

@@ -322,8 +322,8 @@ class LlamaCppGenerator:
                                   f"to {max_tokens} exceed n_ctx={self.n_ctx}; raise generator.n_ctx")
         rng = np.random.default_rng([self.seed, zlib.crc32(np.asarray(tokens, dtype=np.int32).tobytes())])
         vocab = llm._model.vocab
-        top = min(top, len(first_row))
-        rows = [first_row] * k
+        n_vocab = len(first_row)
+        top = min(top, n_vocab)
         outs: list[list[int]] = [[] for _ in range(k)]
         live = list(range(k))
         try:
@@ -331,7 +331,7 @@ class LlamaCppGenerator:
                 # Another call has overwritten the prompt's cells since: read it again.
                 self._prefill(tokens)
                 first_row = self._logits()
-                rows = [first_row] * k
+            rows = [first_row] * k  # each reply's next-token logits
             for s in range(1, k + 1):
                 ctx.kv_cache_seq_rm(s, -1, -1)  # nothing left from a draw cut short
                 ctx.kv_cache_seq_cp(0, s, 0, n)
@@ -359,8 +359,6 @@ class LlamaCppGenerator:
                     batch.batch.n_seq_id[j] = 1
                     batch.batch.logits[j] = True
                 ctx.decode(batch)
-                n_vocab = len(first_row)
-                rows = list(rows)
                 for j, i in enumerate(live):
                     rows[i] = np.ctypeslib.as_array(ctx.get_logits_ith(j), shape=(n_vocab,)).astype(np.float64)
         except RuntimeError as exc:
