@@ -144,7 +144,30 @@ def load_batch(path: str | Path) -> tuple[BatchSpec, Path]:
         # Only one would be asked: refuse rather than silently leave the other out.
         raise BatchError(f"{p}: questions has both 'file' and 'inline'; give one of them (put the inline "
                          "questions in the file, or the file's questions inline)")
+    _check_no_index_dir_setting(p, spec)
     return spec, p.parent.resolve()
+
+
+def _check_no_index_dir_setting(p: Path, spec: BatchSpec) -> None:
+    """A batch's index folder is its ``index:`` (else ``<output_dir>/<name>/index``; ``--index``
+    replaces it), which every run is given: a paths.index_dir under overrides: or grid: would be
+    replaced by it unseen, and the run would build or search another index than the one named."""
+    for k, v in spec.overrides.items():
+        try:
+            paths = parse_override(f"{k}={json.dumps(v, default=str)}").get("paths")
+        except ConfigError:
+            continue  # resolved_config names the bad item
+        if isinstance(paths, dict) and "index_dir" in paths:
+            value = paths["index_dir"]
+            raise BatchError(f"{p}: overrides: sets paths.index_dir ({value}), but a batch keeps its index in the "
+                             "folder its index: names (else <output_dir>/<name>/index), which would replace it "
+                             f"unseen; write index: {value} instead (read from the batch file's folder), and take "
+                             "paths.index_dir out of overrides:")
+    for g in spec.grid:
+        if any(k == "paths.index_dir" or "paths.index_dir".startswith(k + ".") for k in _setting_keys(f"{g}=0")):
+            raise BatchError(f"{p}: grid: varies {g}, but every run of a batch uses the one index its index: names "
+                             "(else <output_dir>/<name>/index), which would replace the grid's values unseen; "
+                             "run one batch per index, each with its own index: and name:")
 
 
 def _resolve(base: Path, path: str) -> Path:

@@ -1002,3 +1002,23 @@ def test_the_batch_files_log_dir_is_where_its_log_goes(tmp_path):
     assert yaml.safe_load((tmp_path / "runs" / "t" / "config.yaml").read_text())["paths"]["log_dir"] == str(logs)
     text = "".join(p.read_text() for p in logs.glob("*.jsonl"))
     assert "first attempt with" in text, "the engine's lines go to the batch file's log folder"
+
+
+def test_an_index_folder_under_overrides_or_grid_is_refused_naming_index(tmp_path):
+    # A batch gives every run its index: (else <output_dir>/<name>/index): a paths.index_dir under
+    # overrides: was replaced by it unseen, and the run built another index than the one named.
+    ov = fake_overrides(tmp_path)
+    mine = tmp_path / "mine"
+    replies = {"generator.replies": ["Clara Venn built it [1]."]}
+    for overrides in ({**replies, "paths.index_dir": str(mine)}, {**replies, "paths": {"index_dir": str(mine)}}):
+        f = _batch(tmp_path, overrides=overrides)
+        line = _one_error_line(run(["batch", str(f)], tmp_path, ov))
+        assert f"overrides: sets paths.index_dir ({mine})" in line and f"write index: {mine} instead" in line, line
+        assert not mine.exists() and not (tmp_path / "runs").exists()
+    f = _batch(tmp_path, grid={"paths.index_dir": [str(mine), str(tmp_path / "other")]})
+    line = _one_error_line(run(["eval", str(f), "--retrieval-only"], tmp_path, ov))
+    assert "grid: varies paths.index_dir" in line and "its own index:" in line, line
+    # Other paths.* settings there are used, as before.
+    f = _batch(tmp_path, overrides={**replies, "paths.memory_db": str(tmp_path / "m.db")})
+    assert run(["batch", str(f)], tmp_path, [o for o in ov if not o.startswith("paths.memory_db=")]).returncode == 0
+    assert (tmp_path / "m.db").exists() and (tmp_path / "index").is_dir()
