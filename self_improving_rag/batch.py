@@ -367,7 +367,7 @@ def _changed_settings(run_dir: Path, config: Config) -> str:
     try:
         stored = yaml.safe_load(stored_path.read_text(encoding="utf-8")) or {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return ""  # an unreadable record of the settings cannot be compared; it is rewritten
+        return ""  # an unreadable record of the settings cannot be compared (a resume is refused)
 
     def flat(d: Any, prefix: str = "") -> dict[str, Any]:
         if not isinstance(d, dict):
@@ -435,6 +435,18 @@ def _run_changes(run_dir: Path, config: Config, corpus: list[Path]) -> str:
 
 def _check_resume_config(run_dir: Path, config: Config, n_done: int, corpus: list[Path]) -> None:
     """A resumed run must use the settings and the corpus paths its earlier results were made with."""
+    stored = run_dir / "config.yaml"
+    try:
+        readable = isinstance(yaml.safe_load(stored.read_text(encoding="utf-8")), dict)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        readable = False
+    if not readable:
+        # Nothing to compare with: a resume with other settings would mix them into one results.jsonl unseen.
+        why = "cannot be read" if stored.exists() else "is missing"
+        raise BatchError(f"{run_dir} already holds {n_done} result(s), but its config.yaml, the record of the "
+                         f"settings they were made with, {why}, so a resume cannot tell whether it would mix "
+                         "results of other settings. Restore that file, give the run another name (the batch "
+                         "file's name:, or sirag eval --name NEW), or delete that folder to ask its questions again")
     shown = _run_changes(run_dir, config, corpus)
     if shown:
         raise BatchError(f"{run_dir} already holds {n_done} result(s) made with other settings ({shown}); "
@@ -1044,6 +1056,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     if guard_index and corpus:
         _check_index_sources(index_dir, corpus)
     from .memory import MemoryStore
+    from .retrieval.index import atomic_write_text
 
     for db in dict.fromkeys(c.paths.memory_db for _, c, _, _ in runs):
         # Opened (and migrated) once before any index is built: an unusable --memory path must not
@@ -1091,7 +1104,8 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
                                   start_with=(fits or {}).get(run_name, _LATEST))
                 if corpus and not guard_index:
                     _check_index_keeps_documents(index_dir, corpus)  # only when it would be ingested into
-                (run_dir / "config.yaml").write_text(to_yaml(config), encoding="utf-8")
+                # Whole or not at all: a resume is refused when the record of the settings cannot be read.
+                atomic_write_text(run_dir / "config.yaml", to_yaml(config))
                 if corpus:
                     (run_dir / "corpus.json").write_text(json.dumps(_corpus_record(corpus)), encoding="utf-8")
                     ensure_index(config, corpus, index_dir, progress, out_root)

@@ -1022,3 +1022,24 @@ def test_an_index_folder_under_overrides_or_grid_is_refused_naming_index(tmp_pat
     f = _batch(tmp_path, overrides={**replies, "paths.memory_db": str(tmp_path / "m.db")})
     assert run(["batch", str(f)], tmp_path, [o for o in ov if not o.startswith("paths.memory_db=")]).returncode == 0
     assert (tmp_path / "m.db").exists() and (tmp_path / "index").is_dir()
+
+
+def test_a_resume_of_a_run_whose_config_yaml_is_gone_is_refused(tmp_path):
+    # With no record of the settings there was nothing to compare: a resume with other settings
+    # added its rows to results made with the old ones, in one results.jsonl.
+    ov = fake_overrides(tmp_path)
+    f = _batch(tmp_path)
+    assert run(["batch", str(f), "--limit", "1"], tmp_path, ov).returncode == 0
+    run_dir = tmp_path / "runs" / "t"
+    results = (run_dir / "results.jsonl").read_text()
+    (run_dir / "config.yaml").unlink()
+    line = _one_error_line(run(["batch", str(f)], tmp_path, ov + ["strategy.top_k=7"]))
+    assert f"{run_dir} already holds 1 result(s), but its config.yaml" in line and "is missing" in line, line
+    assert "another name" in line and "--name NEW" in line, line
+    (run_dir / "config.yaml").write_text("strategy: [unclosed\n")
+    line = _one_error_line(run(["batch", str(f)], tmp_path, ov))
+    assert "cannot be read" in line, line
+    assert (run_dir / "results.jsonl").read_text() == results
+    assert (run_dir / "config.yaml").read_text() == "strategy: [unclosed\n"
+    # A finished run asks nothing, so it is only summarised, as before.
+    assert run(["batch", str(f), "--limit", "1"], tmp_path, ov).returncode == 0
