@@ -967,6 +967,10 @@ def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: l
         owners = [name for name, sp in subs.items() if name != command and option in sp._option_string_actions]
         if option.startswith("-") and owners:
             hints.append(f"{option} is an option of `sirag {'`, `sirag '.join(owners)}`")
+        elif option == "--resume" and command in ("batch", "eval"):
+            # Runs resume by themselves: the same batch (the same name) run again skips what it answered.
+            hints.append("a run resumes by itself: run the same batch again, under the same name, and the "
+                         "questions already answered are kept, not asked again")
         elif action == "search" and option.startswith("-") and not option.startswith("--") \
                 and option not in target._option_string_actions:
             # Not an option anywhere: most likely a word to search for that begins with -.

@@ -1043,3 +1043,11 @@ def test_a_resume_of_a_run_whose_config_yaml_is_gone_is_refused(tmp_path):
     assert (run_dir / "config.yaml").read_text() == "strategy: [unclosed\n"
     # A finished run asks nothing, so it is only summarised, as before.
     assert run(["batch", str(f), "--limit", "1"], tmp_path, ov).returncode == 0
+
+
+def test_resume_given_as_an_option_says_that_running_again_resumes(tmp_path):
+    f = _batch(tmp_path)
+    for command in ("eval", "batch"):
+        r = run([command, str(f), "--resume"], tmp_path)
+        assert r.returncode == 2 and "unrecognized arguments: --resume" in r.stderr, r.stderr
+        assert "run the same batch again, under the same name" in r.stderr and "already answered" in r.stderr
