@@ -1160,10 +1160,18 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
         _record_gold(config, run_name, rows)
         summaries.append(summary)
-    if len(summaries) > 1:
-        noloop = "" if any(s["loop"] for s in summaries) else "-noloop"  # as its runs are named
-        write_comparison(summaries, out_root / f"{spec.name}{suffix}{noloop}-comparison")
+    if (stem := comparison_stem(out_root, spec.name, summaries, suffix)) is not None:
+        write_comparison(summaries, stem)
     return summaries
+
+
+def comparison_stem(out_root: Path, name: str, summaries: list[dict], suffix: str = "") -> Path | None:
+    """Where :func:`run_batch` writes the comparison of its runs (``<stem>.json``, ``.md``, ``.png``),
+    or None when it made one run (no comparison)."""
+    if len(summaries) < 2:
+        return None
+    noloop = "" if any(s["loop"] for s in summaries) else "-noloop"  # as its runs are named
+    return out_root / f"{name}{suffix}{noloop}-comparison"
 
 
 def _run_pool(todo: list[QAItem], run_name: str, keep: Callable[[dict], None], workers: int,
@@ -1531,15 +1539,17 @@ def _print_summary(s: dict) -> None:
             f"{k} {v.get('p50', 0) / 1000:.2f}/{v.get('p95', 0) / 1000:.2f}" for k, v in s["latency_ms"].items() if v.get("p50") is not None))
 
 
-def _print_where(out_root: Path, summaries: list[dict], comparison: Path | None = None) -> None:
+def _print_where(out_root: Path, summaries: list[dict], comparisons: list[Path | None] = ()) -> None:
     """Where the runs were written: the batch file's folder (its output_dir:), not the folder
-    the command ran in, so the summary lines alone leave a user looking in the wrong place."""
+    the command ran in, so the summary lines alone leave a user looking in the wrong place; and
+    the comparison tables written there (a grid's, the loop-vs-noloop one)."""
     if not summaries:
         return
     runs = ", ".join(f"{s['run']}/" for s in summaries)
     line = f"results: {out_root}{os.sep} {runs} (results.jsonl, summary.json)"
-    if comparison is not None:
-        line += f"; comparison: {comparison.name}.{{json,md,png}}"
+    written = [f"{c.name}.{{json,md,png}}" for c in comparisons if c is not None]
+    if written:
+        line += f"; comparison{'s' if len(written) > 1 else ''}: {', '.join(written)}"
     print(line)
 
 
@@ -1574,7 +1584,8 @@ def cmd_batch(args: argparse.Namespace, config: Config) -> int:
     else:
         for s in summaries:
             _print_summary(s)
-        _print_where(_resolve(base, spec.output_dir), summaries)
+        out_root = _resolve(base, spec.output_dir)
+        _print_where(out_root, summaries, [comparison_stem(out_root, spec.name, summaries)])
     return 0
 
 
@@ -1634,21 +1645,24 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
     summaries = run_batch(spec, base, config, limit=args.limit, workers=args.workers,
                           loop=False if args.no_retry else None, progress=progress, offset=args.offset,
                           cli_overrides=args.overrides, guard_index=bool(args.index), derived=derived)
+    out_root = _resolve(base, spec.output_dir)
+    comparisons = [comparison_stem(out_root, spec.name, summaries)]  # a grid's, as run_batch wrote it
     if summaries and not any("correct_or_rightly_refused" in s for s in summaries):
         print("warning: no question of this evaluation has gold answers, so nothing was graded (no accuracy, "
               "refusal or calibration figures); give each question 'answers' (or 'answerable: false'), or use "
               "`sirag batch` to only run questions", file=sys.stderr)
     if args.compare_no_retry:
-        out_root = _resolve(base, spec.output_dir)
         loop_runs = [s for s in summaries if s["loop"]]  # a grid point with the loop off is its own loop-off run
         current = {it.id: it for it in load_items(spec, base)}  # the derived runs summarise what the loop run did
         if args.separate_no_retry_run:
             # calibrate=False: the loop run's gold labels must not calibrate its own comparison; and
             # each loop-off run is scored with the confidence weights of the loop run it is set beside.
-            summaries += run_batch(spec, base, config, limit=args.limit, workers=args.workers, loop=False,
-                                   progress=progress, offset=args.offset, cli_overrides=args.overrides,
-                                   guard_index=bool(args.index), calibrate=False,
-                                   fits={s["run"] + "-noloop": pinned_fit(out_root / s["run"]) for s in loop_runs})
+            noloop = run_batch(spec, base, config, limit=args.limit, workers=args.workers, loop=False,
+                               progress=progress, offset=args.offset, cli_overrides=args.overrides,
+                               guard_index=bool(args.index), calibrate=False,
+                               fits={s["run"] + "-noloop": pinned_fit(out_root / s["run"]) for s in loop_runs})
+            comparisons.append(comparison_stem(out_root, spec.name, noloop))
+            summaries += noloop
         else:
             for s in loop_runs:
                 run_cfg = _run_config(out_root / s["run"])
@@ -1656,8 +1670,8 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
         # No loop at all: the first attempt's answer as the model gave it, no checks, no refusal but its own decline.
         summaries += [derive_plain_run(out_root / s["run"], current) for s in loop_runs]
         summaries = _on_common_questions(summaries, out_root, current)
-        out = _resolve(base, spec.output_dir) / f"{spec.name}-loop-vs-noloop"
-        write_comparison(summaries, out)
+        comparisons.append(out_root / f"{spec.name}-loop-vs-noloop")
+        write_comparison(summaries, comparisons[-1])
     if args.json:
         print(json.dumps(summaries))
     else:
@@ -1665,8 +1679,7 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
             _print_summary(s)
         if len(summaries) > 1:
             print(markdown_table([{"run": s["run"], **{k: s.get(k) for k in COMPARE_KEYS}} for s in summaries]))
-        _print_where(_resolve(base, spec.output_dir), summaries,
-                     _resolve(base, spec.output_dir) / f"{spec.name}-loop-vs-noloop" if args.compare_no_retry else None)
+        _print_where(out_root, summaries, comparisons)
     return 0
 
 

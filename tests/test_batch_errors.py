@@ -1051,3 +1051,17 @@ def test_resume_given_as_an_option_says_that_running_again_resumes(tmp_path):
         r = run([command, str(f), "--resume"], tmp_path)
         assert r.returncode == 2 and "unrecognized arguments: --resume" in r.stderr, r.stderr
         assert "run the same batch again, under the same name" in r.stderr and "already answered" in r.stderr
+
+
+def test_the_results_line_of_a_grid_names_its_comparison_files(tmp_path):
+    ov = fake_overrides(tmp_path)
+    f = _batch(tmp_path, grid={"strategy.top_k": [3, 5]})
+    r = run(["batch", str(f)], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("results: "))
+    assert line.endswith("; comparison: t-comparison.{json,md,png}"), line
+    assert (tmp_path / "runs" / "t-comparison.json").is_file()
+    r = run(["eval", str(f), "--compare-no-retry"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("results: "))
+    assert line.endswith("; comparisons: t-comparison.{json,md,png}, t-loop-vs-noloop.{json,md,png}"), line
