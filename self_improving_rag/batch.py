@@ -941,10 +941,11 @@ def _file_in_the_way(folder: Path) -> Path | None:
     return None
 
 
-def _check_folders(out_root: Path, run_names: list[str], index_dir: str) -> None:
+def _check_folders(out_root: Path | None, run_names: list[str], index_dir: str) -> None:
     """Before anything is written: a file where the output folder, a run's folder or the index
-    folder goes made mkdir fail with a bare "Not a directory" or "File exists"."""
-    if (f := _file_in_the_way(out_root)) is not None:
+    folder goes made mkdir fail with a bare "Not a directory" or "File exists". ``out_root`` is
+    None when nothing is written there (``--retrieval-only`` with an index elsewhere)."""
+    if out_root is not None and (f := _file_in_the_way(out_root)) is not None:
         what = "is a file, not a folder" if f == out_root else f"cannot be made: {f} is a file"
         raise BatchError(f"the output folder {out_root} {what}; give another output folder (the batch file's "
                          "output_dir:, or sirag eval --output-dir DIR), or move that file away")

@@ -1065,3 +1065,16 @@ def test_the_results_line_of_a_grid_names_its_comparison_files(tmp_path):
     assert r.returncode == 0, r.stderr
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("results: "))
     assert line.endswith("; comparisons: t-comparison.{json,md,png}, t-loop-vs-noloop.{json,md,png}"), line
+
+
+def test_retrieval_only_names_an_output_folder_that_is_a_file(tmp_path):
+    # The index goes to <output_dir>/<name>/index by default: a file there was reported as an
+    # index problem ("pass --index with a directory path").
+    ov = fake_overrides(tmp_path)
+    f = _batch(tmp_path, index=None)
+    (tmp_path / "out").write_text("keep\n")
+    line = _one_error_line(run(["eval", str(f), "--retrieval-only", "--output-dir", str(tmp_path / "out")],
+                               tmp_path, ov))
+    assert f"the output folder {tmp_path / 'out'} is a file" in line and "--output-dir" in line, line
+    assert "--index" not in line, line
+    assert (tmp_path / "out").read_text() == "keep\n"

@@ -29,8 +29,8 @@ def _hit(item: QAItem, doc_id: str, text: str) -> bool:
 def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, ks=(1, 3, 5, 10),
                    chunkers=None, retrievers=("dense", "bm25", "hybrid"), rerank=(False, True),
                    cli_overrides=(), offset: int | None = None, guard_index: bool = False) -> dict:
-    from ..batch import (_check_index_keeps_documents, _check_index_sources, check_documents, ensure_index, load_items,
-                         resolved_config, run_inputs)
+    from ..batch import (_check_folders, _check_index_keeps_documents, _check_index_sources, check_documents,
+                         ensure_index, load_items, resolved_config, run_inputs)
     from ..errors import BatchError
     from ..retrieval.embedder import embedder_from_config
     from ..retrieval.searcher import Searcher
@@ -43,6 +43,9 @@ def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, k
                          "questions with evidence quotes (JSONL 'evidence') or SQuAD paragraphs")
     out_root, index_dir, corpus = run_inputs(spec, base, items)
     cfg = resolved_config(config, spec, {}, index_dir, cli_overrides)
+    # Only the index is written: a file in the way is named as a run names it (the output folder's
+    # problem when the index goes there, as <output_dir>/<name>/index does by default).
+    _check_folders(out_root if Path(index_dir).is_relative_to(out_root) else None, [], index_dir)
     check_documents(spec, index_dir, corpus)
     if corpus:
         if guard_index:
