@@ -516,6 +516,11 @@ def _either(names: tuple[str, ...]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
+def _both(names: tuple[str, ...]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 @command
 def cmd_memory(args: argparse.Namespace, config: Config) -> int:
     """Analyse the memory store: stats, strategies, failures, show ID, search TEXT, export, report;
@@ -650,23 +655,24 @@ def _memory_merge(files: list[str], args: argparse.Namespace, config: Config) ->
             raise InputError(f"{f} is the --memory store itself; merge other stores into it")
         open_merge_source(f).close()  # missing, damaged, foreign or older: says so, and nothing is merged
     store = _memory(config)
+    results: list[dict[str, Any]] = []
     try:
-        results = [{"file": f, **store.merge_from(f)} for f in files]
+        for f in files:
+            try:
+                results.append({"file": f, **store.merge_from(f)})
+            except BaseException:
+                # Each file is merged in its own transaction: the ones before this failure stay merged.
+                # Say what is in the store now before the error, which names only the failure.
+                _print_merged(results, files[len(results):], config, args.json)
+                raise
         fit = store.latest_calibration() if any(r["fits_added"] for r in results) else None
         c = config.calibration
         due = (calibration_status(store, c.auto_fit, c.auto_min_labels, c.auto_refit_after)["automatic_fit"]
                if fit is None and any(r["feedback_added"] for r in results) and not args.json else None)
     finally:
         store.close()
-    if args.json:
-        _print_json(results)
-    else:
-        for r in results:
-            print(f"{r['file']}: {r['outcomes_added']} outcome(s) added with {r['attempts_added']} attempt(s), "
-                  f"{r['questions_added']} new question(s), {r['feedback_added']} label(s), {r['fits_added']} "
-                  f"calibration fit(s); skipped {r['outcomes_present']} already here and "
-                  f"{r['outcomes_same_run_item']} of batch items recorded here under another id")
-        print(f"into {config.paths.memory_db}")
+    _print_merged(results, [], config, args.json)
+    if not args.json:
         if fit is not None:
             what = ("the default weights (a reset)" if (fit["metrics"] or {}).get("reset_to_defaults")
                     else f"fit {fit['id']} made {fit['created_at']} on {fit['n']} label(s)")
@@ -677,6 +683,28 @@ def _memory_merge(files: list[str], args: argparse.Namespace, config: Config) ->
             print("labels added: `sirag calibrate` fits the confidence on all labels here; the automatic fit is "
                   + when)
     return 0
+
+
+def _print_merged(results: list[dict[str, Any]], unmerged: list[str], config: Config, as_json: bool) -> None:
+    """What ``memory merge`` added from each file merged; when a file failed (``unmerged``: it and those
+    after it), what was merged before the failure and what was not, said before the error itself."""
+    if as_json:
+        _print_json(results if not unmerged else {"merged": results, "not_merged": unmerged})
+    else:
+        for r in results:
+            print(f"{r['file']}: {r['outcomes_added']} outcome(s) added with {r['attempts_added']} attempt(s), "
+                  f"{r['questions_added']} new question(s), {r['feedback_added']} label(s), {r['fits_added']} "
+                  f"calibration fit(s); skipped {r['outcomes_present']} already here and "
+                  f"{r['outcomes_same_run_item']} of batch items recorded here under another id")
+        if results or not unmerged:
+            print(f"into {config.paths.memory_db}")
+    if unmerged:
+        done = (f"{_both(tuple(r['file'] for r in results))} {'was' if len(results) == 1 else 'were'} merged "
+                f"into {config.paths.memory_db} and stay{'s' if len(results) == 1 else ''} merged"
+                if results else f"nothing was merged into {config.paths.memory_db}")
+        print(f"{done}; {_both(tuple(unmerged))} {'was' if len(unmerged) == 1 else 'were'} not merged (the message "
+              "below says why): once that is fixed, run the same command again, which adds only what is still "
+              "missing", file=sys.stderr)
 
 
 def _print_item(key: str, value: Any, indent: str = "") -> None:

@@ -598,6 +598,11 @@ class MemoryStore:
                 f"cannot write memory database {self.path} (read-only file or directory); fix its "
                 "permissions or pass --memory with a writable path"
             )
+        if "database or disk is full" in msg or "disk i/o error" in msg:  # no space, or a file size limit
+            return MemoryStoreError(
+                f"cannot write memory database {self.path}: {exc} (is its disk full?); free some space or pass "
+                "--memory with a path on another disk"
+            )
         if isinstance(exc, sqlite3.OperationalError) and _is_locked(exc):
             return MemoryStoreError(
                 f"memory database {self.path} stayed locked by another process for "

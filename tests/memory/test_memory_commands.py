@@ -246,3 +246,65 @@ def test_a_search_cut_by_its_limit_says_so(db, tmp_path, capsys):
     assert len(json.loads(capsys.readouterr().out)) == 1
     assert sirag(tmp_path, ["memory", "search", "who"], "--limit", "2") == 0
     assert "--limit sets how many" not in capsys.readouterr().out  # nothing left out
+
+
+def _shards(tmp_path: Path) -> tuple[Path, Path]:
+    a, b = tmp_path / "a.db", tmp_path / "b.db"
+    with MemoryStore(a) as store:
+        store.record(make_answer("Who built the lighthouse?"))
+    with MemoryStore(b) as store:
+        store.record(make_answer("Who owns the mill?"))
+        store.record(make_answer("Who kept the lighthouse?"))
+    return a, b
+
+
+def test_a_merge_that_fails_on_a_later_file_says_what_was_merged_before(tmp_path, capsys):
+    """`memory merge A B` printed only B's error, though A stayed merged: the target's content was unknown."""
+    a, b = _shards(tmp_path)
+    target = tmp_path / "t.db"
+    real = MemoryStore.merge_from
+
+    def spoiled(self, other):  # b.db passed the check, then went bad before its turn
+        if Path(other) == b:
+            b.write_bytes(b"not a database at all" * 100)
+        return real(self, other)
+
+    with mock.patch.object(MemoryStore, "merge_from", spoiled):
+        assert sirag(tmp_path, ["memory", "merge", str(a), str(b), str(a)], "--memory", str(target)) == 2
+    out, err = capsys.readouterr()
+    assert out.startswith(f"{a}: 1 outcome(s) added") and str(b) not in out, out
+    lines = err.splitlines()
+    assert len(lines) == 2, err
+    assert lines[0] == (f"{a} was merged into {target} and stays merged; {b} and {a} were not merged (the message "
+                        "below says why): once that is fixed, run the same command again, which adds only what is "
+                        "still missing"), err
+    assert lines[1].startswith(f"error: cannot merge {b}: it is not a SQLite database"), err
+    with MemoryStore(target, read_only=True) as store:
+        assert store.stats()["outcomes"] == 1
+
+
+def test_a_merge_that_fails_mid_way_says_so_in_json_and_names_a_full_disk(tmp_path, capsys):
+    import sqlite3
+
+    a, b = _shards(tmp_path)
+    target = tmp_path / "t.db"
+    real = MemoryStore.merge_from
+
+    def full(self, other):  # the second file's transaction meets a full disk mid-way
+        if Path(other) != b:
+            return real(self, other)
+        with mock.patch.object(MemoryStore, "_insert", side_effect=sqlite3.OperationalError("database or disk is full")):
+            return real(self, other)
+
+    with mock.patch.object(MemoryStore, "merge_from", full):
+        assert sirag(tmp_path, ["memory", "merge", str(a), str(b)], "--memory", str(target), "--json") == 2
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    assert [r["file"] for r in data["merged"]] == [str(a)] and data["merged"][0]["outcomes_added"] == 1
+    assert data["not_merged"] == [str(b)]
+    assert f"{a} was merged into {target} and stays merged; {b} was not merged" in err, err
+    assert (f"error: cannot write memory database {target}: database or disk is full (is its disk full?)"
+            in err and "internal error" not in err), err
+    # Once fixed, the same command adds only what is missing.
+    assert sirag(tmp_path, ["memory", "merge", str(a), str(b)], "--memory", str(target), "--json") == 0
+    assert [r["outcomes_added"] for r in json.loads(capsys.readouterr().out)] == [0, 2]
