@@ -737,24 +737,36 @@ def cmd_feedback(args: argparse.Namespace, config: Config) -> int:
     policy.use_labels: true).
 
     Example: sirag feedback 3f2a9c1b --correct
+    A different label replaces the outcome's earlier one; the same label again (without a new
+    --note) changes nothing, and says so.
     """
     store = _existing_memory(config, "feedback")
     try:
         outcome = store.show(args.outcome_id)
         oid = outcome["id"]
         before = outcome["current_label"]
-        store.add_feedback(oid, correct=args.correct, source="user", note=args.note or "")
+        written = store.add_feedback(oid, correct=args.correct, source="user", note=args.note or "",
+                                     unless_current=True)
     finally:
         store.close()
     notes = []
-    if before is not None:
+    same = before is not None and before["label"] == int(args.correct)
+    if before is not None and written and not same:
         notes.append(f"it replaces the earlier {before['source']} label ({'correct' if before['label'] else 'wrong'})")
+    elif written and same and before["source"] == "gold":
+        notes.append("the gold label said the same; as a user label it is kept over any later gold label")
+    elif written and same:
+        notes.append("the outcome already had this label; the new note is kept with it")
     if outcome["refused"]:
         notes.append("this outcome is a refusal: the label is kept and counted, but calibration (and the strategy "
                      "policy, with policy.use_labels: true) learns only from labelled answers")
     if args.json:
         _print_json({"outcome_id": oid, "correct": bool(args.correct), "source": "user", "note": args.note or "",
-                     "replaced": before, "refusal": bool(outcome["refused"])})
+                     "replaced": before if written and not same else None, "written": written,
+                     "refusal": bool(outcome["refused"])})
+    elif not written:
+        print(f"unchanged: outcome {oid[:12]} was already labelled {'correct' if args.correct else 'wrong'} by a "
+              "user; nothing was written")
     else:
         print(f"recorded: outcome {oid[:12]} is {'correct' if args.correct else 'wrong'}")
         for n in notes:

@@ -348,7 +348,8 @@ def test_commands_that_read_memory_refuse_to_create_destroy_or_adopt_a_database(
     # feedback --json prints JSON.
     r = run(["feedback", oid[:10], "--wrong", "--json"], tmp_path, ov)
     assert r.returncode == 0 and json.loads(r.stdout) == {"outcome_id": oid, "correct": False, "source": "user",
-                                                           "note": "", "replaced": None, "refusal": False}
+                                                           "note": "", "replaced": None, "written": True,
+                                                           "refusal": False}
     # A second label says what it replaces.
     r = run(["feedback", oid[:10], "--correct"], tmp_path, ov)
     assert r.returncode == 0 and "replaces the earlier user label (wrong)" in r.stderr

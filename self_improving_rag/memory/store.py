@@ -800,7 +800,7 @@ class MemoryStore:
         return self._write(write)
 
     def add_feedback(self, outcome_id: str, correct: bool, source: str = "user", note: str = "",
-                     keep_settled: bool = False) -> bool:
+                     keep_settled: bool = False, unless_current: bool = False) -> bool:
         """Label an outcome correct or wrong (``source`` 'user' or 'gold').
 
         The current label is the newest user label, else the newest gold label (see
@@ -817,7 +817,11 @@ class MemoryStore:
         (how evaluations write gold labels) nothing is written when a user has labelled the
         outcome or its latest label already says the same (checked in the writing
         transaction): a re-run adds no duplicate and never overrides a user, while a corrected
-        gold answer still updates the label. Returns whether a label was written.
+        gold answer still updates the label. With ``unless_current`` (how ``sirag feedback`` writes)
+        nothing is written when the outcome's current label is already this one (same label and
+        source, and ``note`` empty or the same; checked in the writing transaction): a label given
+        twice is not a new label, while a new note is kept.
+        Returns whether a label was written.
         """
         if source not in FEEDBACK_SOURCES:
             raise ValueError(f"source must be one of {FEEDBACK_SOURCES}, got {source!r}")
@@ -830,10 +834,13 @@ class MemoryStore:
 
         def write() -> bool:
             with self._immediate() as db:
-                if keep_settled:
-                    current = db.execute(f"SELECT label, source FROM feedback WHERE outcome_id = ? "
+                if keep_settled or unless_current:
+                    current = db.execute(f"SELECT label, source, note FROM feedback WHERE outcome_id = ? "
                                          f"ORDER BY {self._LABEL_ORDER} LIMIT 1", [full_id]).fetchone()
-                    if current is not None and (current[1] == "user" or current[0] == int(correct)):
+                    if keep_settled and current is not None and (current[1] == "user" or current[0] == int(correct)):
+                        return False
+                    if unless_current and current is not None and current[:2] == (int(correct), source) and (
+                            note in ("", current[2])):
                         return False
                 newest = db.execute("SELECT MAX(created_at) FROM feedback WHERE outcome_id = ?",
                                     [full_id]).fetchone()[0]

@@ -308,3 +308,36 @@ def test_a_merge_that_fails_mid_way_says_so_in_json_and_names_a_full_disk(tmp_pa
     # Once fixed, the same command adds only what is missing.
     assert sirag(tmp_path, ["memory", "merge", str(a), str(b)], "--memory", str(target), "--json") == 0
     assert [r["outcomes_added"] for r in json.loads(capsys.readouterr().out)] == [0, 2]
+
+
+def test_the_same_label_given_again_changes_nothing_and_says_so(db, tmp_path, capsys):
+    """`sirag feedback ID --correct` given twice said it "replaces the earlier user label (correct)" and
+    wrote a second row; the same label is now said to be there already, and nothing is written."""
+    oid = _ids(db)["Who owns Marsh House?"]
+
+    def label(*flags: str) -> tuple[str, str]:
+        assert sirag(tmp_path, ["feedback", oid[:10], *flags]) == 0
+        return capsys.readouterr()
+
+    assert label("--correct") == (f"recorded: outcome {oid[:12]} is correct\n", "")
+    assert label("--correct") == (f"unchanged: outcome {oid[:12]} was already labelled correct by a user; "
+                                  "nothing was written\n", "")
+    out, err = label("--wrong")  # a different label replaces it
+    assert out == f"recorded: outcome {oid[:12]} is wrong\n" and "replaces the earlier user label (correct)" in err
+    out, err = label("--wrong", "--note", "the mill, not the house")  # a new note is kept
+    assert out.startswith("recorded:") and "already had this label; the new note is kept with it" in err, err
+    assert label("--wrong")[0].startswith("unchanged:")  # no note: the earlier one stands
+    assert sirag(tmp_path, ["feedback", oid[:10], "--wrong", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["written"], data["replaced"]) == (False, None)
+    with MemoryStore(db, read_only=True) as store:
+        shown = store.show(oid)
+    assert [(f["label"], f["note"]) for f in shown["feedback"]] == [(1, ""), (0, ""), (0, "the mill, not the house")]
+    assert shown["current_label"]["note"] == "the mill, not the house"
+    # A user label that says what a gold label said is written: it outranks later gold labels.
+    other = _ids(db)["Who kept the lighthouse?"]
+    with MemoryStore(db) as store:
+        store.add_feedback(other, correct=True, source="gold")
+    assert sirag(tmp_path, ["feedback", other[:10], "--correct"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("recorded:") and "the gold label said the same; as a user label it is kept" in err, err
