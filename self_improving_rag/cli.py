@@ -166,8 +166,9 @@ def cmd_ingest(args: argparse.Namespace, config: Config) -> int:
     Example: sirag ingest ../shared/data/corpora/sherlock --index index/sherlock
     The index then holds exactly the given paths: to add a document, list the earlier paths
     too (their unchanged files reuse their chunks and embeddings); a file not listed, or
-    removed, has its chunks dropped, and the documents dropped are named. A path that does
-    not exist stops the ingest with nothing changed. When no file, path or setting changed,
+    removed (or emptied), has its chunks dropped, and the documents dropped are named. A path that
+    does not exist, or a file the index holds that cannot be read now (turned binary, say), stops
+    the ingest with nothing changed. When no file, path or setting changed,
     nothing is written and the index is reported up to date (--rebuild builds it again).
     Folders are walked without hidden entries (names starting with "."); other files left out
     (unsupported types, broken links or links in a loop) are named in a warning.

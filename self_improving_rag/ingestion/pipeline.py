@@ -39,8 +39,8 @@ class IngestReport:
     problems: list[str] = field(default_factory=list)
     chunks: dict[str, int] = field(default_factory=dict)
     reused_documents: int = 0
-    # Documents the index held before and no longer holds (not among the paths given, or
-    # unreadable now), by document id.
+    # Documents the index held before and no longer holds (not among the paths given, removed,
+    # or with no text now), by document id.
     removed_documents: list[str] = field(default_factory=list)
     # Documents that are new to the index or whose content changed (the others were chunked
     # again only because a chunker's settings changed, or reused).
@@ -85,8 +85,8 @@ class IngestReport:
         lines = [f"warning: {p}" for p in self.problems]
         if self.removed_documents:
             lines.append(f"note: {len(self.removed_documents)} document(s) the index held are no longer in it: "
-                         f"{', '.join(self.removed_documents)} (a file not among the paths given, or one that could "
-                         "not be read now, is dropped)")
+                         f"{', '.join(self.removed_documents)} (a file removed or not among the paths given, or one "
+                         "with no text now, is dropped)")
         return lines
 
 
@@ -390,12 +390,19 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
             t_chunk = time.perf_counter()
             bar = tqdm(files, desc="chunking", unit="file", disable=not progress or None, leave=False)
             sentence_embed = lambda texts: cache.embed(texts, embedder.embed)  # noqa: E731
+            # Files of documents the index holds that cannot be read now (binary, unreadable, too
+            # large): the ingest stops rather than drop what the index holds (an empty file is the
+            # user's edit: its document is dropped, with a warning).
+            unreadable: list[tuple[str, str]] = []
             for f in bar:
                 doc_id = ids[f]
                 try:
                     sha = sha_of(f) if f.stat().st_size <= max_bytes else None
                 except OSError as exc:
-                    report.problems.append(f"{f}: cannot be read ({exc.strerror}); check the path and its permissions")
+                    problem = f"{f}: cannot be read ({exc.strerror}); check the path and its permissions"
+                    if doc_id in held_files:
+                        unreadable.append((doc_id, problem))
+                    report.problems.append(problem)
                     continue
                 old = previous.get(doc_id)
                 same_content = sha is not None and bool(old) and old.get("sha256") == sha
@@ -409,6 +416,8 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
                 try:
                     doc = load_document(f, max_bytes=max_bytes)
                 except IngestionError as exc:
+                    if doc_id in held_files and not _is_empty(f):
+                        unreadable.append((doc_id, str(exc)))
                     report.problems.append(str(exc))
                     continue
                 doc = _with_id(doc, doc_id)
@@ -438,6 +447,13 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
                 if not same_content:
                     report.changed_documents += 1
             report.timings_ms["chunk"] = (time.perf_counter() - t_chunk) * 1000
+            if unreadable:
+                doc_id, problem = unreadable[0]
+                more = (f"; and {len(unreadable) - 1} more document(s) the index holds cannot be read now: "
+                        f"{', '.join(d for d, _ in unreadable[1:])}" if len(unreadable) > 1 else "")
+                raise IngestionError(f"{problem}. The index holds its document {doc_id} from an earlier ingest, so "
+                                     f"nothing was changed{more}: fix the file, or move it out of the paths given "
+                                     "(or delete it) to drop its document from the index")
             if not files_meta:
                 raise IngestionError("no document could be ingested: " + "; ".join(report.problems))
             settings = {
@@ -514,6 +530,13 @@ def _only_version_differs(held: object, params: dict) -> bool:
 def _same(a: dict, b: dict) -> bool:
     """Equal once both are written as JSON (tuples read back as lists, as the manifest holds them)."""
     return json.loads(json.dumps(a, sort_keys=True)) == json.loads(json.dumps(b, sort_keys=True))
+
+
+def _is_empty(path: Path) -> bool:
+    try:
+        return path.stat().st_size == 0
+    except OSError:
+        return False
 
 
 def _with_id(doc, doc_id: str):

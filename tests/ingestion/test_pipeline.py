@@ -678,3 +678,51 @@ def test_an_ingest_may_wait_for_another_to_finish(tmp_path):
     with _ingest_lock(root, wait_s=10):
         pass
     held.close()
+
+
+def test_a_held_document_whose_file_cannot_be_read_now_stops_the_ingest(fake_config, tmp_path: Path,
+                                                                         hash_embedder) -> None:
+    """A file the index held that turned binary (or unreadable) was dropped with a warning and exit 0:
+    one bad save lost its document from the index. The ingest now stops and changes nothing; an
+    emptied file is the user's edit and is dropped, as a removed one is."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "lamp.txt").write_text("The keeper lit the lamp at dusk.\n", encoding="utf-8")
+    (folder / "mill.txt").write_text("The miller pressed cider in the barn.\n", encoding="utf-8")
+    (folder / "ferry.txt").write_text("The ferry left the quay at noon.\n", encoding="utf-8")
+    ingest([folder], fake_config, hash_embedder, progress=False)
+    index = CorpusIndex(tmp_path / "index")
+    live, chunks = index.current_dir(), _chunks(tmp_path / "index")
+
+    (folder / "lamp.txt").write_bytes(b"\x00\x01binary\x00" * 50)
+    with pytest.raises(IngestionError) as info:
+        ingest([folder], fake_config, hash_embedder, progress=False)
+    msg = str(info.value)
+    assert msg.startswith(f"{folder / 'lamp.txt'}: looks like a binary file") and "\n" not in msg, msg
+    assert "The index holds its document lamp from an earlier ingest, so nothing was changed" in msg, msg
+    assert index.current_dir() == live and _chunks(tmp_path / "index") == chunks
+
+    # Unreadable (permission denied: root reads any file, so the read is made to fail), and a
+    # second document at once: both named.
+    real = pipeline._file_sha256
+
+    def denied(path: Path) -> str:
+        if path.name == "mill.txt":
+            raise PermissionError(13, "Permission denied")
+        return real(path)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pipeline, "_file_sha256", denied)
+        with pytest.raises(IngestionError) as info:
+            ingest([folder], fake_config, hash_embedder, progress=False)
+    assert "and 1 more document(s) the index holds cannot be read now: mill" in str(info.value), info.value
+    assert index.current_dir() == live
+
+    (folder / "lamp.txt").write_text("The keeper lit the new lamp at dawn.\n", encoding="utf-8")
+    (folder / "mill.txt").write_bytes(b"")  # emptied: dropped, with a warning
+    (folder / "new.txt").write_bytes(b"\x00new\x00" * 20)  # a new bad file: left out, as before
+    report = ingest([folder], fake_config, hash_embedder, progress=False)
+    assert sorted(d["doc_id"] for d in report.documents) == ["ferry", "lamp"]
+    assert report.removed_documents == ["mill"]
+    assert any("file is empty" in p for p in report.problems) and any("new.txt" in p for p in report.problems)
+    assert any("new lamp at dawn" in c.text for c in _chunks(tmp_path / "index")["fixed"])
