@@ -199,7 +199,7 @@ def cmd_ingest(args: argparse.Namespace, config: Config) -> int:
             _print_stats(stats)
     else:
         print(f"indexed {len(report.documents)} document(s) into {report.index_dir} "
-              f"({report.reused_documents} unchanged, {report.embedded_texts} texts embedded, "
+              f"({len(report.documents) - report.changed_documents} unchanged, {report.embedded_texts} texts embedded, "
               f"{report.cached_texts} reused from the cache or this run) in {report.timings_ms['total'] / 1000:.1f} s")
         for name, n in report.chunks.items():
             why = ("  (re-chunked: the index was made by an older sirag)" if name in report.older_chunking

@@ -726,3 +726,22 @@ def test_a_held_document_whose_file_cannot_be_read_now_stops_the_ingest(fake_con
     assert report.removed_documents == ["mill"]
     assert any("file is empty" in p for p in report.problems) and any("new.txt" in p for p in report.problems)
     assert any("new lamp at dawn" in c.text for c in _chunks(tmp_path / "index")["fixed"])
+
+
+def test_a_changed_chunker_setting_reports_the_documents_unchanged(tmp_path: Path, capsys) -> None:
+    """After a chunker setting changed, `sirag ingest` said "0 unchanged" of documents none of which
+    had changed (they were only re-chunked, which the chunker's line says)."""
+    from tests.conftest import main_in_process
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "lamp.txt").write_text("The keeper lit the lamp at dusk. He trimmed the wick at dawn.\n", encoding="utf-8")
+    (folder / "mill.txt").write_text("The miller pressed cider in the barn.\n", encoding="utf-8")
+    sets = [x for s in fake_overrides(tmp_path) for x in ("--set", s)]
+    assert main_in_process(["ingest", str(folder), *sets]) == 0
+    capsys.readouterr()
+    (folder / "mill.txt").write_text("The miller ground barley in the barn.\n", encoding="utf-8")
+    assert main_in_process(["ingest", str(folder), *sets, "--set", "ingestion.fixed.size=30"]) == 0
+    out = capsys.readouterr().out
+    assert "indexed 2 document(s)" in out and "(1 unchanged," in out, out
+    assert "(re-chunked: the index held other settings)" in out, out
