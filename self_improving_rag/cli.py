@@ -8,6 +8,7 @@ import inspect
 import json
 import logging
 import os
+import shlex
 import sys
 import textwrap
 from pathlib import Path
@@ -199,7 +200,8 @@ def cmd_ingest(args: argparse.Namespace, config: Config) -> int:
             _print_stats(stats)
     else:
         print(f"indexed {len(report.documents)} document(s) into {report.index_dir} "
-              f"({len(report.documents) - report.changed_documents} unchanged, {report.embedded_texts} texts embedded, "
+              + ("(all rebuilt, " if args.rebuild else f"({len(report.documents) - report.changed_documents} unchanged, ")
+              + f"{report.embedded_texts} texts embedded, "
               f"{report.cached_texts} reused from the cache or this run) in {report.timings_ms['total'] / 1000:.1f} s")
         for name, n in report.chunks.items():
             why = ("  (re-chunked: the index was made by an older sirag)" if name in report.older_chunking
@@ -745,11 +747,12 @@ def cmd_feedback(args: argparse.Namespace, config: Config) -> int:
     try:
         outcome = store.show(args.outcome_id)
         oid = outcome["id"]
-        before = outcome["current_label"]
+        seen: dict[str, Any] = {}  # the label in use, as the write found it (not as show() did, before it)
         written = store.add_feedback(oid, correct=args.correct, source="user", note=args.note or "",
-                                     unless_current=True)
+                                     unless_current=True, current=seen)
     finally:
         store.close()
+    before = seen or None
     notes = []
     same = before is not None and before["label"] == int(args.correct)
     if before is not None and written and not same:
@@ -997,12 +1000,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: list[str],
-                  action: str | None = None) -> NoReturn:
+                  action: str | None = None, words: list[str] | None = None) -> NoReturn:
     """Exit 2 with the usage of the command given (not the top-level one) and, for an option that
-    belongs to other commands, which ones: ``sirag batch x.yaml --name n`` says --name is eval's."""
+    belongs to other commands, which ones: ``sirag batch x.yaml --name n`` says --name is eval's.
+    ``words``: the words ``memory search`` did take, for its hint about words beginning with -."""
     subs = next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
     target = subs.get(command, parser)
     hints = []
+    dashed = []  # memory search: words that begin with -, not options
     for arg in extra:
         option = arg.split("=", 1)[0]
         owners = [name for name, sp in subs.items() if name != command and option in sp._option_string_actions]
@@ -1015,7 +1020,12 @@ def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: l
         elif action == "search" and option.startswith("-") and not option.startswith("--") \
                 and option not in target._option_string_actions:
             # Not an option anywhere: most likely a word to search for that begins with -.
-            hints.append(f"a word to search for that begins with - goes after --: `sirag memory search -- {arg}`")
+            dashed.append(arg)
+    if dashed:
+        # One hint with every word (a search finds outcomes holding them all, in any order).
+        hints.append(f"a word to search for that begins with - goes after --, with the other words (options "
+                     "before the --): "
+                     f"`sirag memory search -- {' '.join(shlex.quote(w) for w in [*(words or []), *dashed])}`")
     target.error(f"unrecognized arguments: {' '.join(extra)}" + (f" ({'; '.join(hints)})" if hints else ""))
 
 
@@ -1023,7 +1033,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:
-        _unrecognized(parser, args.command, extra, getattr(args, "action", None))
+        _unrecognized(parser, args.command, extra, getattr(args, "action", None), getattr(args, "arg", None))
     if not args.command:
         parser.print_help()
         return 2

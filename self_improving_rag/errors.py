@@ -21,6 +21,11 @@ class IngestionError(SiragError):
     """Documents could not be read or indexed."""
 
 
+class NoTextError(IngestionError):
+    """A document file holds no text to index (empty, whitespace only, a page with nothing
+    visible): what a user's edit that emptied it leaves, unlike a file that cannot be read."""
+
+
 class IndexNotFoundError(SiragError):
     """No index exists where one was expected."""
 

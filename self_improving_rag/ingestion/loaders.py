@@ -23,7 +23,7 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
-from self_improving_rag.errors import IngestionError
+from self_improving_rag.errors import IngestionError, NoTextError
 from self_improving_rag.ingestion.sections import detect_sections, markdown_title
 from self_improving_rag.types import Document
 
@@ -113,7 +113,8 @@ def load_document(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> Document:
     """Read one supported file into a cleaned ``Document`` with its sections.
 
     Raises ``IngestionError`` for a missing, unreadable, unsupported, empty, binary,
-    undecodable or too large file, and for a PDF without extractable text.
+    undecodable or too large file, and for a PDF without extractable text; ``NoTextError`` (an
+    ``IngestionError``) for one that is empty, whitespace only, or without text once cleaned.
     """
     if not isinstance(max_bytes, int) or max_bytes <= 0:
         raise ValueError(f"max_bytes must be a positive int, got {max_bytes!r}")
@@ -208,8 +209,8 @@ def iter_source_files(paths: list[Path], exclude: tuple[Path, ...] = ()) -> tupl
 # ---------------------------------------------------------------- files and bytes
 
 
-def _fail(path: Path, problem: str, fix: str) -> IngestionError:
-    return IngestionError(f"{path}: {problem}; {fix}")
+def _fail(path: Path, problem: str, fix: str, error: type[IngestionError] = IngestionError) -> IngestionError:
+    return error(f"{path}: {problem}; {fix}")
 
 
 def _unsupported_message(path: Path) -> str:
@@ -245,7 +246,7 @@ def _check_file(path: Path, max_bytes: int) -> str:
             f"{info.st_size // 2**20 + 1})",
         )
     if info.st_size == 0:
-        raise _fail(path, "file is empty", "add text to it or leave it out")
+        raise _fail(path, "file is empty", "add text to it or leave it out", NoTextError)
     return fmt
 
 
@@ -262,7 +263,7 @@ def _read_bytes(path: Path, max_bytes: int) -> bytes:
         raise _fail(path, f"file is larger than the limit of {max_bytes} bytes",
                     "split the file or raise the size limit")
     if not raw:
-        raise _fail(path, "file is empty", "add text to it or leave it out")
+        raise _fail(path, "file is empty", "add text to it or leave it out", NoTextError)
     return raw
 
 
@@ -481,7 +482,7 @@ def _clean(text: str) -> str:
 
 def _require_text(path: Path, text: str, problem: str = "file contains only whitespace") -> str:
     if not text.strip():
-        raise _fail(path, problem, "add text to it or leave it out")
+        raise _fail(path, problem, "add text to it or leave it out", NoTextError)
     return text
 
 

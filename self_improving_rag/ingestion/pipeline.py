@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import __version__
 from ..config import Config
-from ..errors import IngestionError, SiragError
+from ..errors import IngestionError, NoTextError, SiragError
 from ..retrieval.embedder import Embedder
 from ..retrieval.index import FORMAT_VERSION, CorpusIndex, EmbeddingCache
 from ..types import Chunk
@@ -391,8 +391,8 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
             bar = tqdm(files, desc="chunking", unit="file", disable=not progress or None, leave=False)
             sentence_embed = lambda texts: cache.embed(texts, embedder.embed)  # noqa: E731
             # Files of documents the index holds that cannot be read now (binary, unreadable, too
-            # large): the ingest stops rather than drop what the index holds (an empty file is the
-            # user's edit: its document is dropped, with a warning).
+            # large): the ingest stops rather than drop what the index holds (a file left without
+            # text, empty or whitespace only, is the user's edit: its document is dropped, with a warning).
             unreadable: list[tuple[str, str]] = []
             for f in bar:
                 doc_id = ids[f]
@@ -416,7 +416,7 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
                 try:
                     doc = load_document(f, max_bytes=max_bytes)
                 except IngestionError as exc:
-                    if doc_id in held_files and not _is_empty(f):
+                    if doc_id in held_files and not isinstance(exc, NoTextError):  # emptied: the user's edit
                         unreadable.append((doc_id, str(exc)))
                     report.problems.append(str(exc))
                     continue
@@ -530,13 +530,6 @@ def _only_version_differs(held: object, params: dict) -> bool:
 def _same(a: dict, b: dict) -> bool:
     """Equal once both are written as JSON (tuples read back as lists, as the manifest holds them)."""
     return json.loads(json.dumps(a, sort_keys=True)) == json.loads(json.dumps(b, sort_keys=True))
-
-
-def _is_empty(path: Path) -> bool:
-    try:
-        return path.stat().st_size == 0
-    except OSError:
-        return False
 
 
 def _with_id(doc, doc_id: str):

@@ -598,10 +598,16 @@ class MemoryStore:
                 f"cannot write memory database {self.path} (read-only file or directory); fix its "
                 "permissions or pass --memory with a writable path"
             )
-        if "database or disk is full" in msg or "disk i/o error" in msg:  # no space, or a file size limit
+        if "database or disk is full" in msg:  # no space, or a file size limit
             return MemoryStoreError(
-                f"cannot write memory database {self.path}: {exc} (is its disk full?); free some space or pass "
+                f"cannot write memory database {self.path}: {exc}; free some space on its disk or pass "
                 "--memory with a path on another disk"
+            )
+        if "disk i/o error" in msg:  # a file size limit, a failing disk, or the file gone from under it
+            return MemoryStoreError(
+                f"cannot write memory database {self.path}: {exc} (its disk may be full or failing, a file size "
+                "limit reached, or the file removed or unreachable meanwhile); check that disk and the file, or "
+                "pass --memory with a path on another disk"
             )
         if isinstance(exc, sqlite3.OperationalError) and _is_locked(exc):
             return MemoryStoreError(
@@ -800,7 +806,8 @@ class MemoryStore:
         return self._write(write)
 
     def add_feedback(self, outcome_id: str, correct: bool, source: str = "user", note: str = "",
-                     keep_settled: bool = False, unless_current: bool = False) -> bool:
+                     keep_settled: bool = False, unless_current: bool = False,
+                     current: dict[str, Any] | None = None) -> bool:
         """Label an outcome correct or wrong (``source`` 'user' or 'gold').
 
         The current label is the newest user label, else the newest gold label (see
@@ -820,7 +827,10 @@ class MemoryStore:
         gold answer still updates the label. With ``unless_current`` (how ``sirag feedback`` writes)
         nothing is written when the outcome's current label is already this one (same label and
         source, and ``note`` empty or the same; checked in the writing transaction): a label given
-        twice is not a new label, while a new note is kept.
+        twice is not a new label, while a new note is kept. ``current``, a dict, is filled with the
+        label that was in use when the label was written or not (``label``, ``source``, ``note``,
+        ``created_at``; left empty for none), read in the same transaction, so what is said about
+        it is true even when another process labels the outcome at the same moment.
         Returns whether a label was written.
         """
         if source not in FEEDBACK_SOURCES:
@@ -834,13 +844,17 @@ class MemoryStore:
 
         def write() -> bool:
             with self._immediate() as db:
-                if keep_settled or unless_current:
-                    current = db.execute(f"SELECT label, source, note FROM feedback WHERE outcome_id = ? "
-                                         f"ORDER BY {self._LABEL_ORDER} LIMIT 1", [full_id]).fetchone()
-                    if keep_settled and current is not None and (current[1] == "user" or current[0] == int(correct)):
+                if keep_settled or unless_current or current is not None:
+                    label = db.execute(f"SELECT label, source, note, created_at FROM feedback WHERE outcome_id = ? "
+                                       f"ORDER BY {self._LABEL_ORDER} LIMIT 1", [full_id]).fetchone()
+                    if current is not None:
+                        current.clear()
+                        if label is not None:
+                            current.update(zip(("label", "source", "note", "created_at"), label))
+                    if keep_settled and label is not None and (label[1] == "user" or label[0] == int(correct)):
                         return False
-                    if unless_current and current is not None and current[:2] == (int(correct), source) and (
-                            note in ("", current[2])):
+                    if unless_current and label is not None and label[:2] == (int(correct), source) and (
+                            note in ("", label[2])):
                         return False
                 newest = db.execute("SELECT MAX(created_at) FROM feedback WHERE outcome_id = ?",
                                     [full_id]).fetchone()[0]

@@ -745,3 +745,25 @@ def test_a_changed_chunker_setting_reports_the_documents_unchanged(tmp_path: Pat
     out = capsys.readouterr().out
     assert "indexed 2 document(s)" in out and "(1 unchanged," in out, out
     assert "(re-chunked: the index held other settings)" in out, out
+    # A rebuild chunks every document again: it says so, not "0 unchanged".
+    assert main_in_process(["ingest", str(folder), *sets, "--set", "ingestion.fixed.size=30", "--rebuild"]) == 0
+    out = capsys.readouterr().out
+    assert "indexed 2 document(s)" in out and "(all rebuilt, " in out and "unchanged" not in out, out
+
+
+def test_a_held_document_left_without_text_is_dropped_not_a_stop(fake_config, tmp_path: Path, hash_embedder) -> None:
+    """A file saved with nothing but a newline (what `echo > f` or an editor leaves), or an HTML page
+    left with nothing visible, is the user's edit as an empty file is: its document is dropped with a
+    warning, and the ingest goes on (only a file that cannot be read now stops it)."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "lamp.txt").write_text("The keeper lit the lamp at dusk.\n", encoding="utf-8")
+    (folder / "page.html").write_text("<html><body><p>The miller pressed cider.</p></body></html>", encoding="utf-8")
+    (folder / "ferry.txt").write_text("The ferry left the quay at noon.\n", encoding="utf-8")
+    ingest([folder], fake_config, hash_embedder, progress=False)
+    (folder / "lamp.txt").write_text("\n", encoding="utf-8")
+    (folder / "page.html").write_text("<html><body><script>x()</script></body></html>", encoding="utf-8")
+    report = ingest([folder], fake_config, hash_embedder, progress=False)
+    assert sorted(d["doc_id"] for d in report.documents) == ["ferry"]
+    assert sorted(report.removed_documents) == ["lamp", "page"]
+    assert any("only whitespace" in p for p in report.problems) and any("no visible text" in p for p in report.problems)

@@ -73,8 +73,12 @@ def test_a_search_word_that_begins_with_a_dash_is_told_to_go_after_double_dash(d
         sirag(tmp_path, ["memory", "search", "-Marsh"])
     err = capsys.readouterr().err
     assert info.value.code == 2 and err.count("\n") == 1, err
-    assert "unrecognized arguments: -Marsh (a word to search for that begins with - goes after --: " \
-           "`sirag memory search -- -Marsh`)" in err, err
+    assert "unrecognized arguments: -Marsh (a word to search for that begins with - goes after --, with the " \
+           "other words (options before the --): `sirag memory search -- -Marsh`)" in err, err
+    with pytest.raises(SystemExit):  # several words: one command that keeps them all
+        sirag(tmp_path, ["memory", "search", "lighthouse", "-Marsh", "-Venn", "--limit", "3"])
+    err = capsys.readouterr().err
+    assert err.count("goes after --") == 1 and "`sirag memory search -- lighthouse -Marsh -Venn`" in err, err
     with pytest.raises(SystemExit):  # an option of another command is named as such, not as a word
         sirag(tmp_path, ["memory", "search", "Marsh", "--rebuild"])
     err = capsys.readouterr().err
@@ -303,7 +307,7 @@ def test_a_merge_that_fails_mid_way_says_so_in_json_and_names_a_full_disk(tmp_pa
     assert [r["file"] for r in data["merged"]] == [str(a)] and data["merged"][0]["outcomes_added"] == 1
     assert data["not_merged"] == [str(b)]
     assert f"{a} was merged into {target} and stays merged; {b} was not merged" in err, err
-    assert (f"error: cannot write memory database {target}: database or disk is full (is its disk full?)"
+    assert (f"error: cannot write memory database {target}: database or disk is full; free some space on its disk"
             in err and "internal error" not in err), err
     # Once fixed, the same command adds only what is missing.
     assert sirag(tmp_path, ["memory", "merge", str(a), str(b)], "--memory", str(target), "--json") == 0
@@ -341,3 +345,30 @@ def test_the_same_label_given_again_changes_nothing_and_says_so(db, tmp_path, ca
     assert sirag(tmp_path, ["feedback", other[:10], "--correct"]) == 0
     out, err = capsys.readouterr()
     assert out.startswith("recorded:") and "the gold label said the same; as a user label it is kept" in err, err
+
+
+def test_what_feedback_says_about_the_earlier_label_is_what_its_write_found(db, tmp_path, capsys):
+    """The label `sirag feedback` reports replacing is the one in use when its label is written: read
+    in the writing transaction, not by the lookup before it. Another process that labels the
+    outcome wrong in between made `--correct` say "the outcome already had this label" and
+    `--json` say nothing was replaced."""
+    oid = _ids(db)["Who owns Marsh House?"]
+    with MemoryStore(db) as store:
+        store.add_feedback(oid, correct=True, source="user")
+    show = MemoryStore.show
+
+    def show_then_another_labels(self, outcome_id):
+        shown = show(self, outcome_id)
+        with MemoryStore(db) as other:  # another `sirag feedback`, between the lookup and the write
+            other.add_feedback(oid, correct=False, source="user")
+        return shown
+
+    with mock.patch.object(MemoryStore, "show", show_then_another_labels):
+        assert sirag(tmp_path, ["feedback", oid[:10], "--correct", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["written"] is True and data["replaced"]["label"] == 0 and data["replaced"]["source"] == "user"
+    with mock.patch.object(MemoryStore, "show", show_then_another_labels):
+        assert sirag(tmp_path, ["feedback", oid[:10], "--correct"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("recorded:") and "it replaces the earlier user label (wrong)" in err, err
+    assert "already had this label" not in err
