@@ -80,6 +80,13 @@ class BatchSpec(BaseModel):
     def check_number(cls, v: Any, info) -> Any:
         return no_yes_no_for_numbers(cls, v, info.field_name)
 
+    @field_validator("overrides", "grid")
+    @classmethod
+    def dates_as_text(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """YAML reads an unquoted 2024-01-01 as a date, which no setting takes and which made
+        json.dumps fail with an internal TypeError: such a value is the text as written."""
+        return _dates_as_text(v)
+
     @field_validator("corpus")
     @classmethod
     def check_corpus(cls, v: list[str]) -> list[str]:
@@ -89,6 +96,18 @@ class BatchSpec(BaseModel):
             raise ValueError(f"entry {blank[0]} is empty; list document files or folders (relative to the batch "
                              "file), or leave corpus: out for a SQuAD question file")
         return v
+
+
+def _dates_as_text(value: Any) -> Any:
+    import datetime
+
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _dates_as_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_dates_as_text(v) for v in value]
+    return value
 
 
 def load_batch(path: str | Path) -> tuple[BatchSpec, Path]:
@@ -127,7 +146,12 @@ def load_batch(path: str | Path) -> tuple[BatchSpec, Path]:
         loc = ".".join(str(x) for x in err["loc"])
         what = f"unknown key '{loc}'" if err["type"] == "extra_forbidden" else f"'{loc}': {err['msg']}"
         value, key = err.get("input"), err["loc"][-1] if err["loc"] else "name"
-        if value is None and err["type"] not in ("extra_forbidden", "missing"):
+        if value is None and err["loc"] and isinstance(err["loc"][-1], int):
+            # "corpus: [a, ~]", or a "-" with nothing after it: an item of a list, not a key.
+            where = ".".join(str(x) for x in err["loc"][:-1])
+            what = (f"item {err['loc'][-1] + 1} of '{where}' is empty (YAML reads a '-' with nothing after it, or "
+                    "~, as null): give the item its value, or remove the item")
+        elif value is None and err["type"] not in ("extra_forbidden", "missing"):
             # "overrides:" uncommented with its entries left commented out, as in the example file.
             fix = "give it its value" if loc in ("name", "questions") else "give it its value, or remove the key too"
             what = (f"'{loc}' is empty (YAML reads a key with nothing after it, or only commented-out lines under "
@@ -154,20 +178,39 @@ def _check_no_index_dir_setting(p: Path, spec: BatchSpec) -> None:
     replaced by it unseen, and the run would build or search another index than the one named."""
     for k, v in spec.overrides.items():
         try:
-            paths = parse_override(f"{k}={json.dumps(v, default=str)}").get("paths")
+            paths = parse_override(f"{k}={json.dumps(v)}").get("paths")
         except ConfigError:
             continue  # resolved_config names the bad item
         if isinstance(paths, dict) and "index_dir" in paths:
             value = paths["index_dir"]
             raise BatchError(f"{p}: overrides: sets paths.index_dir ({value}), but a batch keeps its index in the "
                              "folder its index: names (else <output_dir>/<name>/index), which would replace it "
-                             f"unseen; write index: {value} instead (read from the batch file's folder), and take "
-                             "paths.index_dir out of overrides:")
-    for g in spec.grid:
-        if any(k == "paths.index_dir" or "paths.index_dir".startswith(k + ".") for k in _setting_keys(f"{g}=0")):
+                             f"unseen; write index: {_as_index_entry(value, p)} instead (read from the batch file's "
+                             "folder), and take paths.index_dir out of overrides:")
+    for g, varied in _grid_keys(spec.grid).items():
+        # A grid's values are deep-merged: "paths: [{memory_db: a.db}, ...]" leaves the index alone.
+        if any(k == "paths.index_dir" or k.startswith("paths.index_dir.") for k in varied):
             raise BatchError(f"{p}: grid: varies {g}, but every run of a batch uses the one index its index: names "
                              "(else <output_dir>/<name>/index), which would replace the grid's values unseen; "
                              "run one batch per index, each with its own index: and name:")
+
+
+def _as_index_entry(value: Any, p: Path) -> str:
+    """A paths.index_dir value (read from the current folder) as index: reads it (from the batch
+    file's folder): relative to that folder when inside it, else the absolute path."""
+    text = os.path.expanduser(str(value))
+    if os.path.isabs(text):
+        return text
+    target, folder = Path(text).resolve(), p.parent.resolve()
+    return str(target.relative_to(folder)) if target.is_relative_to(folder) and target != folder else str(target)
+
+
+def _grid_keys(grid: dict[str, Any]) -> dict[str, list[str]]:
+    """The dotted keys each grid key's values set: a mapping value is deep-merged into the
+    settings, so ``strategy: [{top_k: 2}]`` varies strategy.top_k, not the whole of strategy."""
+    return {g: list(dict.fromkeys(k for v in (values if isinstance(values, list) else [values])
+                                  for k in _setting_keys(f"{g}={json.dumps(v)}")))
+            for g, values in grid.items()}
 
 
 def _resolve(base: Path, path: str) -> Path:
@@ -286,23 +329,32 @@ def _setting_keys(item: str) -> list[str]:
         return []
 
 
-def check_grid_conflicts(spec: BatchSpec, cli_overrides: tuple[str, ...] | list[str] = ()) -> None:
+def check_grid_conflicts(spec: BatchSpec, cli_overrides: tuple[str, ...] | list[str] = (),
+                         memory: str | None = None) -> None:
     """A key the grid varies that a --set item also gives: each grid point's value replaces it (the
     grid comes last), so the setting typed on the command line would be silently left unused. (The
-    batch file's own overrides: may hold a key its grid varies: both are in one file, in view.)"""
+    batch file's own overrides: may hold a key its grid varies: both are in one file, in view.)
+    ``memory``: the --memory option, which main() appends to ``cli_overrides`` as a paths.memory_db item."""
     if not spec.grid:
         return
-    varied = [k for g in spec.grid for k in _setting_keys(f"{g}=0")]
-    # main() adds policy.first_from_memory=false itself when a --set pins a strategy.* key.
-    given = [k for item in cli_overrides if item.replace(" ", "") != "policy.first_from_memory=false"
-             for k in _setting_keys(item)]
-    for key in given:
-        g = next((g for g in varied if key == g or key.startswith(g + ".") or g.startswith(key + ".")), None)
-        if g is not None:
-            flag = "--set (or --memory)" if key == "paths.memory_db" else "--set"
-            raise BatchError(f"batch {spec.name}: {key} is given with {flag}, but the grid varies {g} and each grid "
-                             f"point's value would replace it unseen; drop the {flag.split()[0]} item, or take {g} "
-                             "out of the batch file's grid:")
+    varied = [(k, g) for g, keys in _grid_keys(spec.grid).items() for k in keys]
+    items = list(cli_overrides)
+    from_memory = len(items) if memory is None else max(
+        (i for i, item in enumerate(items) if item == f"paths.memory_db={memory}"), default=len(items))
+    for i, item in enumerate(items):
+        # main() adds policy.first_from_memory=false itself when a --set pins a strategy.* key.
+        if item.replace(" ", "") == "policy.first_from_memory=false":
+            continue
+        for key in _setting_keys(item):
+            k, g = next(((k, g) for k, g in varied if key == k or key.startswith(k + ".") or k.startswith(key + ".")),
+                        (None, None))
+            if k is None:
+                continue
+            grid_key = k if k == g else f"{k} (under {g})"
+            flag, drop = ("--memory", "drop --memory") if i == from_memory else ("--set", "drop the --set item")
+            raise BatchError(f"batch {spec.name}: {key} is given with {flag}, but the grid varies {k} and each grid "
+                             f"point's value would replace it unseen; {drop}, or take {grid_key} out of the batch "
+                             "file's grid:")
 
 
 def resolved_config(base_config: Config, spec: BatchSpec, point: dict[str, Any], index_dir: str,
@@ -917,7 +969,15 @@ def run_inputs(spec: BatchSpec, base: Path, items: list[QAItem]) -> tuple[Path, 
     corpus = [_resolve(base, c) for c in spec.corpus]
     if not corpus and spec.questions.file and items and items[0].context is not None:
         squad = _resolve(base, spec.questions.file)
-        corpus = [squad_corpus(squad, out_root / "corpora" / re.sub(r"[^\w.-]", "_", squad.stem))]
+        paragraphs = out_root / "corpora" / re.sub(r"[^\w.-]", "_", squad.stem)
+        # Written here, before the run's other folders are checked: a file in the way is named now
+        # (mkdir would fail with a bare "Not a directory").
+        _check_output_folder(out_root)
+        if (f := _file_in_the_way(paragraphs)) is not None:
+            raise BatchError(f"{f} is a file, where the paragraphs of {squad.name} go (the corpus of a SQuAD "
+                             "file, under <output_dir>/corpora/); move that file away, or give another output "
+                             "folder (the batch file's output_dir:, or sirag eval --output-dir DIR)")
+        corpus = [squad_corpus(squad, paragraphs)]
     return out_root, index_dir, corpus
 
 
@@ -941,14 +1001,20 @@ def _file_in_the_way(folder: Path) -> Path | None:
     return None
 
 
-def _check_folders(out_root: Path | None, run_names: list[str], index_dir: str) -> None:
-    """Before anything is written: a file where the output folder, a run's folder or the index
-    folder goes made mkdir fail with a bare "Not a directory" or "File exists". ``out_root`` is
-    None when nothing is written there (``--retrieval-only`` with an index elsewhere)."""
-    if out_root is not None and (f := _file_in_the_way(out_root)) is not None:
+def _check_output_folder(out_root: Path) -> None:
+    if (f := _file_in_the_way(out_root)) is not None:
         what = "is a file, not a folder" if f == out_root else f"cannot be made: {f} is a file"
         raise BatchError(f"the output folder {out_root} {what}; give another output folder (the batch file's "
                          "output_dir:, or sirag eval --output-dir DIR), or move that file away")
+
+
+def _check_folders(out_root: Path | None, run_names: list[str], index_dir: str) -> None:
+    """Before anything is written: a file where the output folder, a run's folder or the index
+    folder goes made mkdir fail with a bare "Not a directory" or "File exists". ``out_root`` is
+    None when nothing is written there (``--retrieval-only`` with an index elsewhere; a SQuAD
+    file's paragraphs, written there, are checked by run_inputs before it writes them)."""
+    if out_root is not None:
+        _check_output_folder(out_root)
     for name in run_names:
         if (out_root / name).exists() and not (out_root / name).is_dir():
             raise BatchError(f"{out_root / name} is a file, where run {name} keeps its results; move that file "
@@ -1556,10 +1622,22 @@ def _print_where(out_root: Path, summaries: list[dict], comparisons: list[Path |
 
 def _log_to_batch_log_dir(spec: BatchSpec, config: Config, args: argparse.Namespace) -> None:
     """Logging was set up before the batch file was read: when its overrides: set paths.log_dir (and
-    no --set replaces it), the log goes there from now on, as the run's config.yaml records."""
-    if not any(k == "paths.log_dir" for o, v in spec.overrides.items() for k in _setting_keys(f"{o}={json.dumps(v)}")):
+    no --set replaces it), the log goes there from now on, as the run's config.yaml records. Only
+    paths.log_dir is read: the whole config without a grid point may not be valid (an overlap the
+    grid gives), and resolved_config names any bad setting, per grid point, before a run starts."""
+    tree: dict[str, Any] = {}
+    for item in [f"{k}={json.dumps(v)}" for k, v in spec.overrides.items()] + list(args.overrides):
+        try:
+            tree = _merge(tree, parse_override(item))
+        except ConfigError:
+            continue  # resolved_config names the bad item
+    paths = tree.get("paths")
+    if not isinstance(paths, dict) or "log_dir" not in paths:
         return
-    log_dir = resolved_config(config, spec, {}, str(config.paths.index_dir), args.overrides).paths.log_dir
+    try:
+        log_dir = type(config.paths).model_validate({**config.paths.model_dump(), "log_dir": paths["log_dir"]}).log_dir
+    except ValidationError:
+        return  # resolved_config names it
     if log_dir != config.paths.log_dir:
         from .logging_setup import setup_logging
 
@@ -1575,6 +1653,7 @@ def cmd_batch(args: argparse.Namespace, config: Config) -> int:
     """
     spec, base = load_batch(args.file)
     _log_to_batch_log_dir(spec, config, args)
+    check_grid_conflicts(spec, args.overrides, memory=getattr(args, "memory", None))  # names --memory as such
     if args.index:  # --index replaces the batch file's index (relative to the current folder, like any option)
         spec = spec.model_copy(update={"index": str(Path(args.index).resolve())})
     summaries = run_batch(spec, base, config, limit=args.limit, workers=args.workers,
@@ -1641,6 +1720,7 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
                                offset=args.offset, guard_index=bool(args.index))
         print(json.dumps(table) if args.json else table["markdown"])
         return 0
+    check_grid_conflicts(spec, args.overrides, memory=getattr(args, "memory", None))  # names --memory as such
     progress = sys.stderr.isatty() and not args.json
     derived = (("-plain",) if args.separate_no_retry_run else ("-single", "-plain")) if args.compare_no_retry else ()
     summaries = run_batch(spec, base, config, limit=args.limit, workers=args.workers,

@@ -1078,3 +1078,120 @@ def test_retrieval_only_names_an_output_folder_that_is_a_file(tmp_path):
     assert f"the output folder {tmp_path / 'out'} is a file" in line and "--output-dir" in line, line
     assert "--index" not in line, line
     assert (tmp_path / "out").read_text() == "keep\n"
+
+
+def _run_configs(runs):
+    return {p.parent.name: yaml.safe_load(p.read_text()) for p in sorted(runs.glob("*/config.yaml"))}
+
+
+def test_a_grid_of_mappings_conflicts_only_with_the_keys_its_values_set(tmp_path):
+    # Grid points are deep-merged: `strategy: [{top_k: 2}, {top_k: 4}]` with --set strategy.retriever=bm25
+    # runs bm25 at each top_k, but was refused as "the grid varies strategy".
+    ov = fake_overrides(tmp_path)
+    f = _batch(tmp_path, grid={"strategy": [{"top_k": 2}, {"top_k": 4}]})
+    r = run(["batch", str(f), "--set", "strategy.retriever=bm25", "--json"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    configs = _run_configs(tmp_path / "runs")
+    assert sorted((c["strategy"]["retriever"], c["strategy"]["top_k"]) for c in configs.values()) == [
+        ("bm25", 2), ("bm25", 4)], configs
+    # A key the values do set is still refused, named as the values set it.
+    line = _one_error_line(run(["batch", str(f), "--set", "strategy.top_k=9"], tmp_path, ov))
+    assert "the grid varies strategy.top_k" in line and "drop the --set item" in line, line
+    # A grid of paths mappings that leaves the index alone is not "varying the index".
+    f = _batch(tmp_path, grid={"paths": [{"memory_db": str(tmp_path / "a.db")}, {"memory_db": str(tmp_path / "b.db")}]})
+    r = run(["batch", str(f), "--json"], tmp_path, [o for o in ov if not o.startswith("paths.memory_db=")])
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "a.db").is_file() and (tmp_path / "b.db").is_file()
+    f = _batch(tmp_path, grid={"paths": [{"index_dir": str(tmp_path / "i1")}, {"index_dir": str(tmp_path / "i2")}]})
+    line = _one_error_line(run(["batch", str(f)], tmp_path, ov))
+    assert "grid: varies paths" in line and "its own index:" in line, line
+
+
+SQUAD = {"version": "v2.0", "data": [{"title": "Lamp", "paragraphs": [{
+    "context": "The lighthouse was built by Clara Venn in 1890.",
+    "qas": [{"id": "s1", "question": "Who built the lighthouse?", "is_impossible": False,
+             "answers": [{"text": "Clara Venn", "answer_start": 28}]}]}]}]}
+
+
+@pytest.mark.parametrize("extra", [[], ["--retrieval-only"]])
+def test_a_squad_batch_whose_output_folder_is_a_file_names_the_output_folder(tmp_path, extra):
+    # The SQuAD paragraphs are written under <output_dir>/corpora/ before the folders were checked:
+    # the error was a bare ".../outfile/corpora/sq: Not a directory".
+    ov = fake_overrides(tmp_path)
+    (tmp_path / "sq.json").write_text(json.dumps(SQUAD))
+    (tmp_path / "outfile").write_text("keep\n")
+    f = tmp_path / "sq.yaml"
+    f.write_text(yaml.safe_dump({"name": "sq", "questions": {"file": "sq.json"}, "index": "sqidx",
+                                 "output_dir": "outfile"}))
+    line = _one_error_line(run(["eval", str(f), *extra], tmp_path, ov))
+    assert f"the output folder {tmp_path / 'outfile'} is a file" in line and "Not a directory" not in line, line
+    assert (tmp_path / "outfile").read_text() == "keep\n" and not (tmp_path / "sqidx").exists()
+    # A file where the dataset's paragraph folder goes is named too.
+    (tmp_path / "out" / "corpora").mkdir(parents=True)
+    (tmp_path / "out" / "corpora" / "sq").write_text("keep\n")
+    line = _one_error_line(run(["eval", str(f), "--output-dir", str(tmp_path / "out"), *extra], tmp_path, ov))
+    assert f"{tmp_path / 'out' / 'corpora' / 'sq'} is a file" in line and "Not a directory" not in line, line
+
+
+def test_a_log_dir_in_the_overrides_does_not_refuse_a_batch_its_grid_mends(tmp_path):
+    # overrides: ingestion.fixed.size 20 is valid only with each grid point's overlap; paths.log_dir
+    # there made the whole config be validated with no grid point applied, and the batch refused.
+    ov = [o for o in fake_overrides(tmp_path) if not o.startswith(("paths.log_dir=", "ingestion.fixed."))]
+    logs = tmp_path / "batch-logs"
+    replies = {"generator.replies": ["Clara Venn built it [1]."]}
+    grid = {"ingestion.fixed.overlap": [2, 5]}
+    f = _batch(tmp_path, overrides={**replies, "ingestion.fixed.size": 20}, grid=grid)
+    assert run(["batch", str(f)], tmp_path, ov).returncode == 0
+    f = _batch(tmp_path, name="t2", grid=grid,
+               overrides={**replies, "ingestion.fixed.size": 20, "paths.log_dir": str(logs)})
+    r = run(["batch", str(f)], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert "first attempt with" in "".join(p.read_text() for p in logs.glob("*.jsonl"))
+
+
+def test_an_index_dir_override_suggests_the_index_as_read_from_the_batch_files_folder(tmp_path):
+    # paths.index_dir is read from the current folder, index: from the batch file's: the value as
+    # given, written as index:, would point elsewhere.
+    ov = fake_overrides(tmp_path)
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    spec = {"name": "t", "corpus": [str(write_corpus(tmp_path / "docs"))], "questions": {"inline": ROWS}}
+    for value, suggested in (("myidx", str(tmp_path / "myidx")), ("sub/idx", "idx")):
+        (sub / "b.yaml").write_text(yaml.safe_dump({**spec, "overrides": {"paths.index_dir": value}}))
+        line = _one_error_line(run(["batch", "sub/b.yaml"], tmp_path, ov))
+        assert f"write index: {suggested} instead" in line, line
+
+
+def test_a_grid_of_memory_stores_with_memory_given_says_to_drop_memory(tmp_path):
+    ov = [o for o in fake_overrides(tmp_path) if not o.startswith("paths.memory_db=")]
+    f = _batch(tmp_path, grid={"paths.memory_db": [str(tmp_path / "a.db"), str(tmp_path / "b.db")]})
+    line = _one_error_line(run(["batch", str(f), "--memory", str(tmp_path / "c.db")], tmp_path, ov))
+    assert "given with --memory" in line and "drop --memory" in line and "--set" not in line, line
+    line = _one_error_line(run(["batch", str(f)], tmp_path, ov + [f"paths.memory_db={tmp_path / 'c.db'}"]))
+    assert "given with --set" in line and "drop the --set item" in line, line
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("corpus", ["\n  - docs\n  -\n", " [docs, ~]\n"])
+def test_an_empty_list_item_is_named_as_an_item_not_a_key(tmp_path, corpus):
+    f = tmp_path / "b.yaml"
+    f.write_text(f"name: t\nquestions:\n  inline:\n    - question: Who?\ncorpus:{corpus}")
+    line = _one_error_line(run(["batch", str(f)], tmp_path, fake_overrides(tmp_path)))
+    assert "item 2 of 'corpus' is empty" in line and "remove the item" in line, line
+    assert "key" not in line.split(";")[0], line
+
+
+def test_an_override_yaml_reads_as_a_date_is_text_not_an_internal_error(tmp_path):
+    ov = [o for o in fake_overrides(tmp_path) if not o.startswith("paths.log_dir=")]
+    docs = write_corpus(tmp_path / "docs")
+    head = f"name: t\ncorpus: [{docs}]\nquestions:\n  inline:\n    - question: Who built the lighthouse?\n"
+    f = tmp_path / "b.yaml"
+    f.write_text(head + "overrides:\n  some.key: 2024-01-01\n")
+    line = _one_error_line(run(["batch", str(f)], tmp_path, ov))
+    assert "internal error" not in line and "some" in line, line
+    # A setting that takes text takes it as written (a log folder named 2024-01-01, in a grid too).
+    f.write_text(head + "overrides:\n  paths.log_dir: 2024-01-01\n  generator.replies: ['Clara Venn [1].']\n"
+                 "grid:\n  strategy.top_k: [2]\n  generator.replies: [[1999-12-31]]\n")
+    r = run(["batch", str(f)], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "2024-01-01").is_dir()

@@ -43,8 +43,10 @@ def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, k
                          "questions with evidence quotes (JSONL 'evidence') or SQuAD paragraphs")
     out_root, index_dir, corpus = run_inputs(spec, base, items)
     cfg = resolved_config(config, spec, {}, index_dir, cli_overrides)
-    # Only the index is written: a file in the way is named as a run names it (the output folder's
-    # problem when the index goes there, as <output_dir>/<name>/index does by default).
+    # No run folder is written, only the index and, for a SQuAD file with no corpus, its paragraphs
+    # under <output_dir>/corpora/ (run_inputs checks the output folder before writing them). A file
+    # in the way of the index is named as a run names it (the output folder's problem when the
+    # index goes there, as <output_dir>/<name>/index does by default).
     _check_folders(out_root if Path(index_dir).is_relative_to(out_root) else None, [], index_dir)
     check_documents(spec, index_dir, corpus)
     if corpus:
