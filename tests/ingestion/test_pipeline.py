@@ -680,17 +680,23 @@ def test_an_ingest_may_wait_for_another_to_finish(tmp_path):
     held.close()
 
 
+def _ingested(tmp_path: Path, middle: dict[str, str], config, embedder) -> Path:
+    """A folder of lamp.txt, the ``middle`` file and ferry.txt, ingested into the config's index."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    files = {"lamp.txt": "The keeper lit the lamp at dusk.\n", **middle, "ferry.txt": "The ferry left the quay at noon.\n"}
+    for name, text in files.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    ingest([folder], config, embedder, progress=False)
+    return folder
+
+
 def test_a_held_document_whose_file_cannot_be_read_now_stops_the_ingest(fake_config, tmp_path: Path,
                                                                          hash_embedder) -> None:
     """A file the index held that turned binary (or unreadable) was dropped with a warning and exit 0:
     one bad save lost its document from the index. The ingest now stops and changes nothing; an
     emptied file is the user's edit and is dropped, as a removed one is."""
-    folder = tmp_path / "docs"
-    folder.mkdir()
-    (folder / "lamp.txt").write_text("The keeper lit the lamp at dusk.\n", encoding="utf-8")
-    (folder / "mill.txt").write_text("The miller pressed cider in the barn.\n", encoding="utf-8")
-    (folder / "ferry.txt").write_text("The ferry left the quay at noon.\n", encoding="utf-8")
-    ingest([folder], fake_config, hash_embedder, progress=False)
+    folder = _ingested(tmp_path, {"mill.txt": "The miller pressed cider in the barn.\n"}, fake_config, hash_embedder)
     index = CorpusIndex(tmp_path / "index")
     live, chunks = index.current_dir(), _chunks(tmp_path / "index")
 
@@ -755,12 +761,8 @@ def test_a_held_document_left_without_text_is_dropped_not_a_stop(fake_config, tm
     """A file saved with nothing but a newline (what `echo > f` or an editor leaves), or an HTML page
     left with nothing visible, is the user's edit as an empty file is: its document is dropped with a
     warning, and the ingest goes on (only a file that cannot be read now stops it)."""
-    folder = tmp_path / "docs"
-    folder.mkdir()
-    (folder / "lamp.txt").write_text("The keeper lit the lamp at dusk.\n", encoding="utf-8")
-    (folder / "page.html").write_text("<html><body><p>The miller pressed cider.</p></body></html>", encoding="utf-8")
-    (folder / "ferry.txt").write_text("The ferry left the quay at noon.\n", encoding="utf-8")
-    ingest([folder], fake_config, hash_embedder, progress=False)
+    folder = _ingested(tmp_path, {"page.html": "<html><body><p>The miller pressed cider.</p></body></html>"},
+                       fake_config, hash_embedder)
     (folder / "lamp.txt").write_text("\n", encoding="utf-8")
     (folder / "page.html").write_text("<html><body><script>x()</script></body></html>", encoding="utf-8")
     report = ingest([folder], fake_config, hash_embedder, progress=False)
