@@ -134,6 +134,7 @@ class Engine:
                                    "every answer in it; open it writable, or make the engine with record=False "
                                    "(sirag ask --no-memory)")
         self.searcher.warm_up()
+        self._warn_if_stale()
         self.generator.warm_up()
         available = tuple(self.searcher.available_chunkers())
         default = self.config.strategy.to_strategy()
@@ -174,6 +175,25 @@ class Engine:
         # Set last: it marks the engine as ready, so a failure above (a locked store, say) is
         # retried by the next call instead of leaving an engine without a scorer.
         self._policy = policy
+
+    def _warn_if_stale(self) -> None:
+        """Say when documents changed or went away since the index was built: answers come from
+        the text it holds, which the files no longer say."""
+        from .ingestion.pipeline import stale_documents
+
+        changed, gone = stale_documents(self.searcher.manifest)
+        if not changed and not gone:
+            return
+
+        def some(ids: list[str]) -> str:
+            return ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+
+        what = "; ".join(x for x in (f"{len(changed)} document(s) changed since ({some(changed)})" if changed else "",
+                                     f"{len(gone)} document(s) whose file is gone ({some(gone)})" if gone else "")
+                         if x)
+        log.warning("the index %s holds documents as they were when it was built: %s; answers come from the text "
+                    "it holds. Run sirag ingest again with the same paths to bring it up to date", self.searcher.index.root,
+                    what)
 
     def _stored_fit(self) -> dict | None:
         if self._fit_id == LATEST_FIT:

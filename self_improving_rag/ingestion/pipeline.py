@@ -6,6 +6,7 @@ import fcntl
 import hashlib
 import json
 import logging
+import os
 import re
 import shutil
 import time
@@ -397,7 +398,8 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
             for f in bar:
                 doc_id = ids[f]
                 try:
-                    sha = sha_of(f) if f.stat().st_size <= max_bytes else None
+                    st = f.stat()
+                    sha = sha_of(f) if st.st_size <= max_bytes else None
                 except OSError as exc:
                     problem = f"{f}: cannot be read ({exc.strerror}); check the path and its permissions"
                     if doc_id in held_files:
@@ -410,7 +412,7 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
                     for n in chunkers:
                         all_chunks[n].extend(prev_chunks[n][doc_id])
                     # Same content, perhaps at another place: the manifest records where it is now.
-                    files_meta[doc_id] = {**old, "path": str(f.resolve()), "file": str(f.absolute())}
+                    files_meta[doc_id] = {**old, "path": str(f.resolve()), "file": str(f.absolute()), **_stamp(st)}
                     report.reused_documents += 1
                     continue
                 try:
@@ -442,7 +444,7 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
                 files_meta[doc_id] = {
                     "path": str(f.resolve()), "file": str(f.absolute()), "sha256": doc.sha256 or sha, "title": doc.title,
                     "author": doc.author, "encoding": doc.encoding, "chars": len(doc.text),
-                    "sections": len(doc.sections),
+                    "sections": len(doc.sections), **_stamp(st),
                 }
                 if not same_content:
                     report.changed_documents += 1
@@ -525,6 +527,34 @@ def _only_version_differs(held: object, params: dict) -> bool:
         return False
     keys = set(held) | set(params)
     return {k for k in keys if held.get(k, 1 if k == "algorithm" else None) != params.get(k)} == {"algorithm"}
+
+
+def _stamp(st: os.stat_result) -> dict[str, int]:
+    """A file's size and modification time as the manifest records them, to tell later, without
+    reading it, that the file is as it was when indexed (:func:`stale_documents`)."""
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def stale_documents(manifest: dict) -> tuple[list[str], list[str]]:
+    """The documents of an index whose files changed since it was built, and those whose files
+    are gone (or cannot be read): (changed, gone), by document id. A file whose size and
+    modification time are as recorded is taken as unchanged without reading it; another is read
+    and compared by its sha256, so a file only touched is not reported. Documents recorded before
+    the manifest kept sizes and times are not checked (reading every file at every start of a
+    large corpus would cost more than it tells)."""
+    changed, gone = [], []
+    for doc_id, meta in (manifest.get("files") or {}).items():
+        if "mtime_ns" not in meta or not meta.get("path"):
+            continue
+        path = Path(meta["path"])
+        try:
+            st = path.stat()
+            if (st.st_size, st.st_mtime_ns) != (meta.get("size"), meta["mtime_ns"]) and \
+                    _file_sha256(path) != meta.get("sha256"):
+                changed.append(doc_id)
+        except OSError:
+            gone.append(doc_id)
+    return changed, gone
 
 
 def _same(a: dict, b: dict) -> bool:

@@ -769,3 +769,39 @@ def test_a_held_document_left_without_text_is_dropped_not_a_stop(fake_config, tm
     assert sorted(d["doc_id"] for d in report.documents) == ["ferry"]
     assert sorted(report.removed_documents) == ["lamp", "page"]
     assert any("only whitespace" in p for p in report.problems) and any("no visible text" in p for p in report.problems)
+
+
+def test_ask_says_when_documents_changed_or_went_away_since_the_ingest(tmp_path: Path, capsys) -> None:
+    """An index is a snapshot: after a file was edited or removed, `ask` answered from the old text
+    without a word. It now warns, naming the documents and the fix; a file only touched (same
+    content, new time) is not reported, and an index up to date says nothing."""
+    import os
+
+    from tests.conftest import main_in_process
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for name, text in (("lamp", "The keeper lit the lamp at dusk."), ("mill", "The miller pressed cider."),
+                       ("ferry", "The ferry left the quay at noon.")):
+        (folder / f"{name}.txt").write_text(text + "\n", encoding="utf-8")
+    sets = [x for s in fake_overrides(tmp_path) for x in ("--set", s)]
+    sets += ["--set", 'generator.replies=["The keeper [1]."]', "--no-memory"]
+    assert main_in_process(["ingest", str(folder), *sets[:-1]]) == 0
+
+    def warnings() -> list[str]:
+        capsys.readouterr()
+        assert main_in_process(["ask", "Who lit the lamp?", *sets]) == 0
+        return [line for line in capsys.readouterr().err.splitlines() if "holds documents as they were" in line]
+
+    assert warnings() == []
+    st = (folder / "ferry.txt").stat()
+    os.utime(folder / "ferry.txt", ns=(st.st_atime_ns, st.st_mtime_ns + 5 * 10**9))  # touched, same text
+    assert warnings() == []
+    (folder / "lamp.txt").write_text("The keeper lit the new lamp at dawn.\n", encoding="utf-8")
+    (folder / "mill.txt").unlink()
+    said = warnings()
+    assert len(said) == 1 and "1 document(s) changed since (lamp); 1 document(s) whose file is gone (mill)" in said[0]
+    assert "Run sirag ingest again with the same paths" in said[0]
+    (folder / "lamp.txt").write_text("The keeper lit the lamp at dusk.\n", encoding="utf-8")  # edited back
+    (folder / "mill.txt").write_text("The miller pressed cider.\n", encoding="utf-8")
+    assert warnings() == []
