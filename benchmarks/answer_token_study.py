@@ -17,7 +17,6 @@ Not part of `make bench`: it needs the 1.5B generator for as long as the evaluat
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -206,11 +205,9 @@ def analyse(run_dirs: list[Path]) -> None:
 
 
 def parse(argv: list[str] | None = None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--run", metavar="BATCH", help="run `sirag eval BATCH` with traces")
-    p.add_argument("--name", help="run name (with --run)")
-    p.add_argument("--analyse", nargs="+", type=Path, metavar="RUN_DIR")
-    return p.parse_known_args(argv)
+    from common import study_parser
+
+    return study_parser(__doc__, "traces").parse_known_args(argv)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,6 @@ Not part of `make bench`: it needs the 1.5B generator for as long as the evaluat
 
 from __future__ import annotations
 
-import argparse
 import codecs
 import json
 import re
@@ -303,14 +302,13 @@ def fit(specs: list[str], seeds: int = 5) -> None:
 
 
 def parse(argv: list[str] | None = None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--run", metavar="BATCH", help="run `sirag eval BATCH` with samples traced")
-    p.add_argument("--name", help="run name (with --run)")
+    from common import study_parser
+
+    p = study_parser(__doc__, "samples traced")
     p.add_argument("--samples", type=int, default=6, help="replies drawn per answer prompt (default 6)")
     p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7)")
     p.add_argument("--sample-tokens", type=int, default=32, help="longest sampled reply, in tokens (default 32)")
     p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--analyse", nargs="+", type=Path, metavar="RUN_DIR")
     p.add_argument("--fit", nargs="+", metavar="RUN_DIR", help="runs made with scoring.agreement_samples ('+' pools)")
     return p.parse_known_args(argv)
 
