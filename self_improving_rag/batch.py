@@ -688,8 +688,8 @@ def grade(row: dict) -> dict:
 
 def summarise(rows: list[dict]) -> dict:
     """The evaluation summary of a run."""
-    from .evaluation.metrics import (auroc, expected_calibration_error, percentiles, reliability_bins,
-                                     refusal_metrics, risk_coverage)
+    from .evaluation.metrics import (auroc, auroc_interval, expected_calibration_error, percentiles,
+                                     reliability_bins, refusal_metrics, risk_coverage)
 
     s: dict[str, Any] = {"n": len(rows)}
     if not rows:
@@ -731,6 +731,8 @@ def summarise(rows: list[dict]) -> dict:
             a_conf = [float(r["confidence"]) for r in answered_rows]
             a_ok = [1 if r["grade"]["correct"] else 0 for r in answered_rows]
             s["confidence_auroc_answered"] = auroc(a_conf, a_ok)
+            # How far that AUROC could move on as many other questions like these (one row per question).
+            s["confidence_auroc_answered_interval"] = auroc_interval(a_conf, a_ok)
             s["ece_answered"] = expected_calibration_error(a_conf, a_ok)
             s["aurc_answered"] = risk_coverage(a_conf, a_ok).get("aurc")
         s["confidence_auroc"] = auroc(conf, ok)
@@ -1601,6 +1603,10 @@ def _print_summary(s: dict) -> None:
         r = s["refusal"]
         print("  refusal: " + ", ".join(f"{k}={_figure(v)}" for k, v in r.items()
                                         if k in ("precision", "recall", "f1", "false_refusal_rate")))
+    interval = s.get("confidence_auroc_answered_interval")
+    if interval:
+        print(f"  confidence_auroc_answered 95% interval: {interval['low']:.3f}–{interval['high']:.3f} "
+              f"(the answers drawn again with replacement, {interval['resamples']} times)")
     if s.get("latency_ms"):
         print("  latency p50/p95 (s): " + ", ".join(
             f"{k} {v.get('p50', 0) / 1000:.2f}/{v.get('p95', 0) / 1000:.2f}" for k, v in s["latency_ms"].items() if v.get("p50") is not None))

@@ -827,18 +827,29 @@ def _print_calibration(result: dict) -> None:
     def fmt(x) -> str:
         return "  n/a" if x is None else f"{x:5.3f}"
 
+    def span(m: dict) -> str:
+        # In-sample scores have no interval: the same labels fitted and scored say nothing of others.
+        if "auroc_interval" not in m:
+            return ""
+        iv = m["auroc_interval"]
+        return " " * 14 + ("n/a" if iv is None else f"{iv['low']:.2f}–{iv['high']:.2f}")
+
     held = result["held_out"]
     print(f"labelled answered outcomes: {result['n']}")
-    print(f"{'':46s} AUROC   ECE    Brier  ECE if calibrated")
+    print(f"{'':46s} AUROC   ECE    Brier  ECE if calibrated  AUROC 95% interval")
     rows = [("default weights", held["before"]),
             (f"fitted, each label held out ({held['folds']} folds)", held["after"]),
             ("fitted on all labels, scored in-sample", result["in_sample_after"])]
     for name, m in rows:
-        print(f"{name:46s} {fmt(m['auroc'])}  {fmt(m['ece'])}  {fmt(m['brier'])}  {fmt(m.get('ece_floor'))}")
+        print(f"{name:46s} {fmt(m['auroc'])}  {fmt(m['ece'])}  {fmt(m['brier'])}  {fmt(m.get('ece_floor'))}"
+              + span(m))
     print(f"(held out: each label scored by weights fitted on the other {held['folds'] - 1} of {held['folds']} folds, "
           f"at least {held['n_train']} labels each; one question's answers share a fold)")
     print("(ECE if calibrated: what perfectly calibrated confidences would measure on this few labels; "
           "an ECE near it is sampling noise)")
+    print("(AUROC 95% interval: the middle 95% of the AUROCs of 1000 draws, with replacement, of as many questions "
+          "from these, each with its held-out confidences; a target inside it is neither shown met nor shown missed "
+          "by these labels)")
     by_corpus = held.get("by_corpus") or {}
     if len(by_corpus) > 1:
         from .evaluation.calibrate import NOT_RECORDED
@@ -855,7 +866,8 @@ def _print_calibration(result: dict) -> None:
                 what = f"its own fit ({figures['own_folds']} of {held['folds']} folds)"
                 lines.append((what + (", in use" if corpus in own and stored else ""), figures["own"]))
             for what, m in lines:
-                print(f"    {what:42s} {fmt(m['auroc'])}  {fmt(m['ece'])}  {fmt(m['brier'])}  {fmt(m.get('ece_floor'))}")
+                print(f"    {what:42s} {fmt(m['auroc'])}  {fmt(m['ece'])}  {fmt(m['brier'])}  {fmt(m.get('ece_floor'))}"
+                      + span(m))
             if corpus in own:
                 chose = "; each held-out fold chose its own" if result.get("l2_chosen") else ", set by calibration.l2"
                 print(f"    its weights (l2 {own[corpus]['l2']:g}{chose}): "

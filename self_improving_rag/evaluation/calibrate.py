@@ -33,6 +33,9 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
                           if_latest: Any = ANY_LATEST) -> dict:
     """Cross-fit for honest before/after figures, then fit on all labels and store the weights.
 
+    The held-out scores (``result["held_out"]``) carry ``auroc_interval``, AUROC's 95% bootstrap
+    interval over the questions, so that a figure on few labels is read with its uncertainty.
+
     ``l2`` is the fit's penalty strength, or ``"auto"``: chosen by :func:`choose_l2` on all labels
     for the stored fit, and inside each training fold for the held-out figures, so that they
     measure the choice too. ``result["l2"]`` is the strength of the stored fit.
@@ -70,7 +73,7 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
                          "a fit on the others, so label answers to at least two questions")
     corpora = [r.get("corpus") for r in rows] if per_corpus else None
     held_out = cross_fit(rows, labels, seed=seed, folds=folds, groups=groups, l2=l2, corpora=corpora,
-                         corpus_min=min_labels)
+                         corpus_min=min_labels, interval=True)
     strength = choose_l2(rows, labels, groups, folds=folds, seed=seed) if l2 == "auto" else float(l2)
     weights = fit_weights(rows, labels, l2=strength)
     by_corpus = held_out.get("by_corpus") or {}
@@ -80,7 +83,7 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
                       pooled_l2=strength) if kept else {}
     for key, fit in own.items():
         figures = by_corpus[key]
-        fit["held_out"] = {m: {k: figures[m].get(k) for k in ("auroc", "ece", "brier")}
+        fit["held_out"] = {m: {k: figures[m].get(k) for k in ("auroc", "auroc_interval", "ece", "brier")}
                            for m in ("before", "pooled", "after")}
     if None in by_corpus:  # a JSON key: outcomes recorded before the corpus was
         held_out["by_corpus"] = {NOT_RECORDED if c is None else c: f for c, f in by_corpus.items()}

@@ -33,6 +33,7 @@ __all__ = [
     "ece_noise_floor",
     "reliability_bins",
     "auroc",
+    "auroc_interval",
     "percentiles",
     "evidence_hit",
     "recall_at_k",
@@ -384,14 +385,9 @@ def ece_noise_floor(confidences: Sequence[float], n_bins: int = 10, draws: int =
 
 def _average_ranks(x: np.ndarray) -> np.ndarray:
     """1-based ranks; tied values share the mean of the ranks they span."""
-    order = np.argsort(x, kind="stable")
-    xs = x[order]
-    ranks = np.empty(x.size, dtype=float)
-    starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])
-    ends = np.r_[starts[1:], x.size]
-    for s, e in zip(starts, ends):
-        ranks[order[s:e]] = (s + 1 + e) / 2.0  # mean of ranks s+1 .. e
-    return ranks
+    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+    ends = np.cumsum(counts)  # the last rank of each distinct value
+    return ((ends - counts + 1 + ends) / 2.0)[inverse.reshape(-1)]  # mean of ranks start .. end
 
 
 def auroc(scores: Sequence[float], labels: Sequence[Any]) -> float | None:
@@ -413,6 +409,61 @@ def auroc(scores: Sequence[float], labels: Sequence[Any]) -> float | None:
         return None
     ranks = _average_ranks(s)
     return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+#: Resamples :func:`auroc_interval` draws by default: enough that the interval's ends move by
+#: about 0.005 from one seed to another on a few hundred labels, in well under a second.
+INTERVAL_RESAMPLES = 1000
+
+
+def auroc_interval(scores: Sequence[float], labels: Sequence[Any], groups: Sequence[Any] | None = None,
+                   level: float = 0.95, resamples: int = INTERVAL_RESAMPLES, seed: int = 0) -> dict[str, Any] | None:
+    """A bootstrap interval for :func:`auroc`: how far it could move on other labels like these.
+
+    The groups (``groups``: e.g. the question each row answers; default: every row its own) are
+    drawn with replacement, as many as there are, ``resamples`` times (seeded by ``seed``, so the
+    interval is repeatable); each draw takes all rows of the groups drawn, and its AUROC is
+    computed. A draw with one class only has no AUROC and is left out. The interval is the middle
+    ``level`` share of the draws' AUROCs (percentile method): ``{"low", "high", "level",
+    "resamples"}``, ``resamples`` being the draws that had both classes. Rows of one group are
+    drawn together because they are not independent evidence: one question answered five times
+    is one question, and counting it five times would make the interval too narrow.
+
+    ``None`` when AUROC itself is undefined (one class), with fewer than two groups, or when fewer
+    than half of the draws had both classes (too few of the rarer label to say anything).
+    """
+    if not 0 < level < 1:
+        raise ValueError(f"level must be between 0 and 1, got {level!r}")
+    if not (isinstance(resamples, int) and resamples >= 1):
+        raise ValueError(f"resamples must be a positive integer, got {resamples!r}")
+    if auroc(scores, labels) is None:  # also checks lengths, finiteness and labels
+        return None
+    s = np.asarray(scores, dtype=float).reshape(-1)
+    y = np.asarray(_as_bools("labels", labels), dtype=bool)
+    groups = list(range(s.size)) if groups is None else list(groups)
+    if len(groups) != s.size:
+        raise ValueError(f"groups has {len(groups)} items but scores has {s.size}")
+    members: dict[Any, list[int]] = {}
+    for i, g in enumerate(groups):
+        members.setdefault(g, []).append(i)
+    if len(members) < 2:
+        return None
+    index = [np.asarray(m) for m in members.values()]
+    rng = np.random.default_rng(seed)
+    values = []
+    for _ in range(resamples):
+        rows = np.concatenate([index[k] for k in rng.integers(0, len(index), len(index))])
+        yy = y[rows]
+        n_pos = int(yy.sum())
+        n_neg = yy.size - n_pos
+        if n_pos and n_neg:
+            ranks = _average_ranks(s[rows])
+            values.append((ranks[yy].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+    if 2 * len(values) < resamples:
+        return None
+    tail = 100 * (1 - level) / 2
+    low, high = np.percentile(values, [tail, 100 - tail])
+    return {"low": float(low), "high": float(high), "level": float(level), "resamples": len(values)}
 
 
 def percentiles(values: Sequence[float], ps: Sequence[float] = (50, 95)) -> dict[str, float | None]:

@@ -232,6 +232,29 @@ def test_cross_fit_improves_ece_on_miscalibrated_data() -> None:
     assert out["after"]["auroc"] > out["before"]["auroc"] - 0.02
 
 
+def test_cross_fit_gives_auroc_intervals_over_questions_only_when_asked() -> None:
+    from self_improving_rag.evaluation.metrics import auroc_interval
+
+    rows = _synthetic_rows(300, seed=21)
+    labels = _labels_from(rows, DEFAULT_WEIGHTS, seed=22)
+    groups = [f"q{i // 3}" for i in range(300)]  # each question answered three times
+    plain = cross_fit(rows, labels, seed=0, groups=groups)
+    # Left out by default: choose_l2 cross-fits many times and reads the Brier score alone.
+    assert "auroc_interval" not in plain["after"] and "auroc_interval" not in plain["before"]
+    out = cross_fit(rows, labels, seed=0, groups=groups, interval=True)
+    assert out["after"]["auroc"] == plain["after"]["auroc"]
+    for key in ("before", "after"):
+        iv = out[key]["auroc_interval"]
+        assert iv["low"] < out[key]["auroc"] < iv["high"] and iv["high"] - iv["low"] < 0.25
+    # The interval draws questions, not rows: the held-out confidences drawn by question.
+    before = [confidence(r) for r in rows]
+    assert out["before"]["auroc_interval"] == auroc_interval(before, labels, groups)
+    assert out["before"]["auroc_interval"] != auroc_interval(before, labels)
+    corpora = ["/a" if i < 150 else "/b" for i in range(300)]
+    by = cross_fit(rows, labels, seed=0, groups=groups, corpora=corpora, interval=True)["by_corpus"]
+    assert all("auroc_interval" in by[c][k] for c in ("/a", "/b") for k in ("before", "pooled", "after"))
+
+
 def test_cross_fit_is_seeded_and_stratified() -> None:
     from self_improving_rag.evaluation.calibration import _folds
 

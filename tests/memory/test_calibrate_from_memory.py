@@ -327,6 +327,12 @@ def test_each_corpus_gets_a_fit_of_its_own_when_its_answers_go_another_way(store
     _print_calibration(result)
     out = capsys.readouterr().out
     assert "by corpus, each label held out (a corpus's own fit is pulled toward" in out and "  /i/a (60 labels)" in out and "  /i/b (60 labels)" in out
+    # Each held-out AUROC comes with its interval over the questions, the in-sample one without.
+    assert "AUROC 95% interval" in out
+    iv = held["after"]["auroc_interval"]
+    assert iv["low"] <= held["after"]["auroc"] <= iv["high"] and f"{iv['low']:.2f}–{iv['high']:.2f}" in out
+    assert "auroc_interval" not in result["in_sample_after"]
+    assert "auroc_interval" in held["by_corpus"]["/i/a"]["own"] and "auroc_interval" in stored["held_out"]["after"]
     assert out.count("one fit for every corpus") == 3 and out.count(" of 5 folds), in use") == 2
     assert "corpus not recorded (answers recorded by an older sirag) (4 labels)" in out
     assert "(scored by the fit on all labels: its corpus is unknown)" in out
