@@ -47,4 +47,4 @@ bench: install
 	$(BIN)/python benchmarks/run_all.py
 
 clean:
-	rm -rf index/demo index/user .pytest_cache   # never runs/ (evaluation results) nor memory/
+	rm -rf index/demo index/user .pytest_cache .hypothesis   # never runs/ (evaluation results) nor memory/
