@@ -299,7 +299,7 @@ def cmd_fetch_gutenberg(args: argparse.Namespace, config: Config) -> int:
 
 @command
 def cmd_stats(args: argparse.Namespace, config: Config) -> int:
-    """Chunk-length distribution per chunker and per document, and a histogram PNG.
+    """Chunk-length distribution per chunker and per document; with --png, a histogram PNG too.
 
     Example: sirag stats --index index/sherlock --png chunk_lengths.png
     """

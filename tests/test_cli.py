@@ -116,6 +116,10 @@ def test_ingest_ask_json_and_memory(tmp_path):
     assert "query (rewritten): Who built it? Clara Venn built the lighthouse in 1852 [1]." in r.stdout
     r = run(["stats", "--json"], tmp_path, ov)
     assert set(json.loads(r.stdout)["chunkers"]) == {"fixed", "section", "semantic"}
+    # The histogram is drawn only when --png names its file, as the help says.
+    assert not list(tmp_path.rglob("*.png"))
+    r = run(["--help"], tmp_path)
+    assert "with --png, a histogram PNG" in " ".join(r.stdout.split())
     logs = list((tmp_path / "logs").glob("*.jsonl"))
     assert logs and all(json.loads(line) for line in logs[0].read_text().splitlines())
 
