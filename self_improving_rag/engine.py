@@ -373,7 +373,10 @@ class Engine:
             completion_tokens += generation.completion_tokens
         else:
             raw = REFUSAL_PHRASE
-        refused = is_refusal(raw) or restates_question(question, raw)
+        # An echo of the question is no answer either, but the model did not decline: the diagnosis
+        # quotes it (the text output shows no withheld reply otherwise).
+        echo = raw if generation is not None and not is_refusal(raw) and restates_question(question, raw) else None
+        refused = echo is not None or is_refusal(raw)
         citations = parse_citations(raw, len(retrieval.passages))
         shown = drop_unknown_citations(raw, len(retrieval.passages))  # what the user reads
         t = time.perf_counter()
@@ -385,7 +388,7 @@ class Engine:
         thr = self.config.thresholds
         attribution = attribute(signals, thr.model_copy(update={"confidence": max(thr.confidence,
                                                                                   self.answer_bar(number))}),
-                                retrieved=bool(retrieval.passages))
+                                retrieved=bool(retrieval.passages), echo=echo)
         timings["total"] = sum(timings.values())
         return AttemptRecord(
             number=number, strategy=strategy, repair=repair, answer=None if refused else shown,

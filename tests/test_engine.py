@@ -815,3 +815,21 @@ def test_a_refusal_after_attempts_that_retrieved_nothing_counts_only_those_the_m
     assert empty and read, [(a.strategy.key, len(a.passages)) for a in ans.attempts]
     assert ans.refusal_reason.startswith(f"the model found no answer in the passages of {len(read)} attempt(s) "
                                          f"({len(empty)} other(s) retrieved nothing)"), ans.refusal_reason
+
+
+def test_a_reply_that_only_repeats_the_question_is_quoted_not_called_a_decline(make_engine):
+    """A question that quotes its passage ("... Tobias Lune ... Who kept the light?") gets the
+    reply "Tobias Lune [1].": taken for no answer, since it names nothing the question does not,
+    but the model did not decline, and the text output shows no withheld reply. The diagnosis
+    and the refusal quote what it said instead of saying "the model declined"."""
+    engine, _, _ = make_engine(["Tobias Lune [1]."])
+    ans = engine.ask("Keeper Tobias Lune kept the light for forty years. Who kept the light of Marrow Point?",
+                     loop=False)
+    assert ans.refused and ans.attempts[0].attribution.failure == "MISSED_ANSWER"
+    reason = ans.attempts[0].attribution.reason
+    assert "declined" not in reason and "'Tobias Lune [1].' names nothing the question does not" in reason, reason
+    assert "declined" not in ans.refusal_reason
+    # A reply that declines is still said to decline.
+    engine, _, _ = make_engine([REFUSE])
+    ans = engine.ask("Who kept the light of Marrow Point?", loop=False)
+    assert "the model declined" in ans.attempts[0].attribution.reason

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from ..config import ThresholdsConfig
 from ..types import Attribution, Signals
 from .repairs import CATALOGUE
@@ -17,7 +19,7 @@ def _fmt(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.2f}"
 
 
-def attribute(signals: Signals, thr: ThresholdsConfig, retrieved: bool = True) -> Attribution:
+def attribute(signals: Signals, thr: ThresholdsConfig, retrieved: bool = True, echo: str | None = None) -> Attribution:
     """The first failure whose condition holds, in this order:
 
     0. no passage retrieved (``retrieved`` False: the model was not asked) -> WEAK_RETRIEVAL
@@ -33,6 +35,10 @@ def attribute(signals: Signals, thr: ThresholdsConfig, retrieved: bool = True) -
     5. redundancy above threshold                                     -> REDUNDANT_CONTEXT
     6. confidence below threshold                                     -> LOW_CONFIDENCE
     otherwise NONE. A refusal with weak evidence is WEAK_RETRIEVAL: another strategy may find it.
+
+    ``echo`` is the model's reply when it was taken for a refusal only because it names nothing
+    the question does not ("Who killed Drebber?" -> "Drebber"): the model did not decline, so the
+    reason quotes what it said instead.
     """
     cov, grd = signals.coverage.value, signals.grounding.value
     weak_cov = cov is not None and cov < thr.coverage
@@ -46,10 +52,12 @@ def attribute(signals: Signals, thr: ThresholdsConfig, retrieved: bool = True) -
         # passages do not mention ..." would both describe something that did not happen.
         return make("WEAK_RETRIEVAL", NO_PASSAGE_REASON)
     if signals.refusal:
+        said = (f"the model's reply {textwrap.shorten(echo, 80, placeholder=' …')!r} names nothing the question "
+                "does not," if echo else "the model declined")
         if not weak_cov and not weak_grd:
-            return make("MISSED_ANSWER", f"the model declined although coverage {_fmt(cov)} >= {thr.coverage:.2f} "
+            return make("MISSED_ANSWER", f"{said} although coverage {_fmt(cov)} >= {thr.coverage:.2f} "
                                          f"and grounding {_fmt(grd)} >= {thr.grounding:.2f}")
-        return make("WEAK_RETRIEVAL", "the model declined and the evidence is weak: " + _weak_reason(signals, thr))
+        return make("WEAK_RETRIEVAL", f"{said} and the evidence is weak: " + _weak_reason(signals, thr))
     if weak_cov or weak_grd:
         return make("WEAK_RETRIEVAL", _weak_reason(signals, thr))
     fth = signals.faithfulness.value
