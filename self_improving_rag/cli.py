@@ -468,6 +468,10 @@ def cmd_search(args: argparse.Namespace, config: Config) -> int:
         # The generator may give no keywords (it declines): the search is then for the question alone.
         print(f"query (rewritten): {query}" if query != question
               else "query (rewritten): unchanged: the generator gave no keywords, so the question alone is searched")
+    if not hits:  # as an attempt's diagnosis says it (bm25 alone matches only the question's words)
+        print("no passage found for the question with this strategy"
+              + ("; bm25 finds only passages that share a word with the question: try --retriever hybrid"
+                 if strategy.retriever == "bm25" else ""))
     for h in hits:
         sc = " ".join(f"{k}={v:.3f}" for k, v in h["scores"].items())
         print(f"{h['rank']:2d}. {h['doc']} [{h['start']}-{h['end']}] {h['section']}\n    {sc}\n    "

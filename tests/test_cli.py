@@ -561,3 +561,15 @@ def test_memory_without_an_action_names_the_actions_not_an_argument_some_take(tm
     assert r.stderr.startswith("error: sirag memory: name an action: stats, strategies, failures, show, search, "
                                "export, report, merge;")
     assert "arg" not in r.stderr.split(";")[0]
+
+
+def test_search_that_finds_nothing_says_so(tmp_path):
+    """BM25 finds no chunk for a question none of whose words the corpus holds: `sirag search`
+    printed only its strategy and timings, which reads as a broken command, not as no match."""
+    write_corpus(tmp_path / "docs")
+    ov = fake_overrides(tmp_path)
+    assert run(["ingest", str(tmp_path / "docs")], tmp_path, ov).returncode == 0
+    r = run(["search", "Quelle couleur zébrée?", "--retriever", "bm25"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert "no passage found for the question with this strategy" in r.stdout
+    assert "try --retriever hybrid" in r.stdout
