@@ -833,3 +833,19 @@ def test_a_reply_that_only_repeats_the_question_is_quoted_not_called_a_decline(m
     engine, _, _ = make_engine([REFUSE])
     ans = engine.ask("Who kept the light of Marrow Point?", loop=False)
     assert "the model declined" in ans.attempts[0].attribution.reason
+
+
+def test_a_yes_to_a_yes_no_question_is_checked_as_the_question_s_statement(make_engine):
+    """"Yes [1]." to "Was the lighthouse built in 1852?" (the passage says so) was refused on every
+    attempt: its one claim "Yes" has one term, "yes", which no passage holds, so it read as an
+    answer from outside the passages (WEAK_RETRIEVAL), while "No [1]." ("no" is a stop word)
+    passed unchecked. A "yes" is now checked as the statement the question makes."""
+    engine, _, _ = make_engine(["Yes [1]."])
+    ans = engine.ask("Was the lighthouse of Marrow Point built in 1852?", loop=False)
+    assert not ans.refused and ans.answer == "Yes [1].", ans.refusal_reason
+    claim = ans.attempts[0].signals.faithfulness.detail["claims"][0]
+    assert claim["claim"] == "Yes" and claim["supported"]
+    # A "yes" whose statement the passages do not hold is still not supported.
+    engine, _, _ = make_engine(["Yes [1]."])
+    ans = engine.ask("Was the lighthouse painted blue by Venetian glassblowers?", loop=False)
+    assert ans.refused and ans.attempts[0].signals.faithfulness.value == 0.0

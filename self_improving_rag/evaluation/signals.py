@@ -143,6 +143,23 @@ def split_claims(answer: str) -> list[tuple[str, tuple[int, ...]]]:
     return claims
 
 
+_YES = re.compile(r"^\s*yes\b[\s,.;:!-]*", re.I)
+
+
+def checked_claim(question: str, claim: str) -> str:
+    """The text a claim is checked as: for a yes-no question, a claim that opens with "yes"
+    affirms the question's statement, so it is checked as the question followed by the rest of
+    the claim ("Yes [1]." to "Was the bridge finished in 1874?"): no passage says "yes", and that
+    word alone failed every such answer. A "no" ("no" is a stop word) denies the question's
+    words, which the passages need not hold, so it is checked by its own words, as any claim."""
+    from ..feedback.policy import query_features
+
+    m = _YES.match(claim)
+    if m is None or query_features(question).query_class != "yes-no":
+        return claim
+    return f"{question.strip().rstrip('?').strip()} {claim[m.end():]}".strip()
+
+
 def lexical_support(claim: str, passage_text: str) -> float:
     """Share of the claim's content terms found in the passage, numbers written as words and
     as digits being one term ("7" is supported by "seven").
@@ -664,7 +681,8 @@ class SignalScorer:
         """Each claim against the passages' sentences (``sentences``: (passage number, text) with
         their vectors), instruction-like sentences left out."""
         claims_cited = split_claims(answer)
-        claims = [c for c, _ in claims_cited]
+        # What each claim is checked as: a "yes" says what the question says (checked_claim).
+        claims = [checked_claim(question, c) for c, _ in claims_cited]
         if not claims or not passages:
             return [ClaimCheck(c, cites, 0.0, 0.0, None, 0.0, False) for c, cites in claims_cited]
         by_num = {p.number: p for p in passages}
@@ -697,10 +715,10 @@ class SignalScorer:
                     break
             judge = None
             if use_judge and judged < self.config.judge_max_claims:
-                judge = self._judge(question, claim, passages, prompt)
+                judge = self._judge(question, claims_cited[ci][0], passages, prompt)
                 judged += 1
             support = claim_support(best[0], best[1], judge)
-            checks.append(ClaimCheck(claim, cited, best[0], best[1], judge, support,
+            checks.append(ClaimCheck(claims_cited[ci][0], cited, best[0], best[1], judge, support,
                                      support >= self.config.claim_support_threshold, best[2]))
         return checks
 
