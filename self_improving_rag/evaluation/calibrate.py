@@ -100,10 +100,14 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
                f"{b_before:.3f}, each label scored by a fit on the other {held_out['folds'] - 1} of "
                f"{held_out['folds']} folds")
         if save:
+            # Named in full: the automatic fit's note reaches `sirag ask` and `sirag eval`, which have no --force.
+            fit = store.latest_calibration()
+            defaults = fit is None or bool((fit.get("metrics") or {}).get("reset_to_defaults"))
+            stay = ("the default weights stay in use" if defaults
+                    else "the weights in use stay (`sirag calibrate --reset` for the defaults)")
             result["stored"] = False
-            result["not_stored"] = (f"{why}): too few or unrepresentative "
-                                    "labels; the weights in use stay (`sirag calibrate --reset` for the defaults); add "
-                                    "labels, or store it anyway with --force")
+            result["not_stored"] = (f"{why}): too few or unrepresentative labels; {stay}; add labels, or store it "
+                                    "anyway with `sirag calibrate --force`")
             return result
         result["would_not_store"] = f"{why}); a real run would keep the weights in use unless given --force"
     result["stored"] = save

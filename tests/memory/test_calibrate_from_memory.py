@@ -196,6 +196,24 @@ def test_automatic_calibration_keeps_out_a_fit_worse_than_the_defaults(store: Me
     assert describe_auto_fit(result).startswith("automatic calibration on 4 labelled answers not stored: the fit")
 
 
+def test_a_fit_kept_out_names_sirag_calibrate_force_and_the_weights_that_stay(store: MemoryStore) -> None:
+    """The automatic fit's note (printed by `sirag eval` and `sirag batch`, logged by `sirag ask`) said
+    "store it anyway with --force", an option only `sirag calibrate` has, and offered `--reset` for the
+    defaults while the defaults were in use."""
+    from self_improving_rag.evaluation.calibrate import auto_calibrate, describe_auto_fit
+
+    _record(store, 2, SHORT, correct_every=2)  # labels that contradict the signals (see above)
+    _record(store, 2, LONG, correct_every=2)
+    note = describe_auto_fit(auto_calibrate(store, min_labels=2, refit_after=1))
+    assert "store it anyway with `sirag calibrate --force`" in note and " --force;" not in note
+    assert "the default weights stay in use" in note and "--reset" not in note
+    # With a fit in use, that fit stays, and --reset is the way back to the defaults.
+    store.save_calibration({**DEFAULT_WEIGHTS, "bias": -1.0}, 4, {})
+    result = calibrate_from_memory(store, min_labels=2, seed=0, save=True)
+    assert result["stored"] is False
+    assert "the weights in use stay (`sirag calibrate --reset` for the defaults)" in result["not_stored"]
+
+
 def test_an_automatic_fit_kept_out_is_not_fitted_again_until_new_labels_arrive(store: MemoryStore,
                                                                              monkeypatch) -> None:
     """A fit kept out was fitted again at every engine start, on the same labels, and `memory
