@@ -914,21 +914,27 @@ def _doc(fn: Callable) -> str:
 def build_parser() -> argparse.ArgumentParser:
     from .batch import int_at_least
 
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", metavar="FILE", action="append",
-                        help="YAML config layered over the packaged defaults; repeat to layer several files, "
-                             "later ones winning")
-    common.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one setting, e.g. --set strategy.top_k=8 (repeatable)")
-    common.add_argument("--index", metavar="DIR", help="corpus index directory (default: paths.index_dir; for batch and eval: "
-                        "the batch file's index:, else <output_dir>/<name>/index)")
-    common.add_argument("--memory", metavar="DB", help="memory store file (default: paths.memory_db)")
-    common.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
-    common.add_argument("-v", "--verbose", action="store_true",
-                        help="more detail: INFO log lines on stderr, DEBUG ones in the log file, and for ask "
-                             "the reasons of each attempt's checks")
-    common.add_argument("--debug", action="store_true",
-                        help="show tracebacks: of unexpected errors (raised), and of path errors (printed)")
+    def parent(index_help: str) -> argparse.ArgumentParser:
+        common = argparse.ArgumentParser(add_help=False)
+        common.add_argument("--config", metavar="FILE", action="append",
+                            help="YAML config layered over the packaged defaults; repeat to layer several files, "
+                                 "later ones winning")
+        common.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                            help="override one setting, e.g. --set strategy.top_k=8 (repeatable)")
+        common.add_argument("--index", metavar="DIR", help=index_help)
+        common.add_argument("--memory", metavar="DB", help="memory store file (default: paths.memory_db)")
+        common.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
+        common.add_argument("-v", "--verbose", action="store_true",
+                            help="more detail: INFO log lines on stderr, DEBUG ones in the log file, and for ask "
+                                 "the reasons of each attempt's checks")
+        common.add_argument("--debug", action="store_true",
+                            help="show tracebacks: of unexpected errors (raised), and of path errors (printed)")
+        return common
+
+    common = parent("corpus index directory (default: paths.index_dir; for batch and eval: the batch file's "
+                    "index:, else <output_dir>/<name>/index)")
+    # The commands of the memory store alone take no --index (main says why, rather than ignore it).
+    store_only = parent(argparse.SUPPRESS)
 
     p = _Parser(prog="sirag", description=(
         "A self-correcting RAG engine: answers questions from your documents with a local model, "
@@ -940,7 +946,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def add(name: str, fn: Callable) -> argparse.ArgumentParser:
         doc = _doc(fn)
-        return sub.add_parser(name, parents=[common], help=" ".join(doc.split("\n\n")[0].split()), description=doc,
+        return sub.add_parser(name, parents=[store_only if name in _NO_INDEX else common],
+                              help=" ".join(doc.split("\n\n")[0].split()), description=doc,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
 
     sp = add("ingest", cmd_ingest)
@@ -1045,6 +1052,16 @@ def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: l
     target.error(f"unrecognized arguments: {' '.join(extra)}" + (f" ({'; '.join(hints)})" if hints else ""))
 
 
+#: Commands that work on the memory store alone, over every index folder (corpus) whose answers it holds.
+_NO_INDEX = {
+    "memory": "it reads the memory store, which holds the answers from every index folder (`sirag memory stats` "
+              "lists them under corpora)",
+    "feedback": "it labels an answer in the memory store by its outcome id, whatever index folder it came from",
+    "calibrate": "it fits on the labels of every index folder in the memory store, and gives each one with enough "
+                 "labels a fit of its own (calibration.per_corpus)",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -1055,6 +1072,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     debug = getattr(args, "debug", False) or os.environ.get("SIRAG_DEBUG") == "1"
     try:
+        if args.command in _NO_INDEX and getattr(args, "index", None) is not None:
+            # Accepted silently, it let `sirag calibrate --index A` look like a fit of A's labels alone.
+            raise InputError(f"--index is not an option of sirag {args.command}: {_NO_INDEX[args.command]}; "
+                             "leave --index out (--memory chooses the store)")
         for option in ("index", "memory"):
             value = getattr(args, option, None)
             if value is not None and not value.strip():

@@ -372,3 +372,24 @@ def test_what_feedback_says_about_the_earlier_label_is_what_its_write_found(db, 
     out, err = capsys.readouterr()
     assert out.startswith("recorded:") and "it replaces the earlier user label (wrong)" in err, err
     assert "already had this label" not in err
+
+
+@pytest.mark.parametrize("command", [["calibrate", "--dry-run"], ["memory", "stats"], ["feedback", "OID", "--wrong"]])
+def test_index_given_to_a_command_of_the_memory_store_is_refused_not_ignored(db, tmp_path, capsys, command):
+    """`sirag calibrate --index A` fitted on the labels of every index folder, as if --index were not
+    there, and `--help` listed --index as the corpus it works on; it is now one error saying why, with
+    nothing written, and --help no longer offers it."""
+    import subprocess
+
+    oid = _ids(db)["Who owns Marsh House?"]
+    command = [oid if word == "OID" else word for word in command]
+    before = db.read_bytes()
+    assert sirag(tmp_path, command, "--index", str(tmp_path / "index")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --index is not an option of sirag {command[0]}: ") and "leave --index out" in err
+    assert err.count("\n") == 1 and db.read_bytes() == before
+    with MemoryStore(db, read_only=True) as store:
+        assert store.show(oid)["feedback"] == []
+    shown = subprocess.run([sys.executable, "-m", "self_improving_rag.cli", command[0], "--help"],
+                           capture_output=True, text=True, cwd=Path(__file__).parents[2])
+    assert shown.returncode == 0 and "--memory" in shown.stdout and "--index" not in shown.stdout
