@@ -234,7 +234,11 @@ def _calibration_table(store: MemoryStore) -> str:
     cal = store.latest_calibration()
     if cal is None:
         return _empty("no calibration fitted")
-    rows: list[list[Any]] = [["fitted at", cal["created_at"]], ["labelled outcomes (n)", cal["n"]]]
+    if (cal.get("metrics") or {}).get("reset_to_defaults"):  # stored as a fit, but nothing was fitted
+        rows: list[list[Any]] = [["in use", f"the default weights (fit {cal['id']}: `sirag calibrate --reset`)"],
+                                 ["reset at", cal["created_at"]]]
+    else:
+        rows = [["in use", f"fit {cal['id']}"], ["fitted at", cal["created_at"]], ["labelled outcomes (n)", cal["n"]]]
     rows.extend([f"metric {k}", v] for k, v in sorted(cal["metrics"].items()))
     rows.extend([f"weight {k}", v] for k, v in sorted(cal["weights"].items()))
     for corpus, fit in sorted((cal.get("corpus_fits") or {}).items()):  # the weights questions on that corpus use

@@ -142,3 +142,21 @@ def test_report_reads_one_snapshot_while_another_process_records(tmp_path: Path)
         page = write_html_report(store, tmp_path / "r.html").read_text(encoding="utf-8")
         assert STRATEGY_B.key not in page  # the snapshot predates the other process's answer
         assert STRATEGY_B.key in {r["strategy_key"] for r in store.strategies()}  # and it was recorded
+
+
+def test_a_reset_is_shown_as_the_default_weights_in_use_not_as_a_fit(tmp_path: Path) -> None:
+    """After `sirag calibrate --reset` the report's calibration table read "fitted at ..." and "labelled
+    outcomes (n) 0", as if a fit had been made on no labels; it now says the default weights are in use
+    since the reset, and, for a fit, which fit is in use (as `sirag memory stats` does)."""
+    from self_improving_rag.evaluation.calibrate import reset_calibration
+
+    with MemoryStore(tmp_path / "sirag.db") as store:
+        store.record(make_answer("who?", confidence=0.7))
+        fit_id = store.save_calibration({"coverage": 0.7, "bias": -0.1}, 24, {"auroc_after": 0.8})
+        fitted = write_html_report(store, tmp_path / "fit.html").read_text(encoding="utf-8")
+        reset_id = reset_calibration(store)
+        reset = write_html_report(store, tmp_path / "reset.html").read_text(encoding="utf-8")
+    assert f"<td>in use</td><td>fit {fit_id}</td>" in fitted and "<td>fitted at</td>" in fitted
+    assert f"<td>in use</td><td>the default weights (fit {reset_id}: `sirag calibrate --reset`)</td>" in reset
+    assert "<td>reset at</td>" in reset
+    assert "fitted at" not in reset and "labelled outcomes (n)" not in reset
