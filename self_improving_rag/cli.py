@@ -167,7 +167,8 @@ def cmd_ingest(args: argparse.Namespace, config: Config) -> int:
     Example: sirag ingest ../shared/data/corpora/sherlock --index index/sherlock
     The index then holds exactly the given paths: to add a document, list the earlier paths
     too (their unchanged files reuse their chunks and embeddings); a file not listed, or
-    removed (or emptied), has its chunks dropped, and the documents dropped are named. A path that
+    removed (or emptied), has its chunks dropped, and the documents dropped are named (so are the
+    chunkers dropped: the index holds those ingestion.chunkers lists). A path that
     does not exist, or a file the index holds that cannot be read now (turned binary, say), stops
     the ingest with nothing changed. When no file, path or setting changed,
     nothing is written and the index is reported up to date (--rebuild builds it again).

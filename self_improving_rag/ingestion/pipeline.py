@@ -43,6 +43,9 @@ class IngestReport:
     # Documents the index held before and no longer holds (not among the paths given, removed,
     # or with no text now), by document id.
     removed_documents: list[str] = field(default_factory=list)
+    # Chunkers the index held and ``ingestion.chunkers`` no longer lists: their chunks are not in
+    # the new index (a search with one of them is refused until an ingest builds it again).
+    removed_chunkers: list[str] = field(default_factory=list)
     # Documents that are new to the index or whose content changed (the others were chunked
     # again only because a chunker's settings changed, or reused).
     changed_documents: int = 0
@@ -88,6 +91,10 @@ class IngestReport:
             lines.append(f"note: {len(self.removed_documents)} document(s) the index held are no longer in it: "
                          f"{', '.join(self.removed_documents)} (a file removed or not among the paths given, or one "
                          "with no text now, is dropped)")
+        if self.removed_chunkers:
+            names = ", ".join(self.removed_chunkers)
+            lines.append(f"note: the index no longer holds the chunks of chunker(s) {names}: ingestion.chunkers leaves "
+                         f"them out (searching with them needs an ingest whose ingestion.chunkers includes {names})")
         return lines
 
 
@@ -338,10 +345,12 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
         prev_manifest: dict | None = None
         prev_chunks: dict[str, dict[str, list[Chunk]]] = {}
         held_files: dict[str, dict] = {}
+        held_chunkers: list[str] = []
         if index.current_dir() is not None:
             try:
                 held_files = dict(index.manifest().get("files", {}))
-            except (SiragError, OSError, ValueError):
+                held_chunkers = list(index.manifest().get("chunkers", {}))
+            except (SiragError, OSError, ValueError, TypeError):
                 pass  # an unreadable manifest is rebuilt below; nothing to compare with
         held_before = set(held_files)
         if not rebuild and index.current_dir() is not None:
@@ -516,6 +525,7 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
             cache.close()
     report.documents = [{"doc_id": k, **v} for k, v in files_meta.items()]
     report.removed_documents = sorted(held_before - set(files_meta))
+    report.removed_chunkers = [n for n in held_chunkers if n not in chunkers]
     report.timings_ms["total"] = (time.perf_counter() - t0) * 1000
     return report
 

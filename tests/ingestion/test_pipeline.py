@@ -318,6 +318,21 @@ def test_a_document_keeps_its_id_when_another_file_comes_or_goes(fake_config, tm
     assert removed.reused_documents == 1 and removed.removed_documents == [ids["notes.md"]]
 
 
+def test_chunkers_left_out_of_the_settings_are_named_as_dropped(fake_config, built_index: Path, corpus_dir: Path,
+                                                                 hash_embedder, tmp_path: Path) -> None:
+    """An ingest with fewer chunkers writes an index without the others' chunks: it says so, as it
+    does for the documents it drops, instead of reporting only the chunkers it built."""
+    fewer = load_config(None, [*fake_overrides(tmp_path), "ingestion.chunkers=[section]"])
+    report = ingest([corpus_dir], fewer, hash_embedder, progress=False)
+    assert set(CorpusIndex(built_index).manifest()["chunkers"]) == {"section"}
+    assert report.removed_chunkers == ["fixed", "semantic"] and report.removed_documents == []
+    assert [line for line in report.notices() if "chunker" in line] == [
+        "note: the index no longer holds the chunks of chunker(s) fixed, semantic: ingestion.chunkers leaves them "
+        "out (searching with them needs an ingest whose ingestion.chunkers includes fixed, semantic)"]
+    again = ingest([corpus_dir], fake_config, hash_embedder, progress=False)  # all three again: nothing dropped
+    assert again.removed_chunkers == [] and not [line for line in again.notices() if "chunker" in line]
+
+
 def test_ids_stay_with_symlinked_and_moved_files(fake_config, tmp_path: Path, hash_embedder) -> None:
     folder = tmp_path / "docs"
     (folder / "x").mkdir(parents=True)
