@@ -479,6 +479,7 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
             if (prev_manifest is not None and report.reused_documents == len(files_meta)
                     and _same(settings, {k: prev_manifest.get(k) for k in settings})):
                 # Nothing to change: keep the live generation instead of writing an identical one.
+                index.remove_unfinished()
                 report.unchanged = True
                 report.chunks = dict(prev_manifest.get("counts", {}))
                 report.documents = [{"doc_id": k, **v} for k, v in files_meta.items()]

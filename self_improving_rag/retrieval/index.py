@@ -430,11 +430,21 @@ class CorpusIndex:
         atomic_write_text(self.root / "CURRENT", final.name + "\n")
         _fsync_dir(self.root)
         for old in self.root.iterdir():
-            if old.is_dir() and old.name != final.name and (old.name.startswith("gen-") or old.name.startswith(".building-")):
-                if old.name.startswith(".building-") and time.time() - old.stat().st_mtime < 5:
-                    continue  # perhaps another ingest in flight; removed by a later one
+            if old.is_dir() and old.name != final.name and old.name.startswith("gen-"):
                 shutil.rmtree(old, ignore_errors=True)
+        self.remove_unfinished()
         return final
+
+    def remove_unfinished(self) -> None:
+        """Remove the unfinished generations (``.building-`` folders) of ingests that were killed:
+        they can be as large as the index, and a later ingest that writes nothing (the index up to
+        date) would otherwise leave them. One younger than 5 s is left: perhaps another ingest's in
+        flight; a later ingest removes it."""
+        for old in self.root.iterdir():
+            if old.is_dir() and old.name.startswith(".building-"):
+                if time.time() - old.stat().st_mtime < 5:
+                    continue
+                shutil.rmtree(old, ignore_errors=True)
 
 
 def on_gpu_if_available(index):

@@ -559,6 +559,20 @@ def test_building_leftover_does_not_break_the_next_ingest(fake_config, built_ind
     assert len(list(built_index.glob("gen-*"))) == 1
 
 
+def test_a_killed_ingest_s_leftover_goes_also_when_the_index_is_up_to_date(fake_config, built_index: Path,
+                                                                           corpus_dir: Path, hash_embedder) -> None:
+    """After kill -9 mid-write, the next ingest usually finds the index up to date and writes
+    nothing: it still removes the unfinished generation, which can be as large as the index."""
+    stale = built_index / ".building-20000101T000000-abcdef"
+    stale.mkdir()
+    (stale / "chunks-section.jsonl").write_text('{"truncated": ', encoding="utf-8")
+    old = time.time() - 3600
+    os.utime(stale, (old, old))
+    report = ingest([corpus_dir], fake_config, hash_embedder, progress=False)
+    assert report.unchanged
+    assert not stale.exists()
+
+
 def test_crash_between_chunkers_keeps_the_previous_index(fake_config, built_index: Path, corpus_dir: Path,
                                                          hash_embedder, monkeypatch) -> None:
     """The new generation is half written (one chunker done) when the ingest dies."""
