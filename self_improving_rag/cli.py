@@ -16,7 +16,7 @@ from typing import Any, Callable, NoReturn
 
 from . import __version__
 from .config import Config, load_config, pins_strategy
-from .errors import IngestionError, InputError, SiragError
+from .errors import IngestionError, InputError, InterruptedAfterCommit, SiragError
 
 log = logging.getLogger("sirag")
 
@@ -1104,8 +1104,11 @@ def main(argv: list[str] | None = None) -> int:
             logging.getLogger("sirag").warning("error: %s", exc, extra={"file_only": True})
         log.debug("error", exc_info=True)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print(f"interrupted: {_INTERRUPTED.get(args.command, 'stopped cleanly')}", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        # An ingest stopped once its new index was live says so (a batch's own line says more: how to resume).
+        what = str(exc) if isinstance(exc, InterruptedAfterCommit) and args.command in ("ingest", "fetch-gutenberg") \
+            else _INTERRUPTED.get(args.command, "stopped cleanly")
+        print(f"interrupted: {what}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 1

@@ -62,3 +62,9 @@ class InputError(SiragError):
 
 class BatchError(SiragError):
     """A batch file is invalid or a batch run cannot continue."""
+
+
+class InterruptedAfterCommit(KeyboardInterrupt):
+    """Ctrl-C that came once the work was done and in place (an ingest's new index live, its older
+    one being removed): its message says what is left, for the CLI's "interrupted:" line, instead
+    of the command's usual "nothing of it was kept"."""

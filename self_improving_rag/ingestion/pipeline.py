@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import __version__
 from ..config import Config
-from ..errors import IngestionError, NoTextError, SiragError
+from ..errors import IngestionError, InterruptedAfterCommit, NoTextError, SiragError
 from ..retrieval.embedder import Embedder
 from ..retrieval.index import FORMAT_VERSION, CorpusIndex, EmbeddingCache
 from ..types import Chunk
@@ -479,7 +479,7 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
             if (prev_manifest is not None and report.reused_documents == len(files_meta)
                     and _same(settings, {k: prev_manifest.get(k) for k in settings})):
                 # Nothing to change: keep the live generation instead of writing an identical one.
-                index.remove_unfinished()
+                index.remove_stale(index.current_dir().name)
                 report.unchanged = True
                 report.chunks = dict(prev_manifest.get("counts", {}))
                 report.documents = [{"doc_id": k, **v} for k, v in files_meta.items()]
@@ -518,7 +518,17 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
                     "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "counts": report.chunks,
                 }
-                index.commit(gen, manifest)
+                try:
+                    index.commit(gen, manifest)
+                except KeyboardInterrupt as exc:
+                    live = index.current_dir()
+                    if live is not None and live.name == gen.name.replace(".building-", "gen-"):
+                        # Ctrl-C while the older generation was being removed: the new one is live.
+                        raise InterruptedAfterCommit(
+                            f"stopped while finishing; the new index in {root} is complete and in use (an earlier "
+                            "generation may be left on disk, which the next ingest removes)"
+                        ) from exc
+                    raise
             except BaseException:
                 shutil.rmtree(gen, ignore_errors=True)  # an unfinished generation is never used: no debris
                 raise

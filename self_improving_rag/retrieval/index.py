@@ -429,20 +429,18 @@ class CorpusIndex:
         _fsync_dir(self.root)
         atomic_write_text(self.root / "CURRENT", final.name + "\n")
         _fsync_dir(self.root)
-        for old in self.root.iterdir():
-            if old.is_dir() and old.name != final.name and old.name.startswith("gen-"):
-                shutil.rmtree(old, ignore_errors=True)
-        self.remove_unfinished()
+        self.remove_stale(final.name)
         return final
 
-    def remove_unfinished(self) -> None:
-        """Remove the unfinished generations (``.building-`` folders) of ingests that were killed:
-        they can be as large as the index, and a later ingest that writes nothing (the index up to
-        date) would otherwise leave them. One younger than 5 s is left: perhaps another ingest's in
-        flight; a later ingest removes it."""
+    def remove_stale(self, live: str) -> None:
+        """Remove the generations other than ``live`` (a folder name): older ones, and the unfinished
+        ones (``.building-`` folders) of ingests that were killed. Each can be as large as the index;
+        an ingest that writes nothing (the index up to date) removes them too, or they would stay
+        until one changes the index. A ``.building-`` folder younger than 5 s is left: perhaps
+        another ingest's in flight; a later ingest removes it."""
         for old in self.root.iterdir():
-            if old.is_dir() and old.name.startswith(".building-"):
-                if time.time() - old.stat().st_mtime < 5:
+            if old.is_dir() and old.name != live and old.name.startswith(("gen-", ".building-")):
+                if old.name.startswith(".building-") and time.time() - old.stat().st_mtime < 5:
                     continue
                 shutil.rmtree(old, ignore_errors=True)
 

@@ -20,7 +20,7 @@ from self_improving_rag.retrieval.embedder import HashEmbedder
 from self_improving_rag.retrieval.index import CorpusIndex
 from self_improving_rag.retrieval.searcher import Searcher
 from self_improving_rag.types import Strategy
-from tests.conftest import fake_overrides
+from tests.conftest import fake_overrides, main_in_process
 
 CHUNKERS = ("fixed", "section", "semantic")
 
@@ -571,6 +571,27 @@ def test_a_killed_ingest_s_leftover_goes_also_when_the_index_is_up_to_date(fake_
     report = ingest([corpus_dir], fake_config, hash_embedder, progress=False)
     assert report.unchanged
     assert not stale.exists()
+
+
+def test_ctrl_c_once_the_new_index_is_live_says_it_is_in_use(tmp_path: Path, corpus_dir: Path, monkeypatch,
+                                                             capsys) -> None:
+    """Ctrl-C while the older generation is removed comes after the new one went live: the
+    "interrupted:" line says so, not that the index is as it was before the ingest."""
+    options = [a for o in fake_overrides(tmp_path) for a in ("--set", o)]
+    assert main_in_process(["ingest", str(corpus_dir), *options]) == 0
+    _touch_corpus(corpus_dir)
+
+    def interrupted(self, live):
+        raise KeyboardInterrupt
+
+    capsys.readouterr()
+    with monkeypatch.context() as m:
+        m.setattr(CorpusIndex, "remove_stale", interrupted)
+        assert main_in_process(["ingest", str(corpus_dir), *options]) == 130
+    err = capsys.readouterr().err
+    assert err.startswith("interrupted: stopped while finishing; the new index in ") and "complete and in use" in err
+    assert "as it was before" not in err
+    assert any("new pier" in c.text for c in CorpusIndex(tmp_path / "index").load_chunks("section"))
 
 
 def test_crash_between_chunkers_keeps_the_previous_index(fake_config, built_index: Path, corpus_dir: Path,
