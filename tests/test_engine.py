@@ -849,3 +849,12 @@ def test_a_yes_to_a_yes_no_question_is_checked_as_the_question_s_statement(make_
     engine, _, _ = make_engine(["Yes [1]."])
     ans = engine.ask("Was the lighthouse painted blue by Venetian glassblowers?", loop=False)
     assert ans.refused and ans.attempts[0].signals.faithfulness.value == 0.0
+
+
+def test_a_yes_to_a_question_that_offers_a_choice_is_not_read_as_its_statement(make_engine):
+    """"Yes [1]." to "Was the lighthouse built by Clara Venn or by Tobias Lune?" names neither:
+    checked as the question's statement, whose words the passage holds, it was accepted."""
+    engine, _, _ = make_engine(["Yes [1]."])
+    ans = engine.ask("Was the lighthouse of Marrow Point built by Clara Venn or by Tobias Lune?", loop=False)
+    assert ans.refused, ans.answer
+    assert not ans.attempts[0].signals.faithfulness.detail["claims"][0]["supported"]

@@ -151,11 +151,13 @@ def checked_claim(question: str, claim: str) -> str:
     affirms the question's statement, so it is checked as the question followed by the rest of
     the claim ("Yes [1]." to "Was the bridge finished in 1874?"): no passage says "yes", and that
     word alone failed every such answer. A "no" ("no" is a stop word) denies the question's
-    words, which the passages need not hold, so it is checked by its own words, as any claim."""
+    words, which the passages need not hold, so it is checked by its own words, as any claim.
+    A question that offers a choice ("Was it built by Venn or by Lune?") is not answered by a
+    "yes": that claim is checked as it is (as Engine's restates_question reads such a question)."""
     from ..feedback.policy import query_features
 
     m = _YES.match(claim)
-    if m is None or query_features(question).query_class != "yes-no":
+    if m is None or query_features(question).query_class != "yes-no" or re.search(r"\bor\b", question, re.I):
         return claim
     return f"{question.strip().rstrip('?').strip()} {claim[m.end():]}".strip()
 
