@@ -230,6 +230,13 @@ def _failures_table(store: MemoryStore) -> str:
     )
 
 
+def _interval(iv: Any) -> Any:
+    """AUROC's bootstrap interval as `sirag calibrate` prints it ("0.61–0.81"), not as a dict."""
+    if isinstance(iv, dict) and isinstance(iv.get("low"), (int, float)) and isinstance(iv.get("high"), (int, float)):
+        return f"{iv['low']:.2f}–{iv['high']:.2f}"
+    return iv
+
+
 def _calibration_table(store: MemoryStore) -> str:
     cal = store.latest_calibration()
     if cal is None:
@@ -247,7 +254,8 @@ def _calibration_table(store: MemoryStore) -> str:
             rows.append([f"{corpus}: its own fit, pull toward the fit on all labels (l2)", fit["l2"]])
         held = fit.get("held_out") or {}
         for key, what in (("before", "default weights"), ("pooled", "fit on all labels"), ("after", "its own fit")):
-            rows.extend([f"{corpus}: held out, {what}, {m}", v] for m, v in sorted((held.get(key) or {}).items()))
+            rows.extend([f"{corpus}: held out, {what}, {m}", _interval(v) if m == "auroc_interval" else v]
+                        for m, v in sorted((held.get(key) or {}).items()))
         rows.extend([f"{corpus}: weight {k}", v] for k, v in sorted(fit["weights"].items()))
     return _table(["calibration", "value"], rows)
 

@@ -160,3 +160,18 @@ def test_a_reset_is_shown_as_the_default_weights_in_use_not_as_a_fit(tmp_path: P
     assert f"<td>in use</td><td>the default weights (fit {reset_id}: `sirag calibrate --reset`)</td>" in reset
     assert "<td>reset at</td>" in reset
     assert "fitted at" not in reset and "labelled outcomes (n)" not in reset
+
+
+def test_a_corpus_fit_s_auroc_interval_is_shown_as_a_range_not_a_dict(tmp_path: Path) -> None:
+    """A corpus's own fit keeps its held-out figures, AUROC's interval among them (a dict): the
+    report showed "{'low': 0.744..., 'high': ..., 'level': 0.95, 'resamples': 1000}"."""
+    interval = {"low": 0.7444, "high": 0.9381, "level": 0.95, "resamples": 1000}
+    with MemoryStore(tmp_path / "sirag.db") as store:
+        store.record(make_answer("who?", confidence=0.7))
+        held = {m: {"auroc": 0.8, "auroc_interval": interval, "ece": 0.1, "brier": 0.2}
+                for m in ("before", "pooled", "after")}
+        store.save_calibration({"coverage": 0.7, "bias": -0.1}, 24, {"auroc_after": 0.8},
+                               corpus_fits={"/i/a": {"weights": {"bias": 0.1}, "n": 24, "held_out": held}})
+        page = write_html_report(store, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "<td>/i/a: held out, its own fit, auroc_interval</td><td>0.74–0.94</td>" in page
+    assert "resamples" not in page
