@@ -30,11 +30,13 @@ def weights_for(fit: dict | None, corpus: str | None) -> dict | None:
 
 def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool = True, force: bool = False,
                           folds: int = 5, l2: float | str = "auto", per_corpus: bool = True,
-                          if_latest: Any = ANY_LATEST) -> dict:
+                          if_latest: Any = ANY_LATEST, interval: bool = True) -> dict:
     """Cross-fit for honest before/after figures, then fit on all labels and store the weights.
 
-    The held-out scores (``result["held_out"]``) carry ``auroc_interval``, AUROC's 95% bootstrap
-    interval over the questions, so that a figure on few labels is read with its uncertainty.
+    With ``interval``, the held-out scores (``result["held_out"]``) carry ``auroc_interval``, AUROC's
+    95% bootstrap interval over the questions, so that a figure on few labels is read with its
+    uncertainty (the automatic fit, which shows no AUROC interval, leaves it out: it costs a
+    bootstrap of 1000 draws per score).
 
     ``l2`` is the fit's penalty strength, or ``"auto"``: chosen by :func:`choose_l2` on all labels
     for the stored fit, and inside each training fold for the held-out figures, so that they
@@ -73,7 +75,7 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
                          "a fit on the others, so label answers to at least two questions")
     corpora = [r.get("corpus") for r in rows] if per_corpus else None
     held_out = cross_fit(rows, labels, seed=seed, folds=folds, groups=groups, l2=l2, corpora=corpora,
-                         corpus_min=min_labels, interval=True)
+                         corpus_min=min_labels, interval=interval)
     strength = choose_l2(rows, labels, groups, folds=folds, seed=seed) if l2 == "auto" else float(l2)
     weights = fit_weights(rows, labels, l2=strength)
     by_corpus = held_out.get("by_corpus") or {}
@@ -83,7 +85,7 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
                       pooled_l2=strength) if kept else {}
     for key, fit in own.items():
         figures = by_corpus[key]
-        fit["held_out"] = {m: {k: figures[m].get(k) for k in ("auroc", "auroc_interval", "ece", "brier")}
+        fit["held_out"] = {m: {k: figures[m][k] for k in ("auroc", "auroc_interval", "ece", "brier") if k in figures[m]}
                            for m in ("before", "pooled", "after")}
     if None in by_corpus:  # a JSON key: outcomes recorded before the corpus was
         held_out["by_corpus"] = {NOT_RECORDED if c is None else c: f for c, f in by_corpus.items()}
@@ -180,7 +182,8 @@ def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, fold
         # Stored only if no other process (another `sirag ask` starting on this store) stored a fit
         # while this one was fitting: the labels would then no longer be new to the weights in use.
         result = calibrate_from_memory(store, min_labels=min_labels, seed=seed, save=True, folds=folds, l2=l2,
-                                       per_corpus=per_corpus, if_latest=fit["id"] if fit is not None else None)
+                                       per_corpus=per_corpus, if_latest=fit["id"] if fit is not None else None,
+                                       interval=False)
     except InputError:  # every label the same: nothing to fit
         return None
     if not result["stored"] and not result["would_store"]:  # kept out: worse than the default weights
