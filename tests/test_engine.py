@@ -858,3 +858,12 @@ def test_a_yes_to_a_question_that_offers_a_choice_is_not_read_as_its_statement(m
     ans = engine.ask("Was the lighthouse of Marrow Point built by Clara Venn or by Tobias Lune?", loop=False)
     assert ans.refused, ans.answer
     assert not ans.attempts[0].signals.faithfulness.detail["claims"][0]["supported"]
+
+
+@pytest.mark.parametrize("reply", ["**Yes** [1].", "\"Yes,\" it was [1].", "*Yes.* [1]"])
+def test_a_yes_in_quotes_or_emphasis_is_read_as_a_yes(make_engine, reply):
+    """A model writes "**Yes** [1]." as often as "Yes [1].": the emphasis hid the "yes", and the
+    claim was checked by the one word no passage holds."""
+    engine, _, _ = make_engine([reply])
+    ans = engine.ask("Was the lighthouse of Marrow Point built in 1852?", loop=False)
+    assert not ans.refused, ans.refusal_reason

@@ -143,7 +143,8 @@ def split_claims(answer: str) -> list[tuple[str, tuple[int, ...]]]:
     return claims
 
 
-_YES = re.compile(r"^\s*yes\b[\s,.;:!-]*", re.I)
+#: "Yes", also in quotes or markdown emphasis ('"Yes," [1].', "**Yes**, it was [1].").
+_YES = re.compile(r"^[\s\"'“‘*_(]*yes\b[\s,.;:!*_\"'”’)-]*", re.I)
 
 
 def checked_claim(question: str, claim: str) -> str:
