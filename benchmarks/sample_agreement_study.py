@@ -26,8 +26,10 @@ agree when one's words contain the other's, or their token F1 is at least 0.5):
 `--fit RUN_DIR...` reads runs made with the engine's own feature (`sirag eval ... --set
 scoring.agreement_samples=4`, session 29): every attempt that gave an answer, graded against gold
 with its stored features, cross-fitted by the project's `cross_fit` (penalty chosen in each fold,
-5 folds grouped by question, five seeds) with and without `agreement`, and what the draws cost
-beside the generator. Runs joined with "+" are pooled:
+5 folds grouped by question, five seeds; for the first seed also AUROC's 95% interval over the
+questions) with and without `agreement`, and what the draws cost beside the generator. Runs
+joined with "+" are pooled, a question's answers from every run in one fold (as `--analyse`
+pools its runs). On runs made without the feature the two fits give the same figures:
 
   python benchmarks/sample_agreement_study.py --fit runs/squad-s29-A+runs/squad-s29-B runs/sherlock-s29
 
@@ -189,7 +191,7 @@ def _graded_attempts(run_dir: Path) -> list[dict]:
             feats = dict((conf.get("detail") or {}).get("features") or {})
             feats["answer_words"] = answer_words(answer)
             rows.append({**feats, **sample_features(answer, trace["samples"]), "y": int(y),
-                         "group": f"{run_dir.name}/{r['id']}", "confidence": conf.get("value"),
+                         "group": r["id"], "confidence": conf.get("value"),
                          "cost": trace["sample_ms"] / max(1.0, trace["generator_ms"]),
                          "returned": att["number"] == r.get("chosen_attempt") and not r["refused"]})
     if unmatched:
@@ -262,7 +264,9 @@ def _stored_attempts(run_dir: Path) -> list[dict]:
             conf = att["signals"].get("confidence") or {}
             detail = conf.get("detail") or {}
             timings = att.get("timings_ms") or {}
-            rows.append({**(detail.get("features") or {}), "y": int(y), "group": f"{run_dir.name}/{r['id']}",
+            # Grouped by question alone: runs of the same questions pooled ("+") keep a question's
+            # answers from every run in one fold, so none is fitted and scored at once.
+            rows.append({**(detail.get("features") or {}), "y": int(y), "group": r["id"],
                          "confidence": conf.get("value"), "draws_ms": (detail.get("agreement") or {}).get("ms"),
                          "generate_ms": timings.get("generate"),
                          "returned": att["number"] == r.get("chosen_attempt") and not r["refused"]})
@@ -276,9 +280,13 @@ def fit(specs: list[str], seeds: int = 5) -> None:
     def cross(rows: list[dict], without: bool) -> str:
         use = [{**r, "agreement": None} if without else r for r in rows]
         y, groups = [r["y"] for r in rows], [r["group"] for r in rows]
-        res = [cross_fit(use, y, seed=s, l2="auto", folds=5, groups=groups)["after"] for s in range(seeds)]
+        res = [cross_fit(use, y, seed=s, l2="auto", folds=5, groups=groups, interval=s == 0)["after"]
+               for s in range(seeds)]
         a = [x["auroc"] for x in res]
-        return (f"AUROC {np.mean(a):.3f} ± {np.std(a):.3f}, ECE {np.mean([x['ece'] for x in res]):.3f} "
+        iv = res[0]["auroc_interval"] or {}
+        return (f"AUROC {np.mean(a):.3f} ± {np.std(a):.3f} (seed 0: {res[0]['auroc']:.3f}, 95% interval over "
+                f"questions {iv.get('low', float('nan')):.3f}–{iv.get('high', float('nan')):.3f}), "
+                f"ECE {np.mean([x['ece'] for x in res]):.3f} "
                 f"(floor {res[0]['ece_floor']:.3f}), Brier {np.mean([x['brier'] for x in res]):.3f}")
 
     for spec in specs:

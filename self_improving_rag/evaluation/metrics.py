@@ -415,6 +415,10 @@ def auroc(scores: Sequence[float], labels: Sequence[Any]) -> float | None:
 #: about 0.005 from one seed to another on a few hundred labels, in well under a second.
 INTERVAL_RESAMPLES = 1000
 
+#: Groups (questions) with a right answer, and groups with a wrong one, that :func:`auroc_interval`
+#: needs: below that the draws cannot show how the ranking varies.
+INTERVAL_MIN_GROUPS = 5
+
 
 def auroc_interval(scores: Sequence[float], labels: Sequence[Any], groups: Sequence[Any] | None = None,
                    level: float = 0.95, resamples: int = INTERVAL_RESAMPLES, seed: int = 0) -> dict[str, Any] | None:
@@ -429,8 +433,11 @@ def auroc_interval(scores: Sequence[float], labels: Sequence[Any], groups: Seque
     drawn together because they are not independent evidence: one question answered five times
     is one question, and counting it five times would make the interval too narrow.
 
-    ``None`` when AUROC itself is undefined (one class), with fewer than two groups, or when fewer
-    than half of the draws had both classes (too few of the rarer label to say anything).
+    ``None`` when AUROC itself is undefined (one class), when fewer than
+    :data:`INTERVAL_MIN_GROUPS` groups hold a right row or fewer hold a wrong one, or when fewer
+    than half of the draws had both classes. On so few of one kind the draws repeat the same
+    handful of rows: three answers ranked perfectly would give 1.00–1.00, a certainty they do not
+    give.
     """
     if not 0 < level < 1:
         raise ValueError(f"level must be between 0 and 1, got {level!r}")
@@ -446,9 +453,9 @@ def auroc_interval(scores: Sequence[float], labels: Sequence[Any], groups: Seque
     members: dict[Any, list[int]] = {}
     for i, g in enumerate(groups):
         members.setdefault(g, []).append(i)
-    if len(members) < 2:
-        return None
     index = [np.asarray(m) for m in members.values()]
+    if min(sum(bool(y[m].any()) for m in index), sum(bool((~y[m]).any()) for m in index)) < INTERVAL_MIN_GROUPS:
+        return None
     rng = np.random.default_rng(seed)
     values = []
     for _ in range(resamples):

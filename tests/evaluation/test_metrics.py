@@ -423,8 +423,14 @@ def test_auroc_interval_is_repeatable_and_none_where_auroc_is() -> None:
     assert auroc_interval([0.2, 0.9, 0.4], [True, True, True]) is None  # one class: no AUROC
     assert auroc_interval([0.2, 0.9, 0.4], [1, 0, 1], groups=["q", "q", "q"]) is None  # one question
     # Perfectly ranked answers stay perfectly ranked in every draw.
-    assert auroc_interval([0.1, 0.2, 0.8, 0.9], [0, 0, 1, 1]) == {"low": 1.0, "high": 1.0, "level": 0.95,
-                                                                 "resamples": pytest.approx(1000, abs=200)}
+    ten = [0.1 * k for k in range(10)]
+    # (a draw of ten with one kind only, chance 2 / 2**10, is left out)
+    assert auroc_interval(ten, [0] * 5 + [1] * 5) == {"low": 1.0, "high": 1.0, "level": 0.95,
+                                                     "resamples": pytest.approx(1000, abs=20)}
+    # Four right answers: too few to draw from, however well they are ranked.
+    assert auroc_interval(ten[1:], [0] * 5 + [1] * 4) is None
+    # Five right rows that are one question's answers are one question.
+    assert auroc_interval(ten, [0] * 5 + [1] * 5, groups=[0, 1, 2, 3, 4, 5, 5, 5, 5, 5]) is None
     with pytest.raises(ValueError, match="level"):
         auroc_interval([0.1, 0.9], [0, 1], level=95)
     with pytest.raises(ValueError, match="groups"):
