@@ -851,6 +851,25 @@ def test_a_yes_to_a_yes_no_question_is_checked_as_the_question_s_statement(make_
     assert ans.refused and ans.attempts[0].signals.faithfulness.value == 0.0
 
 
+@pytest.mark.parametrize("question, supported", [
+    ("Did Tobias Lune save eleven sailors from the wreck?", True),
+    ("Did Tobias Lune save twelve sailors from the wreck?", False),  # the passage says eleven
+    ("Was the lighthouse of Marrow Point built in 1852?", True),
+    ("Was the lighthouse of Marrow Point built in 1858?", False),
+    ("Did Dr. Pim buy smoked herring at the fish market?", True),
+    ("Did Dr. Alder buy smoked herring at the fish market?", True),  # names present, not linked: a limit
+    ("Did Dr. Hobbs buy smoked herring at the fish market?", False),
+])
+def test_a_yes_needs_the_statements_names_and_numbers_in_one_passage(make_engine, question, supported):
+    """Checked as the question's statement, a "yes" to "Did Lune save twelve sailors?" shared four
+    of its five words with the passage that says eleven, and passed. A "yes" affirms the whole
+    statement: its names and numbers must all be in one passage."""
+    engine, _, _ = make_engine(["Yes [1]."])
+    ans = engine.ask(question, loop=False)
+    claim = ans.attempts[0].signals.faithfulness.detail["claims"][0]
+    assert claim["supported"] is supported and ans.refused is not supported, (claim, ans.refusal_reason)
+
+
 def test_a_yes_to_a_question_that_offers_a_choice_is_not_read_as_its_statement(make_engine):
     """"Yes [1]." to "Was the lighthouse built by Clara Venn or by Tobias Lune?" names neither:
     checked as the question's statement, whose words the passage holds, it was accepted."""

@@ -163,6 +163,13 @@ def checked_claim(question: str, claim: str) -> str:
     return f"{question.strip().rstrip('?').strip()} {claim[m.end():]}".strip()
 
 
+def yes_key_terms(statement: str) -> set[str]:
+    """The names and numbers of the statement a "yes" affirms (:func:`checked_claim`), as claim
+    terms: a false premise hides in them ("Did Lune save twelve sailors?" of a passage that says
+    eleven), and a "yes" whose passage lacks one affirms what no passage says."""
+    return capitalised_terms(statement) | {t for t in claim_terms(statement) if any(ch.isdigit() for ch in t)}
+
+
 def lexical_support(claim: str, passage_text: str) -> float:
     """Share of the claim's content terms found in the passage, numbers written as words and
     as digits being one term ("7" is supported by "seven").
@@ -721,6 +728,12 @@ class SignalScorer:
                 judge = self._judge(question, claims_cited[ci][0], passages, prompt)
                 judged += 1
             support = claim_support(best[0], best[1], judge)
+            if claims[ci] != claims_cited[ci][0]:
+                # A "yes" affirms the whole statement: one passage must hold all of its names and
+                # numbers, or the words it shares with the passages support a premise they deny.
+                key = yes_key_terms(claims[ci])
+                if key and not any(key <= set(claim_terms(evidence[n])) for n in by_num):
+                    support = min(support, 0.5 * self.config.claim_support_threshold)
             checks.append(ClaimCheck(claims_cited[ci][0], cited, best[0], best[1], judge, support,
                                      support >= self.config.claim_support_threshold, best[2]))
         return checks
