@@ -33,6 +33,10 @@ class _Rows:
     def labelled_attempts(self) -> list[dict]:
         return self.rows
 
+    def last_label_id(self) -> int:
+        # What the stored fit would remember as the newest label it saw (a dry run stores nothing).
+        return len(self.rows)
+
 
 def synthetic(n: int, corpora: int, seed: int = 0) -> list[dict]:
     """``n`` labelled answers with every feature drawn at random, split evenly among
@@ -64,7 +68,7 @@ def main() -> None:
         for corpora in (1, 3):
             store = _Rows(synthetic(n, corpora))
             t = time.perf_counter()
-            result = calibrate_from_memory(store, min_labels=20, save=False)
+            result = calibrate_from_memory(store, min_labels=20, save=False)  # as `sirag calibrate`: with intervals
             seconds = time.perf_counter() - t
             figures[f"seconds_{n}_labels_{corpora}_corpora"] = seconds
             figures[f"own_fits_{n}_labels_{corpora}_corpora"] = len(result["corpus_fits"])

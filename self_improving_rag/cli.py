@@ -1055,7 +1055,7 @@ def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: l
 
 #: Commands that work on the memory store alone, over every index folder (corpus) whose answers it holds.
 _NO_INDEX = {
-    "memory": "it reads the memory store, which holds the answers from every index folder (`sirag memory stats` "
+    "memory": "it works on the memory store, which holds the answers from every index folder (`sirag memory stats` "
               "lists them under corpora)",
     "feedback": "it labels an answer in the memory store by its outcome id, whatever index folder it came from",
     "calibrate": "it fits on the labels of every index folder in the memory store, and gives each one with enough "

@@ -52,8 +52,11 @@ def attribute(signals: Signals, thr: ThresholdsConfig, retrieved: bool = True, e
         # passages do not mention ..." would both describe something that did not happen.
         return make("WEAK_RETRIEVAL", NO_PASSAGE_REASON)
     if signals.refusal:
-        said = (f"the model's reply {textwrap.shorten(echo, 80, placeholder=' …')!r} names nothing the question "
-                "does not," if echo else "the model declined")
+        # shorten() drops whole words: a reply whose next word is long (a URL) would keep almost nothing.
+        quoted = textwrap.shorten(echo, 80, placeholder=" …") if echo else ""
+        if echo and len(quoted) < 40 < 80 < len(" ".join(echo.split())):
+            quoted = " ".join(echo.split())[:78] + " …"
+        said = f"the model's reply {quoted!r} names nothing the question does not," if echo else "the model declined"
         if not weak_cov and not weak_grd:
             return make("MISSED_ANSWER", f"{said} although coverage {_fmt(cov)} >= {thr.coverage:.2f} "
                                          f"and grounding {_fmt(grd)} >= {thr.grounding:.2f}")

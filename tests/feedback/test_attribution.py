@@ -120,6 +120,18 @@ def test_attribution_rules(values, expected):
     assert (got.repairs == ()) == (expected == "NONE")
 
 
+@pytest.mark.parametrize("echo, quoted", [
+    ("Agnes Tull [1].", "'Agnes Tull [1].'"),
+    ("see https://example.org/" + "a" * 90, "'see https://example.org/" + "a" * 54 + " …'"),  # 78 characters
+])
+def test_a_reply_taken_as_no_answer_is_quoted_even_when_its_next_word_is_long(echo, quoted):
+    """textwrap.shorten drops whole words: a reply whose second word is a long URL was quoted as
+    'see …', which tells the user nothing of what the model said."""
+    got = attribute(_signals(coverage=0.9, grounding=0.9, confidence=0.2, refusal=True), ThresholdsConfig(),
+                    echo=echo)
+    assert got.failure == "MISSED_ANSWER" and got.reason.startswith(f"the model's reply {quoted} names nothing")
+
+
 def _with_claims(faith: float, lexicals: list[float]):
     sig = _signals(coverage=0.9, grounding=0.9, redundancy=0.0, confidence=0.9)
     claims = [{"claim": f"claim {i}", "lexical": lx, "supported": False} for i, lx in enumerate(lexicals)]
