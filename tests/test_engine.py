@@ -870,6 +870,33 @@ def test_a_yes_needs_the_statements_names_and_numbers_in_one_passage(make_engine
     assert claim["supported"] is supported and ans.refused is not supported, (claim, ans.refusal_reason)
 
 
+@pytest.mark.parametrize("question", [
+    "Did Mr. Tobias Lune save eleven sailors from the wreck?",  # a title the passage leaves out
+    "Did T. Lune save eleven sailors from the wreck?",  # an initial: one letter is no claim term
+])
+def test_a_yes_is_not_refused_for_a_title_or_an_initial_the_passage_cannot_hold(make_engine, question):
+    """The names a "yes" must find are claim terms: "T." (one letter) never is one, and "Mr." is
+    a title, not a name; both made every right "yes" to such a question a refusal."""
+    engine, _, _ = make_engine(["Yes [1]."])
+    ans = engine.ask(question, loop=False)
+    claim = ans.attempts[0].signals.faithfulness.detail["claims"][0]
+    assert claim["supported"] and not ans.refused, (claim, ans.refusal_reason)
+
+
+@pytest.mark.parametrize("statement, passage", [
+    ("Did the U.S. enter the war in 1917", "The U.S. entered the war in 1917."),
+    ("Was J. K. Rowling born in 1965", "J. K. Rowling was born in 1965."),
+    ("Did the Seven Dwarfs live in the forest", "The Seven Dwarfs lived in the forest."),
+    ("Was the Third Reich founded in 1933", "The Third Reich was founded in 1933."),
+    ("Did O'Brien win the race", "O'Brien won the race."),
+])
+def test_a_yes_s_names_and_numbers_can_be_found_in_a_passage_that_says_the_same(statement, passage):
+    from self_improving_rag.evaluation.signals import yes_key_terms
+    from self_improving_rag.text import claim_terms
+
+    assert yes_key_terms(statement) <= set(claim_terms(passage))
+
+
 def test_a_yes_to_a_question_that_offers_a_choice_is_not_read_as_its_statement(make_engine):
     """"Yes [1]." to "Was the lighthouse built by Clara Venn or by Tobias Lune?" names neither:
     checked as the question's statement, whose words the passage holds, it was accepted."""

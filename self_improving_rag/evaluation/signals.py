@@ -20,7 +20,7 @@ from ..generation.prompts import (_CITATION, build_judge_messages, build_questio
                                   parse_citations, strip_citations)
 from ..ingestion.sentences import split_sentences
 from ..retrieval.reranker import sigmoid
-from ..text import QUESTION_WORDS, STOP_WORDS, capitalised_terms, claim_terms, content_terms, term_words
+from ..text import QUESTION_WORDS, STOP_WORDS, capitalised_terms, claim_terms, content_terms, stemmer, term_words
 from ..types import Generation, Passage, RetrievalResult, Signal, Signals
 from .calibration import QUESTION_FIT_FLOOR, answer_words
 from .calibration import confidence as calibrated_confidence
@@ -167,7 +167,17 @@ def yes_key_terms(statement: str) -> set[str]:
     """The names and numbers of the statement a "yes" affirms (:func:`checked_claim`), as claim
     terms: a false premise hides in them ("Did Lune save twelve sailors?" of a passage that says
     eleven), and a "yes" whose passage lacks one affirms what no passage says."""
-    return capitalised_terms(statement) | {t for t in claim_terms(statement) if any(ch.isdigit() for ch in t)}
+    terms = set(claim_terms(statement))
+    # Only a capitalised word that is also a claim term can be found in a passage's claim terms:
+    # an initial ("J. Smith", "the U.S.", "O'Brien") is one letter, and a number word ("the Seven
+    # Dwarfs", "the Third Reich") is its digits, which the numbers below already take. A title
+    # ("Mr.", "Dr.") names no one: "Did Mr. Holmes ..." of a passage that says "Holmes".
+    names = (capitalised_terms(statement) & terms) - _TITLES
+    return names | {t for t in terms if any(ch.isdigit() for ch in t)}
+
+
+#: Titles before a name, as claim terms: not names themselves, and a passage often leaves them out.
+_TITLES = frozenset(stemmer().stemWords("mr mrs ms miss dr doctor sir madam prof professor rev st".split()))
 
 
 def lexical_support(claim: str, passage_text: str) -> float:
