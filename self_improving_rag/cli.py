@@ -190,6 +190,12 @@ def cmd_ingest(args: argparse.Namespace, config: Config) -> int:
             stats = chunk_stats(args.index or config.paths.index_dir, png=png)
         except (SiragError, OSError) as exc:  # the index is built: say so before the error
             stats_error = exc
+        except KeyboardInterrupt as exc:
+            if report.unchanged or isinstance(exc, InterruptedAfterCommit):
+                raise  # nothing was written: the index is as it was
+            # Counting or drawing the chunks (a PNG takes seconds) comes after the new index went live.
+            raise InterruptedAfterCommit(f"stopped while counting the chunks; the new index in {report.index_dir} "
+                                         "is complete and in use") from exc
     if args.json:
         _print_json({**report.to_json(), **({"stats": stats} if stats else {})})
     elif report.unchanged:

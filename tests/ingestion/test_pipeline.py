@@ -594,6 +594,31 @@ def test_ctrl_c_once_the_new_index_is_live_says_it_is_in_use(tmp_path: Path, cor
     assert any("new pier" in c.text for c in CorpusIndex(tmp_path / "index").load_chunks("section"))
 
 
+def test_ctrl_c_during_the_stats_of_a_new_index_says_it_is_in_use(tmp_path: Path, corpus_dir: Path, monkeypatch,
+                                                                  capsys) -> None:
+    """--stats (and --stats-png, which draws for seconds) runs once the new index is live: Ctrl-C
+    there must not say the index is as it was before the ingest."""
+    import self_improving_rag.ingestion.stats as stats_module
+
+    options = [a for o in fake_overrides(tmp_path) for a in ("--set", o)]
+    assert main_in_process(["ingest", str(corpus_dir), *options]) == 0
+    _touch_corpus(corpus_dir)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    capsys.readouterr()
+    with monkeypatch.context() as m:
+        m.setattr(stats_module, "chunk_stats", interrupted)
+        assert main_in_process(["ingest", str(corpus_dir), "--stats", *options]) == 130
+        err = capsys.readouterr().err
+        assert "complete and in use" in err and "as it was before" not in err
+        assert any("new pier" in c.text for c in CorpusIndex(tmp_path / "index").load_chunks("section"))
+        # Nothing written: the index is as it was, as the usual line says.
+        assert main_in_process(["ingest", str(corpus_dir), "--stats", *options]) == 130
+        assert "as it was before" in capsys.readouterr().err
+
+
 def test_crash_between_chunkers_keeps_the_previous_index(fake_config, built_index: Path, corpus_dir: Path,
                                                          hash_embedder, monkeypatch) -> None:
     """The new generation is half written (one chunker done) when the ingest dies."""
