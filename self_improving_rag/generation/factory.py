@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+import os
+
 from ..config import Config
-from .registry import resolve_model
+from .registry import PACKAGED_MODELS, SPLIT_MODELS, resolve_model
+
+
+def transformers_source(model: str, gguf_file: str | None, cache_dir: str) -> tuple[str, str | None]:
+    """The (folder, gguf_file) transformers loads for ``generator.model``: a registry name or a path
+    to a .gguf file is resolved as llama.cpp resolves it (the file's folder and name); a model
+    folder, or a model with ``generator.gguf_file`` set, is passed on as given."""
+    if gguf_file is None and (model in SPLIT_MODELS or model in PACKAGED_MODELS or model.endswith(".gguf")):
+        path = resolve_model(model, cache_dir)
+        return str(path.parent), path.name
+    return (os.path.expanduser(model) if model.startswith("~") else model), gguf_file
 
 
 def make_generator(config: Config):
@@ -29,7 +41,8 @@ def make_generator(config: Config):
     if g.backend == "transformers":
         from .transformers_nf4 import TransformersGenerator
 
-        return TransformersGenerator(model=g.model, gguf_file=g.gguf_file, load_in_4bit=g.load_in_4bit,
+        model, gguf_file = transformers_source(g.model, g.gguf_file, config.paths.model_cache)
+        return TransformersGenerator(model=model, gguf_file=gguf_file, load_in_4bit=g.load_in_4bit,
                                      compute_dtype=g.compute_dtype, device_map=g.device_map,
                                      max_memory=g.max_memory, temperature=g.temperature,
                                      max_tokens=g.max_tokens, seed=g.seed, n_threads=g.n_threads)

@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import logging
+import re
 import time
 
 from ..errors import GenerationError, GeneratorUnavailableError
 from ..types import Generation
 from .base import TokenCallback
+
+log = logging.getLogger(__name__)
 
 
 class TransformersGenerator:
@@ -38,6 +42,19 @@ class TransformersGenerator:
             from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
         except ImportError as exc:
             raise GeneratorUnavailableError("the transformers backend needs: pip install 'self_improving_rag[transformers]'") from exc
+        if self.gguf_file:
+            # transformers reads a GGUF through the gguf package (not in its own requirements); without
+            # it the load fails with a message that points nowhere useful.
+            try:
+                import gguf  # noqa: F401
+            except ImportError as exc:
+                raise GeneratorUnavailableError(
+                    f"the transformers backend reads the GGUF file {self.gguf_file} with the gguf package, which is "
+                    "not installed; install it with: pip install 'gguf>=0.10.0' (or use generator.backend=llama_cpp, "
+                    "which runs GGUF files natively)") from exc
+            if self.load_in_4bit:
+                log.info("a GGUF file is dequantised to %s by transformers: generator.load_in_4bit does not apply",
+                         self.compute_dtype)
         if self.n_threads:
             torch.set_num_threads(self.n_threads)  # generator.n_threads, as for llama.cpp (CPU runs)
         dtype = getattr(torch, self.compute_dtype)
@@ -58,8 +75,11 @@ class TransformersGenerator:
             self._model = AutoModelForCausalLM.from_pretrained(self.model_id, trust_remote_code=False,
                                                                local_files_only=True, **kwargs)
         except (OSError, ValueError, ImportError, RuntimeError) as exc:
-            raise GeneratorUnavailableError(f"cannot load {self.model_id} with transformers ({exc}); check generator.model "
-                                  "(a local directory: nothing is downloaded)") from exc
+            what = f"{self.model_id}/{self.gguf_file}" if self.gguf_file else self.model_id
+            why = re.sub(r"\s+", " ", str(exc)).strip()  # one line: transformers' messages span several
+            raise GeneratorUnavailableError(f"cannot load {what} with transformers ({why}); check generator.model "
+                                            "(a local model directory, a .gguf file or a registry name: nothing is "
+                                            "downloaded)") from exc
         self._model.eval()
 
     def count_tokens(self, text: str) -> int:

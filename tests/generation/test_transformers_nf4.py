@@ -145,6 +145,58 @@ def test_missing_model_dir_is_a_generation_error(tmp_path) -> None:
         gen.warm_up()
 
 
+def test_a_gguf_without_the_gguf_package_names_the_pip_line(tmp_path, monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "gguf", None)  # as where it is not installed: import fails
+    (tmp_path / "m.gguf").write_bytes(b"GGUF" + b"\0" * 60)
+    gen = TransformersGenerator(model=str(tmp_path), gguf_file="m.gguf", compute_dtype="float32", device_map="cpu")
+    with pytest.raises(GenerationError) as info:
+        gen.warm_up()
+    assert "pip install 'gguf>=0.10.0'" in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_a_load_error_is_one_line(tmp_path, monkeypatch) -> None:
+    def refuse(*args, **kwargs):
+        raise OSError("We couldn't connect to 'https://huggingface.co' to load the files.\nCheck your connection.")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", refuse)
+    gen = TransformersGenerator(model=str(tmp_path), compute_dtype="float32", device_map="cpu")
+    with pytest.raises(GenerationError) as info:
+        gen.warm_up()
+    assert "\n" not in str(info.value) and "Check your connection" in str(info.value)
+
+
+def test_registry_names_and_gguf_paths_load_through_the_registry(tmp_path, monkeypatch) -> None:
+    """generator.backend=transformers with the model names and .gguf paths the default backend
+    takes: the folder and file name of the resolved file, not the name as a Hub repo id."""
+    from self_improving_rag.config import load_config
+    from self_improving_rag.generation import factory
+
+    gguf = tmp_path / "models" / "tiny.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"GGUF" + b"\0" * 60)
+    resolved = []
+
+    def resolve(name, cache):
+        resolved.append((name, str(cache)))
+        return gguf
+
+    monkeypatch.setattr(factory, "resolve_model", resolve)
+    cache = str(tmp_path / "cache")
+    for name in ("smollm2-135m-instruct", "qwen2.5-coder-1.5b-instruct-q4_k_m", str(gguf)):
+        gen = factory.make_generator(load_config(None, ["generator.backend=transformers", f"generator.model={name}",
+                                                        f"paths.model_cache={cache}"]))
+        assert (gen.model_id, gen.gguf_file) == (str(gguf.parent), "tiny.gguf")
+    assert [n for n, _ in resolved] == ["smollm2-135m-instruct", "qwen2.5-coder-1.5b-instruct-q4_k_m", str(gguf)]
+    # A model folder, or a folder with its gguf_file named, is passed on as it is.
+    gen = factory.make_generator(load_config(None, ["generator.backend=transformers", f"generator.model={tmp_path}",
+                                                    "generator.gguf_file=x.gguf"]))
+    assert (gen.model_id, gen.gguf_file) == (str(tmp_path), "x.gguf")
+    assert len(resolved) == 3
+
+
 # ---------------------------------------------------------------- tokens
 
 
