@@ -320,6 +320,14 @@ class OpenAIHTTPGenerator:
                            "logprobs": True, "top_logprobs": 10})
         if not (self._logprobs and self._judge_ok):  # the server refused log-probs just now: no judgement
             return None
+        if not _has_alternatives(data):
+            # A server that answers but leaves the log-probs (or their alternatives) out, as some
+            # do without a word: it would do so for every claim, each a request for nothing.
+            log.warning("%s gave no log-probabilities of alternatives for the judge's yes/no question; the judge is "
+                        "off from now on (claims are checked by their words; set scoring.judge=none to skip this "
+                        "request)", self.base_url)
+            self._judge_ok = False
+            return None
         try:
             top = data["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
             yes = no = 0.0
@@ -337,6 +345,16 @@ class OpenAIHTTPGenerator:
         except (KeyError, IndexError, TypeError, AttributeError, OverflowError):
             return None
         return yes / (yes + no) if yes + no > 0 else None
+
+
+def _has_alternatives(data: dict) -> bool:
+    """Whether a reply holds a list of top log-probs for its first token (whatever they say)."""
+    choices = data.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    logprobs = choice.get("logprobs")
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    first = content[0] if isinstance(content, list) and content and isinstance(content[0], dict) else {}
+    return isinstance(first.get("top_logprobs"), list)
 
 
 def _sse_lines(buffer: bytearray, final: bool):

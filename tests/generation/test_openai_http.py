@@ -489,6 +489,21 @@ def test_a_server_that_refuses_logprobs_is_asked_without_them(fake_server) -> No
     assert gen.yes_probability(MESSAGES) is None and len(fake_server.requests) == 3  # no judge without log-probs
 
 
+def test_a_server_that_silently_leaves_logprobs_out_is_judged_once_then_not_asked(fake_server, caplog) -> None:
+    """A server that answers the judge without log-probs would answer every claim so: one request
+    finds it out, one warning says the judge is off, and no request is sent for the next claims."""
+    import logging
+
+    fake_server.mode = "no_logprobs"
+    gen = _gen(fake_server)
+    with caplog.at_level(logging.WARNING):
+        assert [gen.yes_probability(MESSAGES) for _ in range(4)] == [None] * 4
+    assert len(fake_server.requests) == 1
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "judge is off" in warnings[0]
+    assert gen.generate(MESSAGES).text == REPLY  # answers are still asked for
+
+
 def test_a_redirect_names_its_target(fake_server) -> None:
     from self_improving_rag.errors import GeneratorUnavailableError
 
