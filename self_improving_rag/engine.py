@@ -160,6 +160,13 @@ class Engine:
                 note = "fitted weights of this corpus"
             elif fit and (fit.get("metrics") or {}).get("reset_to_defaults"):
                 note = "default weights"  # stored by `sirag calibrate --reset`
+        prior_weight = (weights or {}).get("question_prior") or 0.0
+        if self.config.scoring.question_prior and prior_weight and not getattr(self.generator, "reads_prompt", False):
+            # Undefined, the feature takes its neutral value: the fit's say for it is lost unseen.
+            log.warning("the confidence weights in use give question_prior the weight %.3g, but this generator "
+                        "(backend %s) cannot read its prompt as it generates: question_prior stays undefined and "
+                        "takes its neutral value (the llama_cpp backend reads it; a fit on this backend's own "
+                        "answers, `sirag calibrate`, gives it no weight)", prior_weight, self.config.generator.backend)
         verdicts = None
         if self.config.policy.rejudge:
             own = ({c: f["weights"] for c, f in fit.get("corpus_fits", {}).items()}

@@ -913,3 +913,21 @@ def test_a_yes_in_quotes_or_emphasis_is_read_as_a_yes(make_engine, reply):
     engine, _, _ = make_engine([reply])
     ans = engine.ask("Was the lighthouse of Marrow Point built in 1852?", loop=False)
     assert not ans.refused, ans.refusal_reason
+
+
+@pytest.mark.parametrize("reads", [True, False])
+def test_a_fitted_question_prior_weight_on_a_backend_that_cannot_read_it_is_warned_of(
+        make_engine, monkeypatch, caplog, reads):
+    """A fit (made on llama.cpp answers) that weighs question_prior, used with a backend that
+    cannot read its prompt (transformers, openai): one warning, not a silently neutral feature."""
+    import logging
+
+    from self_improving_rag import engine as engine_module
+
+    engine, gen, _ = make_engine([GOOD])
+    monkeypatch.setattr(type(gen), "reads_prompt", reads)
+    monkeypatch.setattr(engine_module, "weights_for", lambda fit, corpus: {"bias": 0.0, "question_prior": 0.4})
+    with caplog.at_level(logging.WARNING, logger="self_improving_rag"):
+        engine.warm_up()
+    warned = [r.getMessage() for r in caplog.records if "question_prior" in r.getMessage()]
+    assert warned == [] if reads else (len(warned) == 1 and "cannot read its prompt" in warned[0])

@@ -24,7 +24,7 @@ class Generator(Protocol):
 
     ``generate(..., read=(span, need))`` asks for the same reading of the generation's own prompt
     while it is evaluated, in :attr:`Generation.prompt_read` (llama.cpp; the others return None:
-    ``question_prior`` is then undefined)."""
+    ``question_prior`` is then undefined); a backend that does it says so with ``reads_prompt = True``."""
 
     name: str
 

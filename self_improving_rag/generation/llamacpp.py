@@ -52,6 +52,8 @@ def _interrupt_held() -> Iterator[None]:
 class LlamaCppGenerator:
     """Chat generation with a GGUF file; the chat template comes from the file's metadata."""
 
+    reads_prompt = True  # generate(read=...) fills Generation.prompt_read (question_prior)
+
     def __init__(self, model_path: str, n_ctx: int = 4096, n_threads: int = 2, n_batch: int = 512, seed: int = 0,
                  temperature: float = 0.0, max_tokens: int = 160, name: str | None = None,
                  parallel: int = 1) -> None:

@@ -23,6 +23,7 @@ class ScriptedGenerator:
     """
 
     name = "scripted"
+    reads_prompt = True  # generate(read=...) fills Generation.prompt_read (question_prior)
 
     def __init__(self, replies: list | None = None, judge=None, logprob: float = -0.2, reader=None,
                  sampler=None) -> None:
