@@ -124,16 +124,24 @@ def _stamp(target: Path, sha256: str) -> str:
 
 
 def _write_stamp(target: Path, sha256: str) -> None:
-    """Record that ``target`` as it is now (size, mtime, inode) has ``sha256``; best effort (a
-    cache that cannot take it is hashed again at the next start)."""
+    """Record that ``target`` as it is now (size, mtime, inode) has ``sha256``. A cache that cannot
+    take it (read-only, shared) has the file hashed again at every start: that is said, not done
+    silently."""
     stamp = _stamp_path(target)
-    tmp = stamp.with_name(stamp.name + ".tmp")
+    tmp = None
     try:
-        tmp.write_text(_stamp(target, sha256), "ascii")
+        fd, tmp = tempfile.mkstemp(prefix=stamp.name + ".", suffix=".tmp", dir=stamp.parent)
+        with os.fdopen(fd, "w", encoding="ascii") as fh:
+            fh.write(_stamp(target, sha256))
+        os.chmod(tmp, 0o644)
         os.replace(tmp, stamp)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+    except OSError as exc:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        log.warning("cannot record the sha256 check of %s in %s (%s): the file is hashed again at every start "
+                    "(seconds for a gigabyte); make that folder writable or set paths.model_cache to a writable "
+                    "folder", target.name, stamp.parent, exc.strerror or exc)
 
 
 def _cached_ok(model: SplitModel, target: Path, hash_it: bool = True) -> bool:
@@ -172,13 +180,24 @@ def _cache_lock(cache_dir: Path):
     except ImportError:  # no flock (Windows): each process assembles its own copy, renamed atomically
         yield
         return
-    fd = os.open(cache_dir, os.O_RDONLY)
+    try:
+        fd = os.open(cache_dir, os.O_RDONLY)
+    except OSError as exc:  # a folder that cannot be opened: the assembly itself says what is wrong
+        log.debug("no lock on %s (%s); assembling without it", cache_dir, exc)
+        yield
+        return
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.warning("another process is assembling a model in %s; waiting for it", cache_dir)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log.warning("another process is assembling a model in %s; waiting for it", cache_dir)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            # NFS emulates flock with a write lock, which a folder (never open for writing) cannot take
+            # (EBADF); some filesystems have no flock (ENOLCK, EOPNOTSUPP). The lock only spares a
+            # second copy: assemble without it, renamed atomically as on Windows.
+            log.debug("no lock on %s (%s); assembling without it", cache_dir, exc)
         yield
     finally:
         os.close(fd)  # releases the lock

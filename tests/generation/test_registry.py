@@ -7,6 +7,7 @@ packages, found through a monkeypatched ``_part_path``.
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -206,6 +207,50 @@ def test_an_unwritable_model_cache_is_one_error_naming_the_setting(tmp_path: Pat
     blocker.write_text("x")
     with pytest.raises(ModelNotFoundError, match="paths.model_cache"):
         resolve_model("tiny-fake", blocker / "cache")
+
+
+def test_a_cache_folder_that_cannot_be_locked_is_assembled_without_the_lock(tmp_path: Path, parts: dict,
+                                                                            monkeypatch, caplog) -> None:
+    """On NFS an exclusive flock needs a file open for writing (a folder never is: EBADF); other
+    filesystems have no flock at all (ENOLCK, EOPNOTSUPP). The lock only spares a second
+    gigabyte: without it the model is still assembled (renamed atomically), not refused."""
+    import errno
+    import fcntl
+    import logging
+
+    _use(monkeypatch, _model())
+    for err in (errno.EBADF, errno.ENOLCK, errno.EOPNOTSUPP):
+        cache = tmp_path / f"cache-{err}"
+
+        def no_lock(fd, op, err=err):
+            raise OSError(err, os.strerror(err))
+
+        monkeypatch.setattr(fcntl, "flock", no_lock)
+        with caplog.at_level(logging.WARNING):
+            assert resolve_model("tiny-fake", cache).read_bytes() == WHOLE
+
+
+def test_a_stamp_that_cannot_be_written_is_said_not_hashed_silently_at_every_start(tmp_path: Path, parts: dict,
+                                                                                  monkeypatch, caplog) -> None:
+    """A cache where the stamp cannot go (read-only, shared; here a folder in its place) makes every
+    start hash the whole file again (seconds for the 1.1 GB model): the user is told why."""
+    import logging
+
+    _use(monkeypatch, _model())
+    cache = tmp_path / "cache"
+    (cache / ".tiny-fake.gguf.verified").mkdir(parents=True)
+    hashed = []
+    real = registry._sha256
+    monkeypatch.setattr(registry, "_sha256", lambda p: hashed.append(p) or real(p))
+    with caplog.at_level(logging.WARNING):
+        path = resolve_model("tiny-fake", cache)
+    assert hashed == []  # the assembly hashed the parts as it wrote them: the file is not read again
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert resolve_model("tiny-fake", cache) == path
+    assert hashed == [path]
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == 1 and "every start" in warned[0] and str(cache) in warned[0]
 
 
 def test_unchecked_split_model_is_assembled(tmp_path: Path, parts: dict, monkeypatch) -> None:
