@@ -320,7 +320,10 @@ class OpenAIHTTPGenerator:
                            "logprobs": True, "top_logprobs": 10})
         if not (self._logprobs and self._judge_ok):  # the server refused log-probs just now: no judgement
             return None
-        if not _has_alternatives(data):
+        shape = _alternatives(data)
+        if shape is None:  # no token to judge (EOS first, which some servers leave out): this claim only
+            return None
+        if not shape:
             # A server that answers but leaves the log-probs (or their alternatives) out, as some
             # do without a word: it would do so for every claim, each a request for nothing.
             log.warning("%s gave no log-probabilities of alternatives for the judge's yes/no question; the judge is "
@@ -347,13 +350,17 @@ class OpenAIHTTPGenerator:
         return yes / (yes + no) if yes + no > 0 else None
 
 
-def _has_alternatives(data: dict) -> bool:
-    """Whether a reply holds a list of top log-probs for its first token (whatever they say)."""
+def _alternatives(data: dict) -> bool | None:
+    """Whether a reply holds a list of top log-probs for its first token (whatever they say):
+    False when the log-probs, or their alternatives, are left out; None when the reply has no
+    token at all (an empty ``content`` list), which says nothing of what the server gives."""
     choices = data.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
     logprobs = choice.get("logprobs")
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
-    first = content[0] if isinstance(content, list) and content and isinstance(content[0], dict) else {}
+    if isinstance(content, list) and not content:
+        return None
+    first = content[0] if isinstance(content, list) and isinstance(content[0], dict) else {}
     return isinstance(first.get("top_logprobs"), list)
 
 

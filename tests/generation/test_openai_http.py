@@ -138,7 +138,7 @@ class FakeOpenAI:
                         time.sleep(fake.raw_pause)
                     self.close_connection = True
                     return
-                if mode in ("parts", "null_top", "null_logprob", "logprobs_list"):
+                if mode in ("parts", "null_top", "null_logprob", "logprobs_list", "no_token"):
                     self._send(200, json.dumps(fake.odd_reply(body)).encode())
                     return
                 self._send(200, json.dumps(fake.reply(body)).encode())
@@ -160,6 +160,9 @@ class FakeOpenAI:
         if self.mode == "parts":
             return {"choices": [{"message": {"role": "assistant", "content": [{"type": "text", "text": "Clara "},
                                                                              {"type": "text", "text": "Venn [1]."}]},
+                                 "finish_reason": "stop"}]}
+        if self.mode == "no_token":  # the judge's one token was EOS, which this server leaves out
+            return {"choices": [{"message": {"role": "assistant", "content": ""}, "logprobs": {"content": []},
                                  "finish_reason": "stop"}]}
         if self.mode == "logprobs_list":
             return {"choices": [{"message": {"role": "assistant", "content": REPLY}, "logprobs": [-0.1],
@@ -502,6 +505,20 @@ def test_a_server_that_silently_leaves_logprobs_out_is_judged_once_then_not_aske
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "judge is off" in warnings[0]
     assert gen.generate(MESSAGES).text == REPLY  # answers are still asked for
+
+
+def test_a_judge_reply_without_a_token_does_not_turn_the_judge_off(fake_server, caplog) -> None:
+    """Review: one reply whose log-probs list no token (EOS came first) turned the judge off for the
+    rest of the batch. It gives no judgement for that claim only."""
+    import logging
+
+    fake_server.mode = "no_token"
+    gen = _gen(fake_server)
+    with caplog.at_level(logging.WARNING):
+        assert [gen.yes_probability(MESSAGES) for _ in range(3)] == [None] * 3
+    assert len(fake_server.requests) == 3 and not [r for r in caplog.records if r.levelno == logging.WARNING]
+    fake_server.mode = "ok"
+    assert gen.yes_probability(MESSAGES) is not None
 
 
 def test_a_redirect_names_its_target(fake_server) -> None:
