@@ -370,10 +370,10 @@ _YEAR = re.compile(r"(?<![\d,.])\b(\d{3,4})\b(?![,.]\d)(?!\s*B\.?C)")  # not in 
 _MONTHS = ("january|february|march|april|may|june|july|august|september|october|november|december|"
            "jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec")
 # A bare number in a question is a date only after one of these ("in 1169", "on 12 May 1850",
-# "May 12, 1850", "AD 1066"), and not before a unit: "380 years", "a population of 1500" and
-# "after 1000 days" are not dates.
-_BEFORE_YEAR = re.compile(rf"(?:\b(?:in|on|by|since|until|till|from|after|before|and|or|during|around|circa|year|"
-                          rf"ad|a\.d\.|ca\.|c\.)|\b(?:{_MONTHS})\.?(?:\s+\d{{1,2}}(?:st|nd|rd|th)?,?)?|"
+# "May 12, 1850", "AD 1066"; a preposition also with "the" between, "in the 2023 storm"), and
+# not before a unit: "380 years", "a population of 1500" and "after 1000 days" are not dates.
+_BEFORE_YEAR = re.compile(rf"(?:\b(?:(?:in|on|by|since|until|till|from|after|before|during|around)(?:\s+the)?|"
+                          rf"and|or|circa|year|ad|a\.d\.|ca\.|c\.)|\b(?:{_MONTHS})\.?(?:\s+\d{{1,2}}(?:st|nd|rd|th)?,?)?|"
                           rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?(?:{_MONTHS})\.?,?)\s+$", re.IGNORECASE)
 _UNIT_AFTER = re.compile(r"\s*(?:years?|months?|weeks?|days?|hours?|men|people|soldiers|troops|ships|percent|%|"
                          r"miles?|km|kilomet(?:re|er)s?|met(?:re|er)s?|feet|foot|pounds?|dollars?|acres?)\b",
@@ -404,7 +404,7 @@ def dates_in(text: str, question: bool = False) -> list[tuple[str, int, int]]:
     1100–1199, 1000–1099), a span of years ("between 1000 and 1300", "from 1066 to 1087",
     "1066–1087"), and a year (a number of 3–4 digits within :data:`YEAR_RANGE`, not part of a
     larger number, not BC). A span reaching outside that range is not read at all. With
-    ``question`` a bare year counts only after a preposition, a month or "AD" ("in 1169", "on 12
+    ``question`` a bare year counts only after a preposition (also "in the"), a month or "AD" ("in 1169", "on 12
     May 1850") and not before a unit, so that the numbers a question counts ("380 years", "a
     population of 1500") are not read as dates."""
     out: list[tuple[str, int, int]] = []

@@ -451,6 +451,11 @@ def _passages(*texts: str) -> list[Passage]:
     ("He died 1066.", False, [("1066", 1066, 1066)]),
     ("He died 1066.", True, []),
     ("page 42 of 3000", False, []),  # outside the range of years
+    # A year naming an event after "in the", "during the" (session 30: "Why did the buoys fail in
+    # the 2023 storm?" named no date, so the dates rule passed an answer from a 2024 passage).
+    ("Why did the buoys fail in the 2023 storm?", True, [("2023", 2023, 2023)]),
+    ("What changed after the 1887 storm?", True, [("1887", 1887, 1887)]),
+    ("Who sailed in the 1000 ships?", True, []),  # still a count before a unit
 ])
 def test_dates_in(text, question, expected) -> None:
     from self_improving_rag.evaluation.signals import dates_in
