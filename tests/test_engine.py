@@ -931,3 +931,27 @@ def test_a_fitted_question_prior_weight_on_a_backend_that_cannot_read_it_is_warn
         engine.warm_up()
     warned = [r.getMessage() for r in caplog.records if "question_prior" in r.getMessage()]
     assert warned == [] if reads else (len(warned) == 1 and "cannot read its prompt" in warned[0])
+
+
+@pytest.mark.parametrize("reply, supported", [
+    # Each restates the question and adds a name no passage holds: the model's own knowledge.
+    ("Tobias Lune rowed out with his brother Morwen [2].", False),
+    ("Keeper Tobias Lune kept the light with Morwen [1].", False),
+    # What it adds is in the passages: supported as before.
+    ("Tobias Lune rowed out alone [2].", True),
+    ("Keeper Tobias Lune kept the light for forty years [1].", True),
+])
+def test_a_claim_whose_every_added_word_is_in_no_passage_is_not_supported(tmp_path, make_engine, reply, supported):
+    """A claim that restates the question and adds a name no passage holds (the model's own
+    knowledge) had a lexical share of 0.83 from the question's words alone, so the lexical cap
+    (below 0.5) never applied, the judge's yes carried it, and the answer was accepted. The judge
+    cannot vouch for words the passages lack: when none of the words a claim adds to the question
+    is in any passage, the claim is held below the support threshold. (Found while checking
+    "Robert Walton writes his letters to Margaret", session 30, whose "Margaret" a passage did hold.)"""
+    cfg = load_config(None, fake_overrides(tmp_path) + ["scoring.judge=llm"])
+    engine, _, _ = make_engine([reply], judge=0.95, config=cfg)
+    question = "Who did Keeper Tobias Lune row out with when he kept the light?"
+    ans = engine.ask(question, loop=False)
+    claim = ans.attempts[0].signals.faithfulness.detail["claims"][0]
+    assert claim["supported"] is supported, claim
+    assert ans.refused is not supported, ans.refusal_reason

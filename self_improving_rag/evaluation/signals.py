@@ -707,6 +707,8 @@ class SignalScorer:
             return [ClaimCheck(c, cites, 0.0, 0.0, None, 0.0, False) for c, cites in claims_cited]
         by_num = {p.number: p for p in passages}
         evidence = {p.number: evidence_text(p.text) for p in passages}
+        passage_terms = {n: set(claim_terms(text)) for n, text in evidence.items()}
+        question_terms = set(claim_terms(question))
         keep = [i for i, (_, t) in enumerate(sentences) if not is_instruction(t)]
         owner = [sentences[i][0] for i in keep]
         if not keep:
@@ -717,6 +719,12 @@ class SignalScorer:
         judged = 0
         for ci, claim in enumerate(claims):
             cited = tuple(n for n in claims_cited[ci][1] if n in by_num)
+            # The words the claim adds to the question: its answer (none for a "yes", checked as
+            # the question's own statement).
+            added = set(claim_terms(claim)) - question_terms
+            # Its names and numbers first: "Isaura" names the answer, "wrote" for the question's
+            # "write" does not.
+            added_keys = added & ((capitalised_terms(claim) - _TITLES) | {t for t in added if any(c.isdigit() for c in t)})
             # Cited passages first; if they do not support the claim, all passages.
             pools = [cited, tuple(by_num)] if cited else [tuple(by_num)]
             best = None
@@ -724,10 +732,13 @@ class SignalScorer:
                 lexes = {n: lexical_support(claim, evidence[n]) for n in pool}
                 idx = [i for i, o in enumerate(owner) if o in pool]
                 sim = float(sims[ci, idx].max()) if idx else 0.0
-                # The passage that backs it: the best support on its own (its words and its closest
-                # sentence scored together, as the pool is), then the most of the claim's words.
+                # The passage that backs it: one holding a word of its answer, a name or number of
+                # it first (a passage with only the words it repeats from the question does not
+                # state it), then the best support on its own (its words and its closest sentence
+                # scored together, as the pool is), then the most of the claim's words.
                 near = {n: max((float(sims[ci, i]) for i, o in enumerate(owner) if o == n), default=0.0) for n in pool}
-                where = max(pool, key=lambda n: (claim_support(lexes[n], near[n], None), lexes[n]))
+                where = max(pool, key=lambda n: (len(added_keys & passage_terms[n]), len(added & passage_terms[n]),
+                                                 claim_support(lexes[n], near[n], None), lexes[n]))
                 cand = (max(lexes.values()), sim, where)
                 if best is None or claim_support(*cand[:2], None) > claim_support(*best[:2], None):
                     best = cand
@@ -742,8 +753,13 @@ class SignalScorer:
                 # A "yes" affirms the whole statement: one passage must hold all of its names and
                 # numbers, or the words it shares with the passages support a premise they deny.
                 key = yes_key_terms(claims[ci])
-                if key and not any(key <= set(claim_terms(evidence[n])) for n in by_num):
+                if key and not any(key <= passage_terms[n] for n in by_num):
                     support = min(support, 0.5 * self.config.claim_support_threshold)
+            elif added and not any(added & passage_terms[n] for n in by_num):
+                # No passage holds a word of its answer: the words it repeats from the question
+                # carry its lexical share and the judge would vouch for words the passages lack
+                # ("... kept the light with Morwen" from passages that never name a Morwen).
+                support = min(support, 0.5 * self.config.claim_support_threshold)
             checks.append(ClaimCheck(claims_cited[ci][0], cited, best[0], best[1], judge, support,
                                      support >= self.config.claim_support_threshold, best[2]))
         return checks

@@ -538,3 +538,19 @@ def test_the_scorer_stores_dates_unstated_and_explanation_with_their_detail() ->
     sig = scorer.score("Why did Dyrrachium fall?", r, None, "It was besieged [1]", refused=False, citations=(1,))
     assert sig.confidence.detail["features"]["dates_unstated"] is None and "dates_unstated" not in sig.confidence.detail
     assert sig.confidence.detail["features"]["explanation"] == 1.0
+
+
+def test_the_passage_that_states_a_claim_is_one_holding_its_answer_not_only_the_question_s_words() -> None:
+    """"To whom does Robert Walton write his letters?" was answered "Robert Walton writes his
+    letters to Margaret." (no citation), and the one source shown was a passage with "Robert Walton"
+    and "letters" but without "Margaret", which another passage held: ``found_in`` went to the
+    passage sharing the most of the claim's words, and most of them repeat the question. The words
+    a claim adds to the question are its answer; a passage that holds one of them comes first."""
+    emb = HashEmbedder(dim=64)
+    scorer = SignalScorer(ScoringConfig(judge="llm"), emb.embed, Judge(0.9))
+    r = _retrieval(["Captain Orrin Pell wrote long letters every week while his ship lay in the ice.",
+                    "Farewell, my dear Isaura; your loving brother."])
+    sig = scorer.score("To whom did Captain Orrin Pell write his letters?", r, None,
+                       "Orrin Pell wrote his letters to Isaura.", refused=False, citations=())
+    claim = sig.faithfulness.detail["claims"][0]
+    assert claim["supported"] and claim["found_in"] == 2, claim
