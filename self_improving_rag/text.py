@@ -72,11 +72,41 @@ def term_words(text: str) -> dict[str, str]:
     return out
 
 
+_TENS = {w: 10 * i for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(), start=2)}
+_DIGIT_WORDS = {w: i for i, w in enumerate("one two three four five six seven eight nine".split(), start=1)}
+_DIGIT_ORDINALS = {w: i for i, w in enumerate("first second third fourth fifth sixth seventh eighth ninth".split(),
+                                              start=1)}
+_COMPOUND_NUMBER = re.compile(rf"\b({'|'.join(_TENS)})[-\s]({'|'.join(_DIGIT_WORDS)}|{'|'.join(_DIGIT_ORDINALS)})\b",
+                              re.IGNORECASE)
+_THOUSANDS = re.compile(r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?![\d,]|\.\d)")  # 1,150 and 30,000, not 1,2 or 1.5
+_OLD_ORDINAL = re.compile(r"\b(\d*)(?<!1)([23])d\b")  # "3d", "22d" (Doyle's "the 3d of December"); not 13d
+
+
+def _suffix(n: int) -> str:
+    return _SUFFIX.get(n % 10, "th") if n % 100 not in (11, 12, 13) else "th"
+
+
+def _number_forms(text: str) -> str:
+    """``text`` with a number written in other ways as :func:`claim_terms` reads its digits:
+    "twenty-one" as 21, "twenty-first" as 21st, "1,150" as 1150, "3d" as 3rd."""
+    def compound(m: re.Match) -> str:
+        tens, unit = m.group(1).lower(), m.group(2).lower()
+        if unit in _DIGIT_WORDS:
+            return str(_TENS[tens] + _DIGIT_WORDS[unit])
+        n = _TENS[tens] + _DIGIT_ORDINALS[unit]
+        return f"{n}{_suffix(n)}"
+
+    text = _COMPOUND_NUMBER.sub(compound, text)
+    text = _THOUSANDS.sub(lambda m: m.group(0).replace(",", ""), text)
+    return _OLD_ORDINAL.sub(lambda m: f"{m.group(1)}{m.group(2)}{_SUFFIX[int(m.group(2))]}", text)
+
+
 def claim_terms(text: str) -> list[str]:
     """Content terms for comparing an answer with text: as :func:`content_terms`, with number
-    words in digits ("seven" and "7" are one term; "one" stays a stop word). Not used for the
-    BM25 index, whose stored terms must not change."""
-    ws = [number_word_to_digits(w) for w in words(text) if w not in STOP_WORDS]
+    words in digits ("seven" and "7" are one term; "one" stays a stop word; "twenty-one" is 21,
+    "1,150" is 1150, Doyle's "3d" is 3rd). Not used for the BM25 index, whose stored terms must
+    not change."""
+    ws = [number_word_to_digits(w) for w in words(_number_forms(text)) if w not in STOP_WORDS]
     return stemmer().stemWords(ws) if ws else []
 
 

@@ -554,3 +554,20 @@ def test_the_passage_that_states_a_claim_is_one_holding_its_answer_not_only_the_
                        "Orrin Pell wrote his letters to Isaura.", refused=False, citations=())
     claim = sig.faithfulness.detail["claims"][0]
     assert claim["supported"] and claim["found_in"] == 2, claim
+
+
+@pytest.mark.parametrize("question, passage, reply", [
+    ("How old was Jefferson Hope when he died?", "Jefferson Hope died at twenty-one.", "Jefferson Hope was 21 when he died."),
+    ("On what day in December did Holmes come to Birlstone?", "Holmes came to Birlstone on the 3d of December.",
+     "Holmes did come to Birlstone on December 3rd."),
+    ("How much did each Nordbay buoy cost?", "Each Nordbay buoy cost 1,150.", "Each Nordbay buoy cost 1150."),
+])
+def test_a_claim_whose_added_number_the_passage_writes_otherwise_is_still_supported(question, passage, reply) -> None:
+    """A claim whose only added term is its number is held below the threshold when no passage
+    holds that term (session 30); the number must then be read as one term however it is
+    written: "twenty-one" and "21", Doyle's "3d" and "3rd", "1,150" and "1150"."""
+    emb = HashEmbedder(dim=64)
+    scorer = SignalScorer(ScoringConfig(judge="llm"), emb.embed, Judge(0.95))
+    sig = scorer.score(question, _retrieval([passage]), None, reply, refused=False, citations=())
+    claim = sig.faithfulness.detail["claims"][0]
+    assert claim["supported"], claim
