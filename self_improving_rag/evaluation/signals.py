@@ -370,13 +370,18 @@ _YEAR = re.compile(r"(?<![\d,.])\b(\d{3,4})\b(?![,.]\d)(?!\s*B\.?C)")  # not in 
 _MONTHS = ("january|february|march|april|may|june|july|august|september|october|november|december|"
            "jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec")
 # A bare number in a question is a date only after one of these ("in 1169", "on 12 May 1850",
-# "May 12, 1850", "AD 1066"; a preposition also with "the" between, "in the 2023 storm"), and
-# not before a unit: "380 years", "a population of 1500" and "after 1000 days" are not dates.
-_BEFORE_YEAR = re.compile(rf"(?:\b(?:(?:in|on|by|since|until|till|from|after|before|during|around)(?:\s+the)?|"
-                          rf"and|or|circa|year|ad|a\.d\.|ca\.|c\.)|\b(?:{_MONTHS})\.?(?:\s+\d{{1,2}}(?:st|nd|rd|th)?,?)?|"
+# "May 12, 1850", "AD 1066"), and not before a unit: "380 years", "a population of 1500" and
+# "after 1000 days" are not dates.
+_BEFORE_YEAR = re.compile(rf"(?:\b(?:in|on|by|since|until|till|from|after|before|and|or|during|around|circa|year|"
+                          rf"ad|a\.d\.|ca\.|c\.)|\b(?:{_MONTHS})\.?(?:\s+\d{{1,2}}(?:st|nd|rd|th)?,?)?|"
                           rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?(?:{_MONTHS})\.?,?)\s+$", re.IGNORECASE)
+#: A year after a preposition and "the" ("in the 2023 storm", "during the 1887 gale"): four digits
+#: only, since "in the 600 Club" or "on the 900 pages" count or name things far more often.
+_BEFORE_THE_YEAR = re.compile(r"\b(?:in|on|by|since|until|till|from|after|before|during|around)\s+the\s+$",
+                              re.IGNORECASE)
 _UNIT_AFTER = re.compile(r"\s*(?:years?|months?|weeks?|days?|hours?|men|people|soldiers|troops|ships|percent|%|"
-                         r"miles?|km|kilomet(?:re|er)s?|met(?:re|er)s?|feet|foot|pounds?|dollars?|acres?)\b",
+                         r"miles?|km|kilomet(?:re|er)s?|met(?:re|er)s?|feet|foot|pounds?|dollars?|acres?|"
+                         r"pages?|chapters?|guests?|block|range|series|mark|cc|square)\b",
                          re.IGNORECASE)
 YEAR_RANGE = (500, 2100)  # a bare number is read as a year only inside this range
 
@@ -442,8 +447,11 @@ def dates_in(text: str, question: bool = False) -> list[tuple[str, int, int]]:
         n = int(m.group(1))
         if not YEAR_RANGE[0] <= n <= YEAR_RANGE[1]:
             continue
-        if question and (not _BEFORE_YEAR.search(text[:m.start()]) or _UNIT_AFTER.match(text, m.end())):
-            continue
+        if question:
+            before = text[:m.start()]
+            after_the = len(m.group(1)) == 4 and _BEFORE_THE_YEAR.search(before)
+            if not (_BEFORE_YEAR.search(before) or after_the) or _UNIT_AFTER.match(text, m.end()):
+                continue
         out.append((m.group(0), n, n))
     return out
 

@@ -456,6 +456,13 @@ def _passages(*texts: str) -> list[Passage]:
     ("Why did the buoys fail in the 2023 storm?", True, [("2023", 2023, 2023)]),
     ("What changed after the 1887 storm?", True, [("1887", 1887, 1887)]),
     ("Who sailed in the 1000 ships?", True, []),  # still a count before a unit
+    # After "the", four digits only, and not before these units either (review, session 30).
+    ("Who played in the 600 Club?", True, []),
+    ("What is on the 900 pages?", True, []),
+    ("Which cars race in the 1500 cc class?", True, []),
+    ("Who lived in the 1000 block of Main Street?", True, []),
+    ("Who came before the 1000 guests arrived?", True, []),
+    ("What sank during the 1887 gale?", True, [("1887", 1887, 1887)]),
 ])
 def test_dates_in(text, question, expected) -> None:
     from self_improving_rag.evaluation.signals import dates_in
