@@ -331,6 +331,24 @@ def _print_stats(stats: dict) -> None:
         print(f"histogram: {stats['png']}")
 
 
+def source_snippet(text: str, focus: set[str], width: int = 220) -> str:
+    """A source shown in ``width`` characters: from the sentence holding the most of the ``focus``
+    terms (claim terms), so that the words that state the answer show even deep in a long
+    passage; from the start when no sentence holds one. A cut start or end is marked "…"."""
+    from .ingestion.sentences import split_sentences
+    from .text import claim_terms
+
+    start = 0
+    if focus and text:
+        best = 0
+        for s, e in split_sentences(text):
+            hits = len(focus & set(claim_terms(text[s:e])))
+            if hits > best:
+                best, start = hits, s
+    shown = textwrap.shorten(text[start:], width - (2 if start else 0), placeholder=" …")
+    return ("… " if start else "") + shown
+
+
 def _format_answer(ans: dict, verbose: bool) -> str:
     lines = []
     if ans["refused"]:
@@ -353,8 +371,16 @@ def _format_answer(ans: dict, verbose: bool) -> str:
             # The sources below include the passages that state those claims.
             lines.append("note: " + "; ".join(miscited))
         lines.append("sources:")
+    # The words to show in each source: what the answer adds to the question (its answer), or
+    # for a refusal the question's own words.
+    from .generation.prompts import strip_citations
+    from .text import claim_terms
+
+    question_terms = set(claim_terms(ans.get("question") or ""))
+    focus = (set(claim_terms(strip_citations(ans["answer"] or ""))) - question_terms
+             if not ans["refused"] else set()) or question_terms
     for s in ans["sources"]:
-        snippet = textwrap.shorten(s["text"], 220, placeholder=" …")
+        snippet = source_snippet(s["text"], focus)
         lines.append(f"  [{s['number']}] {s['doc']} chars {s['start']}-{s['end']}  {s['section']}")
         lines.append(f"      {snippet}")
     for a in ans["attempts"]:

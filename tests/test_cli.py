@@ -573,3 +573,19 @@ def test_search_that_finds_nothing_says_so(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "no passage found for the question with this strategy" in r.stdout
     assert "try --retriever hybrid" in r.stdout
+
+
+def test_a_source_is_shown_from_the_sentence_that_states_the_answer():
+    """A source was shown as its first 220 characters, so in a long passage the words that state
+    the answer were cut off (session 30: "Margaret" lay past them). The preview now starts at the
+    sentence holding the most of what the answer adds to the question."""
+    from self_improving_rag.cli import source_snippet
+
+    text = ("The keeper's log opens with the weather of every day of that long winter, the wind, the "
+            "rain and the state of the lamp, written in a careful hand. " * 3
+            + "On the last page he wrote that the medal went to Tobias Lune. The log ends there.")
+    shown = source_snippet(text, {"tobia", "lune", "medal"})
+    assert shown.startswith("… On the last page he wrote that the medal went to Tobias Lune.") and len(shown) <= 220
+    # No sentence holds a focus term: the start, as before; a short text is shown whole.
+    assert source_snippet(text, {"zebra"}).startswith("The keeper's log opens")
+    assert source_snippet("Clara Venn built it.", {"venn"}) == "Clara Venn built it."
