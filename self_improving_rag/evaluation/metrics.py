@@ -402,7 +402,11 @@ def auroc(scores: Sequence[float], labels: Sequence[Any]) -> float | None:
     s = np.asarray(scores, dtype=float).reshape(-1)
     if s.size and not np.all(np.isfinite(s)):
         raise ValueError("scores must be finite numbers")
-    y = np.asarray(_as_bools("labels", labels), dtype=bool)
+    return _mann_whitney(s, np.asarray(_as_bools("labels", labels), dtype=bool))
+
+
+def _mann_whitney(s: np.ndarray, y: np.ndarray) -> float | None:
+    """AUROC of checked scores ``s`` for boolean labels ``y``; None with one class only."""
     n_pos = int(y.sum())
     n_neg = int(y.size - n_pos)
     if n_pos == 0 or n_neg == 0:
@@ -460,12 +464,9 @@ def auroc_interval(scores: Sequence[float], labels: Sequence[Any], groups: Seque
     values = []
     for _ in range(resamples):
         rows = np.concatenate([index[k] for k in rng.integers(0, len(index), len(index))])
-        yy = y[rows]
-        n_pos = int(yy.sum())
-        n_neg = yy.size - n_pos
-        if n_pos and n_neg:
-            ranks = _average_ranks(s[rows])
-            values.append((ranks[yy].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+        value = _mann_whitney(s[rows], y[rows])
+        if value is not None:
+            values.append(value)
     if 2 * len(values) < resamples:
         return None
     tail = 100 * (1 - level) / 2

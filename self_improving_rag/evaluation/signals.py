@@ -163,17 +163,21 @@ def checked_claim(question: str, claim: str) -> str:
     return f"{question.strip().rstrip('?').strip()} {claim[m.end():]}".strip()
 
 
+def names_and_numbers(text: str, terms: set[str]) -> set[str]:
+    """Of ``terms`` (claim terms of ``text``), those that name someone or something, or are numbers.
+
+    Only a capitalised word that is also a claim term can be found in a passage's claim terms: an
+    initial ("J. Smith", "the U.S.", "O'Brien") is one letter, and a number word ("the Seven
+    Dwarfs", "the Third Reich") is its digits, which the numbers already take. A title ("Mr.",
+    "Dr.") names no one: "Did Mr. Holmes ..." of a passage that says "Holmes"."""
+    return ((capitalised_terms(text) & terms) - _TITLES) | {t for t in terms if any(ch.isdigit() for ch in t)}
+
+
 def yes_key_terms(statement: str) -> set[str]:
     """The names and numbers of the statement a "yes" affirms (:func:`checked_claim`), as claim
     terms: a false premise hides in them ("Did Lune save twelve sailors?" of a passage that says
     eleven), and a "yes" whose passage lacks one affirms what no passage says."""
-    terms = set(claim_terms(statement))
-    # Only a capitalised word that is also a claim term can be found in a passage's claim terms:
-    # an initial ("J. Smith", "the U.S.", "O'Brien") is one letter, and a number word ("the Seven
-    # Dwarfs", "the Third Reich") is its digits, which the numbers below already take. A title
-    # ("Mr.", "Dr.") names no one: "Did Mr. Holmes ..." of a passage that says "Holmes".
-    names = (capitalised_terms(statement) & terms) - _TITLES
-    return names | {t for t in terms if any(ch.isdigit() for ch in t)}
+    return names_and_numbers(statement, set(claim_terms(statement)))
 
 
 #: Titles before a name, as claim terms: not names themselves, and a passage often leaves them out.
@@ -732,7 +736,7 @@ class SignalScorer:
             added = set(claim_terms(claim)) - question_terms
             # Its names and numbers first: "Isaura" names the answer, "wrote" for the question's
             # "write" does not.
-            added_keys = added & ((capitalised_terms(claim) - _TITLES) | {t for t in added if any(c.isdigit() for c in t)})
+            added_keys = names_and_numbers(claim, added)
             # Cited passages first; if they do not support the claim, all passages.
             pools = [cited, tuple(by_num)] if cited else [tuple(by_num)]
             best = None
