@@ -33,6 +33,15 @@ pools its runs). On runs made without the feature the two fits give the same fig
 
   python benchmarks/sample_agreement_study.py --fit runs/squad-s29-A+runs/squad-s29-B runs/sherlock-s29
 
+`--transfer TRAIN TEST` fits the confidence weights on one set of runs and measures them on
+another (each a RUN_DIR or runs joined with "+"): the penalty chosen on TRAIN's labels alone
+(`choose_l2`, folds grouped by question), the fit made on all of them, and TEST's answers scored
+by it and by the default weights, with AUROC's 95% interval over TEST's questions. With TRAIN a
+run of other questions over the same documents, this is "after calibration, fit on one part,
+measured on the other" with no TEST label in the fit:
+
+  python benchmarks/sample_agreement_study.py --transfer runs/holmes-extra runs/sherlock-s30
+
 Not part of `make bench`: it needs the 1.5B generator for as long as the evaluation takes.
 """
 
@@ -309,6 +318,40 @@ def fit(specs: list[str], seeds: int = 5) -> None:
                   f"p90 {100 * float(np.percentile(share, 90)):.1f}%")
 
 
+def transfer(train_spec: str, test_spec: str) -> None:
+    from self_improving_rag.evaluation.calibration import choose_l2, evaluate_fit, fit_weights
+
+    def load(spec: str) -> list[dict]:
+        return [{**row, "agreement": None} for d in spec.split("+") for row in _stored_attempts(Path(d))]
+
+    def line(res: dict) -> str:
+        iv = res.get("auroc_interval") or {}
+        return (f"AUROC {res['auroc']:.3f} (95% interval over questions {iv.get('low', float('nan')):.3f}–"
+                f"{iv.get('high', float('nan')):.3f}), ECE {res['ece']:.3f} (floor {res['ece_floor']:.3f}), "
+                f"Brier {res['brier']:.3f}")
+
+    train_all, test_all = load(train_spec), load(test_spec)
+    shared = {r["group"] for r in train_all} & {r["group"] for r in test_all}
+    if shared:
+        sys.exit(f"--transfer: {len(shared)} question id(s) are in both sets (e.g. {sorted(shared)[0]}); "
+                 "the test set must be held out")
+    for label, keep in (("every answer given", lambda r: True), ("answers returned", lambda r: r["returned"])):
+        train, test = [r for r in train_all if keep(r)], [r for r in test_all if keep(r)]
+        y_tr, y_te = [r["y"] for r in train], [r["y"] for r in test]
+        print(f"\n== {label}: fit on {train_spec} ({len(train)} answers, {sum(y_tr)} right), "
+              f"measured on {test_spec} ({len(test)} answers, {sum(y_te)} right)")
+        if len(train) < 20 or len(set(y_tr)) < 2 or len(set(y_te)) < 2:
+            print("  too few to fit or to measure")
+            continue
+        groups_tr = [r["group"] for r in train]
+        l2 = choose_l2(train, y_tr, groups=groups_tr)
+        weights = fit_weights(train, y_tr, l2=l2)
+        groups_te = [r["group"] for r in test]
+        print(f"  default weights: {line(evaluate_fit(test, y_te, None, groups=groups_te))}")
+        print(f"  fitted (l2 {l2:g}):  {line(evaluate_fit(test, y_te, weights, groups=groups_te))}")
+        print("  fitted weights: " + ", ".join(f"{k} {v:+.2f}" for k, v in weights.items()))
+
+
 def parse(argv: list[str] | None = None):
     from common import study_parser
 
@@ -318,6 +361,8 @@ def parse(argv: list[str] | None = None):
     p.add_argument("--sample-tokens", type=int, default=32, help="longest sampled reply, in tokens (default 32)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--fit", nargs="+", metavar="RUN_DIR", help="runs made with scoring.agreement_samples ('+' pools)")
+    p.add_argument("--transfer", nargs=2, metavar=("TRAIN", "TEST"),
+                   help="fit on the TRAIN runs, measure on the TEST runs ('+' pools)")
     return p.parse_known_args(argv)
 
 
@@ -337,4 +382,7 @@ if __name__ == "__main__":
     if args.fit:
         fit(args.fit)
         sys.exit(0)
-    sys.exit("give --run BATCH --name NAME, --analyse RUN_DIR... or --fit RUN_DIR...")
+    if args.transfer:
+        transfer(*args.transfer)
+        sys.exit(0)
+    sys.exit("give --run BATCH --name NAME, --analyse RUN_DIR..., --fit RUN_DIR... or --transfer TRAIN TEST")
