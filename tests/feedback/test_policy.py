@@ -233,3 +233,61 @@ def test_an_untried_repair_does_not_outrank_one_that_works():
     q = "What did the keeper write?"
     order = StrategyPolicy(cfg, DEFAULT, memory).repair_order(q, "MISSED_ANSWER", query_features(q))
     assert order[:2] == ["switch_chunker", "base_prompt"], order
+
+
+SECTION = DEFAULT  # the default strategy reads section chunks
+SEMANTIC = replace(DEFAULT, chunker="semantic")
+FIXED = replace(DEFAULT, chunker="fixed")
+
+
+def test_switch_chunker_moves_to_the_chunker_not_yet_tried():
+    """Section was tried first, a repair moved to semantic, and semantic failed again: the switch
+    goes on to fixed, which was never tried, instead of being skipped for landing on section."""
+    q = "Who wrote the letter?"
+    policy = StrategyPolicy(PolicyConfig(), DEFAULT, None)
+    tried = {SECTION.key, SEMANTIC.key}
+    assert policy.repair(q, "WEAK_RETRIEVAL", SEMANTIC, tried, query_features(q)) == ("switch_chunker", FIXED)
+    # The same in the general repairs tried when the failure's own are spent (none for NONE).
+    assert policy.repair(q, "NONE", SEMANTIC, tried, query_features(q)) == ("switch_chunker", FIXED)
+    # Every chunker tried: the switch is skipped for the next repair.
+    nxt = policy.repair(q, "WEAK_RETRIEVAL", SEMANTIC, tried | {FIXED.key}, query_features(q))
+    assert nxt is not None and nxt[0] != "switch_chunker"
+
+
+def test_switch_chunker_goes_to_the_chunker_memory_shows_working():
+    """Fixed succeeded far more often than semantic for this class: a switch from section goes to
+    fixed. The record is summed over every strategy that used the chunker."""
+    counts = {FIXED.key: (20, 2), replace(FIXED, top_k=8).key: (8, 1), SEMANTIC.key: (2, 25),
+              SECTION.key: (30, 30)}
+    memory = Counts(counts)
+    q = "Who wrote the letter?"
+    policy = StrategyPolicy(PolicyConfig(method="greedy", explore=0.0), DEFAULT, memory)
+    assert policy.repair(q, "WEAK_RETRIEVAL", SECTION, {SECTION.key}, query_features(q)) == ("switch_chunker", FIXED)
+    assert memory.calls[-1]["qc"] == "who"
+    # Fixed tried already: semantic after all.
+    assert policy.repair(q, "WEAK_RETRIEVAL", SECTION, {SECTION.key, FIXED.key},
+                         query_features(q)) == ("switch_chunker", SEMANTIC)
+    # From semantic, fixed's record outranks section's.
+    assert policy.chunker_order(query_features(q)) == ["fixed", "section", "semantic"]
+
+
+def test_switch_chunker_keeps_the_fixed_order_without_memory_or_evidence():
+    """No memory, policy.method fixed, or fewer counted attempts than policy.min_history: section,
+    semantic, fixed, as before, each skipped once tried; apply_repair stays the fixed order."""
+    from self_improving_rag.feedback.repairs import apply_repair
+
+    q = "Who wrote the letter?"
+    f = query_features(q)
+    favours_fixed = Counts({FIXED.key: (30, 0), SEMANTIC.key: (0, 30)})
+    thin = Counts({FIXED.key: (2, 0)})
+    for policy in (StrategyPolicy(PolicyConfig(), DEFAULT, None),
+                   StrategyPolicy(PolicyConfig(method="fixed"), DEFAULT, favours_fixed),
+                   StrategyPolicy(PolicyConfig(min_history=3), DEFAULT, thin)):
+        assert policy.repair(q, "WEAK_RETRIEVAL", SECTION, {SECTION.key}, f) == ("switch_chunker", SEMANTIC)
+        assert policy.repair(q, "WEAK_RETRIEVAL", SECTION, {SECTION.key, SEMANTIC.key}, f) == ("switch_chunker", FIXED)
+        assert policy.repair(q, "WEAK_RETRIEVAL", FIXED, {FIXED.key}, f) == ("switch_chunker", SECTION)
+    # Only the chunkers the index holds.
+    two = StrategyPolicy(PolicyConfig(), DEFAULT, None, available_chunkers=("section", "fixed"))
+    assert two.repair(q, "WEAK_RETRIEVAL", SECTION, {SECTION.key}, f) == ("switch_chunker", FIXED)
+    assert apply_repair("switch_chunker", SEMANTIC, ("fixed", "section", "semantic")) == SECTION
+    assert apply_repair("switch_chunker", SECTION, ("fixed", "section", "semantic")) == SEMANTIC
