@@ -559,16 +559,22 @@ def _index_sources(index_dir: str) -> list[str] | None:
         return None
 
 
-def _check_index_sources(index_dir: str, corpus: list[Path]) -> None:
-    """An index named with --index that was built from other documents is not re-ingested from the
-    batch's corpus: that would replace the user's documents in it."""
+def _check_index_sources(index_dir: str, corpus: list[Path], named_by: str | bool = "--index") -> None:
+    """An index named on the command line (``named_by``: --index, --set paths.index_dir, or a
+    --config file's paths.index_dir) that was built from other documents is not re-ingested from
+    the batch's corpus: that would replace the user's documents in it."""
+    named_by = named_by if isinstance(named_by, str) else "--index"
     sources = sorted(_index_sources(index_dir) or [])
     wanted = sorted(str(Path(c).resolve()) for c in corpus)
     if sources and sources != wanted:
-        raise BatchError(f"the index {index_dir} (--index) was built from {', '.join(sources)}, not from this "
+        raise BatchError(f"the index {index_dir} ({named_by}) was built from {', '.join(sources)}, not from this "
                          f"batch's corpus ({', '.join(wanted)}); ingesting the corpus there would replace its "
-                         "documents. Pass another --index (a new folder is built), or make the corpus the same files "
-                         "(the batch file's corpus:, or eval's --corpus)")
+                         f"documents. Pass another --index (a new folder is built){_config_fix(named_by)}, or make "
+                         "the corpus the same files (the batch file's corpus:, or eval's --corpus)")
+
+
+def _config_fix(named_by: str) -> str:
+    return " or change paths.index_dir in the --config file" if named_by == CONFIG_INDEX else ""
 
 
 def _check_index_keeps_documents(index_dir: str, corpus: list[Path]) -> None:
@@ -961,26 +967,36 @@ def ensure_index(config: Config, corpus: list[Path], index_dir: str, progress: b
         print(line, file=sys.stderr)
 
 
-def run_inputs(spec: BatchSpec, base: Path, items: list[QAItem]) -> tuple[Path, str, list[Path]]:
-    """The output folder, the index folder and the corpus paths of a batch. A SQuAD file without
+def run_inputs(spec: BatchSpec, base: Path, items: list[QAItem]) -> tuple[Path, str, list[Path], Path | None]:
+    """The output folder, the index folder, the corpus paths of a batch, and the SQuAD file whose
+    paragraphs are its corpus (None when the corpus is the user's documents). A SQuAD file without
     a corpus gets its paragraphs written under the output folder, in a folder named after the
     dataset (shared by every run of it, so one index serves them all; never beside a user's
-    index)."""
+    index): the corpus names that folder, and :func:`write_squad_corpus` writes it once every
+    check that can refuse the batch has passed (a refused batch leaves the output folder as it was)."""
     out_root = _resolve(base, spec.output_dir)
     index_dir = str(_resolve(base, spec.index)) if spec.index else str(out_root / spec.name / "index")
     corpus = [_resolve(base, c) for c in spec.corpus]
+    squad = None
     if not corpus and spec.questions.file and items and items[0].context is not None:
         squad = _resolve(base, spec.questions.file)
         paragraphs = out_root / "corpora" / re.sub(r"[^\w.-]", "_", squad.stem)
-        # Written here, before the run's other folders are checked: a file in the way is named now
-        # (mkdir would fail with a bare "Not a directory").
+        # A file in the way is named now, before anything is written (mkdir would fail later
+        # with a bare "Not a directory").
         _check_output_folder(out_root)
         if (f := _file_in_the_way(paragraphs)) is not None:
             raise BatchError(f"{f} is a file, where the paragraphs of {squad.name} go (the corpus of a SQuAD "
                              "file, under <output_dir>/corpora/); move that file away, or give another output "
                              "folder (the batch file's output_dir:, or sirag eval --output-dir DIR)")
-        corpus = [squad_corpus(squad, paragraphs)]
-    return out_root, index_dir, corpus
+        corpus = [paragraphs]
+    return out_root, index_dir, corpus, squad
+
+
+def write_squad_corpus(squad: Path | None, corpus: list[Path]) -> None:
+    """Write the paragraphs of ``squad`` (from :func:`run_inputs`) into the corpus folder it names,
+    right before the corpus is ingested; nothing when the corpus is the user's documents."""
+    if squad is not None:
+        squad_corpus(squad, corpus[0])
 
 
 def _index_chunkers(index_dir: str) -> list[str] | None:
@@ -1014,7 +1030,7 @@ def _check_folders(out_root: Path | None, run_names: list[str], index_dir: str) 
     """Before anything is written: a file where the output folder, a run's folder or the index
     folder goes made mkdir fail with a bare "Not a directory" or "File exists". ``out_root`` is
     None when nothing is written there (``--retrieval-only`` with an index elsewhere; a SQuAD
-    file's paragraphs, written there, are checked by run_inputs before it writes them)."""
+    file's paragraphs, written there once every check has passed, are checked by run_inputs)."""
     if out_root is not None:
         _check_output_folder(out_root)
     for name in run_names:
@@ -1062,11 +1078,12 @@ _PARAGRAPH_FILE = re.compile(r"[a-z0-9_]+_p\d{2,}\.txt")
 def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | None = None, workers: int = 1,
               loop: bool | None = None, progress: bool = True, suffix: str = "",
               on_row: Callable[[dict], None] | None = None, offset: int | None = None,
-              cli_overrides: tuple[str, ...] | list[str] = (), guard_index: bool = False,
+              cli_overrides: tuple[str, ...] | list[str] = (), guard_index: bool | str | None = False,
               derived: tuple[str, ...] = (), calibrate: bool = True, fits: dict[str, Any] | None = None) -> list[dict]:
     """Run every grid point; returns one summary per run. ``cli_overrides`` are the command
     line's ``--set`` items, applied over the batch file's overrides. ``guard_index``: the index
-    was named on the command line, so one built from other documents is refused, not re-ingested.
+    was named on the command line (what named it: "--index", --set paths.index_dir, or a --config
+    file's paths.index_dir), so one built from other documents is refused, not re-ingested.
     ``derived``: suffixes of the runs to be derived from each loop run afterwards (``-plain``),
     whose folders are checked first: another run there stops this one before it starts.
     ``calibrate``: fit the confidence weights first when memory's labels call for it
@@ -1090,7 +1107,9 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
         why = f": the offset {offset} skips all {n_all} of them; use a smaller offset (--offset or the batch file's offset:)" if n_all and offset else ""
         raise BatchError(f"batch {spec.name}: no questions to run{why}")
     loop = spec.loop if loop is None else loop
-    out_root, index_dir, corpus = run_inputs(spec, base, items)
+    # Nothing is written before every check that can refuse the batch has passed: a SQuAD file's
+    # paragraphs are written right before its index is built (write_squad_corpus).
+    out_root, index_dir, corpus, squad = run_inputs(spec, base, items)
     # Every grid point is checked before the first one runs: a typo in the last value must not
     # cost the earlier runs' hours.
     runs = []
@@ -1123,7 +1142,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
             _check_derived_folder(out_root / run_name, suf)
     check_documents(spec, index_dir, corpus)
     if guard_index and corpus:
-        _check_index_sources(index_dir, corpus)
+        _check_index_sources(index_dir, corpus, guard_index)
     from .memory import MemoryStore
     from .retrieval.index import atomic_write_text
 
@@ -1177,6 +1196,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
                 atomic_write_text(run_dir / "config.yaml", to_yaml(config))
                 if corpus:
                     (run_dir / "corpus.json").write_text(json.dumps(_corpus_record(corpus)), encoding="utf-8")
+                    write_squad_corpus(squad, corpus)
                     ensure_index(config, corpus, index_dir, progress, out_root)
                 # Once the run is known to go ahead: a refused resume leaves memory as it was.
                 _archive_memory_leftovers(config.paths.memory_db, run_name, todo)
@@ -1650,6 +1670,46 @@ def _log_to_batch_log_dir(spec: BatchSpec, config: Config, args: argparse.Namesp
         setup_logging(log_dir, args.verbose, args.command)
 
 
+#: What names a batch's index folder on the command line, as :func:`command_line_index` says it.
+SET_INDEX = "--set paths.index_dir"
+CONFIG_INDEX = "paths.index_dir of --config"
+
+
+def command_line_index(args: argparse.Namespace, config: Config) -> tuple[str | None, str | None]:
+    """The index folder batch and eval are given from outside the batch file, and what gave it:
+    ``--index DIR``; ``--set paths.index_dir=DIR``, which means the same (resolved_config gives
+    every run the batch's index folder, so the --set item would otherwise be replaced unseen);
+    or, failing both, a --config file's paths.index_dir, which stands in for the batch file's
+    ``index:`` when it has none (the packaged default, index/default, is not a batch's index: a
+    batch without one keeps its own <output_dir>/<name>/index). (None, None) when none of them.
+    --index and a --set naming two different folders are refused: one of them would be dropped."""
+    from .config import PathsConfig
+
+    by_set = any(k == "paths.index_dir" for item in args.overrides for k in _setting_keys(item))
+    if by_set:  # --set comes after --config, so the loaded value is the last --set item's (with ~ expanded)
+        value = config.paths.index_dir
+        if args.index and Path(args.index).resolve() != Path(value).resolve():
+            raise BatchError(f"--index {args.index} and --set paths.index_dir={value} name two different index "
+                             "folders, and a batch uses one (for batch and eval, --set paths.index_dir=DIR means "
+                             "--index DIR); give the folder once, with --index or with the --set item")
+        return (args.index, "--index") if args.index else (value, SET_INDEX)
+    if args.index:
+        return args.index, "--index"
+    default = PathsConfig.model_fields["index_dir"].default
+    if Path(config.paths.index_dir).resolve() != Path(default).resolve():
+        return config.paths.index_dir, CONFIG_INDEX
+    return None, None
+
+
+def _with_index(spec: BatchSpec, index: str | None, named_by: str | None) -> tuple[BatchSpec, str | None]:
+    """``spec`` with the index folder :func:`command_line_index` found (relative to the current
+    folder, like any option), and what named it, for the runs' checks (None when the batch uses its
+    own index: a --config file's paths.index_dir gives way to the batch file's index:)."""
+    if index is None or (named_by == CONFIG_INDEX and spec.index):
+        return spec, None
+    return spec.model_copy(update={"index": str(Path(index).resolve())}), named_by
+
+
 def cmd_batch(args: argparse.Namespace, config: Config) -> int:
     """Run the questions of a YAML batch file (corpus, questions, overrides, optional grid).
 
@@ -1660,11 +1720,11 @@ def cmd_batch(args: argparse.Namespace, config: Config) -> int:
     spec, base = load_batch(args.file)
     _log_to_batch_log_dir(spec, config, args)
     check_grid_conflicts(spec, args.overrides, memory=getattr(args, "memory", None))  # names --memory as such
-    if args.index:  # --index replaces the batch file's index (relative to the current folder, like any option)
-        spec = spec.model_copy(update={"index": str(Path(args.index).resolve())})
+    # --index (or --set paths.index_dir) replaces the batch file's index:
+    spec, named_by = _with_index(spec, *command_line_index(args, config))
     summaries = run_batch(spec, base, config, limit=args.limit, workers=args.workers,
                           loop=False if args.no_retry else None, progress=sys.stderr.isatty() and not args.json,
-                          offset=args.offset, cli_overrides=args.overrides, guard_index=bool(args.index))
+                          offset=args.offset, cli_overrides=args.overrides, guard_index=named_by)
     if args.json:
         print(json.dumps(summaries))
     else:
@@ -1687,13 +1747,12 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
     if args.separate_no_retry_run and not args.compare_no_retry:
         raise BatchError("--separate-no-retry-run only changes how --compare-no-retry runs the loop-off side; "
                          "add --compare-no-retry")
+    index = command_line_index(args, config)
     if args.file:
         spec, base = load_batch(args.file)
         _log_to_batch_log_dir(spec, config, args)
         if args.name:  # a second run of the same batch under another name (its own folder)
             spec = spec.model_copy(update={"name": args.name})
-        if args.index:
-            spec = spec.model_copy(update={"index": str(Path(args.index).resolve())})
         # Like --index, these replace the batch file's own settings (relative to the current folder).
         if args.output_dir:
             spec = spec.model_copy(update={"output_dir": str(Path(args.output_dir).resolve())})
@@ -1702,11 +1761,12 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
     elif args.dataset:
         default_name = re.sub(r"[^\w.-]", "_", Path(args.dataset).stem)[:80].strip(".") or "dataset"
         spec = BatchSpec(name=args.name or default_name, corpus=args.corpus or [],
-                         index=args.index, questions=QuestionsSpec(file=str(Path(args.dataset).resolve())),
+                         questions=QuestionsSpec(file=str(Path(args.dataset).resolve())),
                          output_dir=args.output_dir or "runs")
         base = Path.cwd()
     else:
         raise BatchError("sirag eval needs a batch YAML file or --dataset FILE (with --corpus DIR unless it is SQuAD)")
+    spec, named_by = _with_index(spec, *index)
     if args.compare_no_retry and (args.no_retry or not spec.loop
                                   or not resolved_config(config, spec, {}, str(config.paths.index_dir), args.overrides).loop.enabled):
         raise BatchError("--compare-no-retry compares the loop with no loop, but this run has the loop off "
@@ -1723,7 +1783,7 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
         from .evaluation.retrieval_eval import retrieval_eval
 
         table = retrieval_eval(spec, base, config, limit=args.limit, ks=(1, 3, 5, 10), cli_overrides=args.overrides,
-                               offset=args.offset, guard_index=bool(args.index))
+                               offset=args.offset, guard_index=named_by)
         print(json.dumps(table) if args.json else table["markdown"])
         return 0
     check_grid_conflicts(spec, args.overrides, memory=getattr(args, "memory", None))  # names --memory as such
@@ -1731,7 +1791,7 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
     derived = (("-plain",) if args.separate_no_retry_run else ("-single", "-plain")) if args.compare_no_retry else ()
     summaries = run_batch(spec, base, config, limit=args.limit, workers=args.workers,
                           loop=False if args.no_retry else None, progress=progress, offset=args.offset,
-                          cli_overrides=args.overrides, guard_index=bool(args.index), derived=derived)
+                          cli_overrides=args.overrides, guard_index=named_by, derived=derived)
     out_root = _resolve(base, spec.output_dir)
     comparisons = [comparison_stem(out_root, spec.name, summaries)]  # a grid's, as run_batch wrote it
     if summaries and not any("correct_or_rightly_refused" in s for s in summaries):
@@ -1746,7 +1806,7 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
             # each loop-off run is scored with the confidence weights of the loop run it is set beside.
             noloop = run_batch(spec, base, config, limit=args.limit, workers=args.workers, loop=False,
                                progress=progress, offset=args.offset, cli_overrides=args.overrides,
-                               guard_index=bool(args.index), calibrate=False,
+                               guard_index=named_by, calibrate=False,
                                fits={s["run"] + "-noloop": pinned_fit(out_root / s["run"]) for s in loop_runs})
             comparisons.append(comparison_stem(out_root, spec.name, noloop))
             summaries += noloop

@@ -964,8 +964,10 @@ def build_parser() -> argparse.ArgumentParser:
                             help="show tracebacks: of unexpected errors (raised), and of path errors (printed)")
         return common
 
-    common = parent("corpus index directory (default: paths.index_dir; for batch and eval: the batch file's "
-                    "index:, else <output_dir>/<name>/index)")
+    common = parent("corpus index directory (default: paths.index_dir; for batch and eval: --index, or "
+                    "--set paths.index_dir, which means the same there, replaces the batch file's index:; "
+                    "without them, the batch file's index:, else a --config file's paths.index_dir (other "
+                    "than the packaged index/default), else <output_dir>/<name>/index)")
     # The commands of the memory store alone take no --index (main says why, rather than ignore it).
     store_only = parent(argparse.SUPPRESS)
 

@@ -104,6 +104,13 @@ def fake_overrides(tmp_path: Path) -> list[str]:
     ]
 
 
+def batch_overrides(tmp_path: Path) -> list[str]:
+    """:func:`fake_overrides` for ``sirag batch`` and ``sirag eval`` runs that use the batch's own
+    index folder (its ``index:``, else ``<output_dir>/<name>/index``) or ``--index``: there
+    ``--set paths.index_dir=DIR`` means ``--index DIR``, so it is left out."""
+    return [o for o in fake_overrides(tmp_path) if not o.startswith("paths.index_dir=")]
+
+
 def main_in_process(argv: list[str]) -> int:
     """``sirag ARGV`` run in this process (``cli.main``), with the root logger's handlers and level
     as they were before: each command sets up logging to its own log folder, which must not

@@ -8,7 +8,7 @@ import re
 import pytest
 import yaml
 
-from tests.conftest import fake_overrides, write_corpus
+from tests.conftest import batch_overrides, fake_overrides, write_corpus
 from tests.test_cli import run
 
 ROWS = [
@@ -38,7 +38,7 @@ def _one_error_line(r):
 def test_a_setup_failure_stops_the_run_and_is_not_written_as_answers(tmp_path):
     qa = tmp_path / "qa.jsonl"
     qa.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
-    ov = fake_overrides(tmp_path)
+    ov = batch_overrides(tmp_path)
     # No corpus and no index: every question would fail the same way.
     r = run(["eval", "--dataset", str(qa), "--output-dir", str(tmp_path / "runs"), "--name", "noidx",
              "--index", str(tmp_path / "missing-index")], tmp_path, ov)
@@ -83,7 +83,7 @@ def test_grid_values_are_checked_before_any_run_and_stay_inside_the_output_folde
 
 
 def test_index_named_on_the_command_line_is_not_overwritten_with_other_documents(tmp_path):
-    ov = fake_overrides(tmp_path)
+    ov = batch_overrides(tmp_path)
     other = tmp_path / "other"
     other.mkdir()
     (other / "mill.txt").write_text("The miller Anna Grove pressed cider in the red barn.\n")
@@ -163,7 +163,7 @@ def test_runs_of_one_squad_file_under_two_names_share_its_corpus_and_index(tmp_p
                   "answers": [{"text": "sixty", "answer_start": 31}]}]}]}]}
     squad = tmp_path / "squad.json"
     squad.write_text(json.dumps(doc))
-    ov = fake_overrides(tmp_path)
+    ov = batch_overrides(tmp_path)
     for name in ("a", "b"):
         r = run(["eval", "--dataset", str(squad), "--index", str(tmp_path / "idx"), "--name", name,
                  "--output-dir", str(tmp_path / "runs"), "--retrieval-only", "--json"], tmp_path, ov)
@@ -319,7 +319,7 @@ def test_a_batch_never_drops_documents_its_index_holds_from_elsewhere(tmp_path):
     the batch's corpus (it was, with a note after the fact); a corpus that adds documents is fine."""
     from self_improving_rag.retrieval.index import CorpusIndex
 
-    ov = fake_overrides(tmp_path)
+    ov = batch_overrides(tmp_path)
     other = write_corpus(tmp_path / "other")
     idx = tmp_path / "index"
     assert run(["ingest", str(other), "--index", str(idx)], tmp_path, ov).returncode == 0
@@ -348,7 +348,7 @@ def test_a_batch_never_drops_documents_its_index_holds_from_elsewhere(tmp_path):
 
 
 def test_a_corpus_folder_that_holds_the_indexed_one_keeps_its_documents(tmp_path):
-    ov = fake_overrides(tmp_path)
+    ov = batch_overrides(tmp_path)
     docs = write_corpus(tmp_path / "all" / "docs")
     idx = tmp_path / "index"
     assert run(["ingest", str(docs), "--index", str(idx)], tmp_path, ov).returncode == 0
@@ -400,7 +400,7 @@ def test_a_question_made_usable_since_is_asked_again(tmp_path):
 
 
 def test_a_run_given_other_documents_says_so(tmp_path):
-    ov = fake_overrides(tmp_path)
+    ov = batch_overrides(tmp_path)
     f = _batch(tmp_path)
     assert run(["batch", str(f), "--limit", "1"], tmp_path, ov).returncode == 0  # one of two questions
     more = write_corpus(tmp_path / "more")
@@ -671,7 +671,7 @@ def test_a_squad_corpus_holds_only_its_own_file_s_paragraphs(tmp_path):
 
     a = squad("a", "Varno", "Varno exports salted cod and tin.", "What does Varno export?", "salted cod")
     b = squad("b", "Mars", "Mars has two small moons.", "How many moons does Mars have?", "two")
-    ov = fake_overrides(tmp_path)
+    ov = batch_overrides(tmp_path)
     common = ["--output-dir", str(tmp_path / "runs"), "--retrieval-only", "--json"]
     assert run(["eval", "--dataset", str(a), *common], tmp_path, ov).returncode == 0
     r = run(["eval", "--dataset", str(b), "--name", "mars", *common], tmp_path, ov)
@@ -818,7 +818,7 @@ def test_a_worker_whose_batch_died_answers_nothing_more(monkeypatch):
 def test_with_no_corpus_a_grid_chunker_is_checked_against_the_index_itself(tmp_path):
     """A batch that only reads an index (no corpus: nothing is re-ingested) searches the chunkers
     that index holds, whatever ingestion.chunkers says now."""
-    ov = fake_overrides(tmp_path)
+    ov = batch_overrides(tmp_path)
     docs = write_corpus(tmp_path / "docs")
     assert run(["ingest", str(docs), "--index", str(tmp_path / "only-fixed"), "--set", "ingestion.chunkers=[fixed]"],
                tmp_path, ov).returncode == 0
@@ -1070,7 +1070,7 @@ def test_the_results_line_of_a_grid_names_its_comparison_files(tmp_path):
 def test_retrieval_only_names_an_output_folder_that_is_a_file(tmp_path):
     # The index goes to <output_dir>/<name>/index by default: a file there was reported as an
     # index problem ("pass --index with a directory path").
-    ov = fake_overrides(tmp_path)
+    ov = batch_overrides(tmp_path)
     f = _batch(tmp_path, index=None)
     (tmp_path / "out").write_text("keep\n")
     line = _one_error_line(run(["eval", str(f), "--retrieval-only", "--output-dir", str(tmp_path / "out")],
@@ -1195,3 +1195,118 @@ def test_an_override_yaml_reads_as_a_date_is_text_not_an_internal_error(tmp_path
     r = run(["batch", str(f)], tmp_path, ov)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "2024-01-01").is_dir()
+
+
+def _index_built(folder) -> bool:
+    return (folder / "CURRENT").is_file()
+
+
+def test_set_paths_index_dir_names_a_batchs_index_as_index_does(tmp_path):
+    """For batch and eval, --set paths.index_dir=DIR was replaced unseen by the batch's own index
+    folder (its index:, else <output_dir>/<name>/index): it means --index DIR now, and with an
+    --index naming another folder it is refused, before anything is written."""
+    ov = batch_overrides(tmp_path)
+    f = _batch(tmp_path)  # index: tmp_path/index
+    mine = tmp_path / "mine"
+    r = run(["batch", str(f), "--json", "--limit", "1", "--set", f"paths.index_dir={mine}"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert _index_built(mine) and not (tmp_path / "index").exists()
+    assert yaml.safe_load((tmp_path / "runs" / "t" / "config.yaml").read_text())["paths"]["index_dir"] == str(mine)
+    # eval --dataset (no index: of its own: <output_dir>/<name>/index otherwise), and --retrieval-only.
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
+    r = run(["eval", "--dataset", str(qa), "--corpus", str(tmp_path / "docs"), "--output-dir", str(tmp_path / "runs"),
+             "--limit", "1", "--json", "--set", f"paths.index_dir={tmp_path / 'mine2'}"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert _index_built(tmp_path / "mine2") and not (tmp_path / "runs" / "qa" / "index").exists()
+    r = run(["eval", str(f), "--retrieval-only", "--json", "--set", f"paths.index_dir={tmp_path / 'mine3'}"],
+            tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert _index_built(tmp_path / "mine3") and not (tmp_path / "index").exists()
+    # Like --index, it names the user's index: one built from other documents is not re-ingested.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "mill.txt").write_text("The miller Anna Grove pressed cider in the red barn.\n")
+    assert run(["ingest", str(other), "--index", str(tmp_path / "theirs")], tmp_path, ov).returncode == 0
+    line = _one_error_line(run(["batch", str(f), "--set", f"paths.index_dir={tmp_path / 'theirs'}"], tmp_path, ov))
+    assert "(--set paths.index_dir) was built from" in line and "--index" in line, line
+    # --index and --set naming two folders: one line naming both, nothing written.
+    before = sorted(tmp_path.rglob("*"))
+    for cmd in (["batch", str(f)], ["eval", str(f)], ["eval", str(f), "--retrieval-only"],
+                ["eval", "--dataset", str(qa), "--corpus", str(tmp_path / "docs"), "--name", "d"]):
+        line = _one_error_line(run([*cmd, "--index", str(tmp_path / "a"), "--set", f"paths.index_dir={tmp_path / 'b'}"],
+                                   tmp_path, ov))
+        assert f"--index {tmp_path / 'a'} and --set paths.index_dir={tmp_path / 'b'}" in line, line
+        assert "give the folder once" in line, line
+    assert sorted(tmp_path.rglob("*")) == before
+    # The same folder both ways is one index.
+    r = run(["batch", str(f), "--json", "--limit", "1", "--index", str(mine), "--set", f"paths.index_dir={mine}"],
+            tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_config_files_index_dir_is_the_index_of_a_batch_that_names_none(tmp_path):
+    """A --config file's paths.index_dir was replaced unseen too: it is the index of a batch with no
+    index: (and no --index); the batch file's index: wins over it; the packaged default
+    (index/default, as in a copy of configs/default.yaml) leaves a batch its own folder."""
+    ov = batch_overrides(tmp_path)
+    cfg = tmp_path / "mine.yaml"
+    cfg.write_text(f"paths:\n  index_dir: {tmp_path / 'cfgidx'}\n")
+    f = _batch(tmp_path, index=None)
+    r = run(["batch", str(f), "--json", "--limit", "1", "--config", str(cfg)], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert _index_built(tmp_path / "cfgidx") and not (tmp_path / "runs" / "t" / "index").exists()
+    f = _batch(tmp_path)  # index: tmp_path/index
+    r = run(["eval", str(f), "--retrieval-only", "--json", "--config", str(cfg), "--set", "generator.replies=[]"],
+            tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert _index_built(tmp_path / "index")
+    default = tmp_path / "default.yaml"
+    default.write_text("paths:\n  index_dir: index/default\n")
+    f = _batch(tmp_path, index=None, name="own")
+    r = run(["eval", str(f), "--retrieval-only", "--json", "--config", str(default)], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert _index_built(tmp_path / "runs" / "own" / "index") and not (tmp_path / "index" / "default").exists()
+
+
+def test_a_refused_squad_batch_leaves_the_output_folder_as_it_was(tmp_path):
+    """A SQuAD file's paragraphs were written under <output_dir>/corpora/ before the grid and the
+    settings were checked: a refused batch left them behind."""
+    context = "The lighthouse of Marrow Point was built in 1852 by the engineer Clara Venn."
+    doc = {"version": "v2.0", "data": [{"title": "Harbour", "paragraphs": [{"context": context, "qas": [
+        {"id": "q1", "question": "Who built the lighthouse?", "is_impossible": False,
+         "answers": [{"text": "Clara Venn", "answer_start": context.index("Clara Venn")}]}]}]}]}
+    squad = tmp_path / "sq.json"
+    squad.write_text(json.dumps(doc))
+    out = tmp_path / "runs"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine\n")
+    (out / "blocked").write_text("a file where a run's folder goes\n")
+
+    def batch(n, **extra):
+        f = tmp_path / f"b{n}.yaml"
+        f.write_text(yaml.safe_dump({"name": "sq", "questions": {"file": str(squad)}, "output_dir": str(out),
+                                     **extra}))
+        return f
+
+    def snapshot():
+        return sorted((str(p.relative_to(out)), p.read_bytes() if p.is_file() else None) for p in out.rglob("*"))
+
+    before = snapshot()
+    ov = batch_overrides(tmp_path)
+    cases = [
+        (["batch", str(batch(1, grid={"strategy.top_k": [3, "abc"]}))], "strategy.top_k"),
+        (["batch", str(batch(2, overrides={"ingestion.chunkers": ["fixed"]},
+                             grid={"strategy.chunker": ["fixed", "semantic"]}))], "'semantic'"),
+        (["eval", str(batch(3, grid={"strategy.top_k": [2, 3]})), "--set", "strategy.top_k=4"], "the grid varies"),
+        (["eval", str(batch(4, overrides={"strategy.top_k": "abc"})), "--retrieval-only"], "strategy.top_k"),
+        (["eval", "--dataset", str(squad), "--output-dir", str(out), "--name", "blocked"], "is a file"),
+    ]
+    for argv, word in cases:
+        line = _one_error_line(run(argv, tmp_path, ov))
+        assert word in line, line
+        assert snapshot() == before, argv
+    # A batch that goes ahead writes them.
+    r = run(["eval", "--dataset", str(squad), "--output-dir", str(out), "--retrieval-only", "--json"], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert [p.name for p in (out / "corpora" / "sq").iterdir()] == ["harbour_p00.txt"]

@@ -14,7 +14,7 @@ import yaml
 
 from self_improving_rag.cli import COMMANDS, build_parser
 from self_improving_rag.config import Config
-from tests.conftest import fake_overrides, write_corpus
+from tests.conftest import batch_overrides, fake_overrides, write_corpus
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -203,7 +203,7 @@ def test_batch_and_eval_resume(tmp_path):
             "overrides": {"generator.replies": ["Clara Venn built it [1]."]}}
     f = tmp_path / "batch.yaml"
     f.write_text(yaml.safe_dump(spec))
-    ov = fake_overrides(tmp_path)
+    ov = batch_overrides(tmp_path)
     r = run(["eval", str(f), "--json", "--limit", "2"], tmp_path, ov)
     assert r.returncode == 0, r.stderr
     res = tmp_path / "runs" / "tiny" / "results.jsonl"

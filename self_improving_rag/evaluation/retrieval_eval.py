@@ -28,9 +28,9 @@ def _hit(item: QAItem, doc_id: str, text: str) -> bool:
 
 def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, ks=(1, 3, 5, 10),
                    chunkers=None, retrievers=("dense", "bm25", "hybrid"), rerank=(False, True),
-                   cli_overrides=(), offset: int | None = None, guard_index: bool = False) -> dict:
+                   cli_overrides=(), offset: int | None = None, guard_index: bool | str | None = False) -> dict:
     from ..batch import (_check_folders, _check_index_keeps_documents, _check_index_sources, check_documents,
-                         ensure_index, load_items, resolved_config, run_inputs)
+                         ensure_index, load_items, resolved_config, run_inputs, write_squad_corpus)
     from ..errors import BatchError
     from ..retrieval.embedder import embedder_from_config
     from ..retrieval.searcher import Searcher
@@ -41,19 +41,21 @@ def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, k
     if not items:
         raise BatchError(f"batch {spec.name}: no question to score retrieval on: --retrieval-only needs answerable "
                          "questions with evidence quotes (JSONL 'evidence') or SQuAD paragraphs")
-    out_root, index_dir, corpus = run_inputs(spec, base, items)
+    out_root, index_dir, corpus, squad = run_inputs(spec, base, items)
     cfg = resolved_config(config, spec, {}, index_dir, cli_overrides)
     # No run folder is written, only the index and, for a SQuAD file with no corpus, its paragraphs
-    # under <output_dir>/corpora/ (run_inputs checks the output folder before writing them). A file
-    # in the way of the index is named as a run names it (the output folder's problem when the
-    # index goes there, as <output_dir>/<name>/index does by default).
+    # under <output_dir>/corpora/ (run_inputs checks the output folder; they are written once every
+    # check has passed, right before the index is built). A file in the way of the index is named
+    # as a run names it (the output folder's problem when the index goes there, as
+    # <output_dir>/<name>/index does by default).
     _check_folders(out_root if Path(index_dir).is_relative_to(out_root) else None, [], index_dir)
     check_documents(spec, index_dir, corpus)
     if corpus:
         if guard_index:
-            _check_index_sources(index_dir, corpus)
+            _check_index_sources(index_dir, corpus, guard_index)
         else:
             _check_index_keeps_documents(index_dir, corpus)
+        write_squad_corpus(squad, corpus)
         ensure_index(cfg, corpus, index_dir, progress=False, out_root=out_root)
     embedder = embedder_from_config(cfg)
     searcher = Searcher(cfg, embedder, index_dir)

@@ -21,7 +21,7 @@ from self_improving_rag.config import pins_strategy
 from self_improving_rag.feedback.policy import QueryFeatures, StrategyPolicy
 from self_improving_rag.memory.store import MemoryStore
 from self_improving_rag.retrieval.index import EmbeddingCache
-from tests.conftest import fake_overrides, write_corpus
+from tests.conftest import batch_overrides, fake_overrides, write_corpus
 
 
 def run(args, cwd, overrides=()):
@@ -223,7 +223,7 @@ def test_a_chunker_the_index_lacks_is_replaced_with_a_warning(make_engine, fake_
 def test_eval_of_jsonl_questions_without_documents_says_so(tmp_path):
     qa = tmp_path / "qs.jsonl"
     qa.write_text(json.dumps({"id": "a", "question": "Who built it?", "answers": ["Clara"]}) + "\n")
-    r = run(["eval", "--dataset", str(qa)], tmp_path, fake_overrides(tmp_path))
+    r = run(["eval", "--dataset", str(qa)], tmp_path, batch_overrides(tmp_path))
     assert r.returncode == 2
     assert "no corpus and no index" in r.stderr and "--corpus" in r.stderr and "Traceback" not in r.stderr
 
