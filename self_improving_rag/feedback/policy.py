@@ -10,7 +10,8 @@ alternatives have tended to land, not at a coin flip, so one lucky success among
 alternatives cannot displace the default's long record, while an alternative with a record of
 its own can. The default carries one extra pseudo-success, so it wins ties on thin evidence.
 The catalogue order is the repairs' prior. ``switch_chunker`` tries the other chunkers in the
-order of their smoothed success rate in the class's record, skipping any already tried.
+order of their smoothed success rate in the class's record, those no attempt at the question has
+read first, skipping any strategy already tried.
 Sampling uses a generator seeded from the config seed and the question, so runs repeat.
 """
 
@@ -318,9 +319,13 @@ class StrategyPolicy:
 
         ``switch_chunker`` offers every other chunker the index holds, in :meth:`chunker_order`,
         and gives the first whose strategy is not in ``tried``: from ``semantic`` after
-        ``section`` was tried, it moves to ``fixed`` rather than being skipped.
+        ``section`` was tried, it moves to ``fixed`` rather than being skipped. A chunker no
+        attempt at this question has read yet comes before one that one has (with other
+        settings: ``section`` at top_k 10 after ``section`` at top_k 5 failed), whatever memory's
+        order.
         """
         order: list[str] | None = None  # the chunkers' order, read from memory once and only if needed
+        used = {st.chunker for key in tried if (st := strategy_from_key(key)) is not None}
 
         def candidates(name: str) -> list[Strategy]:
             nonlocal order
@@ -329,7 +334,8 @@ class StrategyPolicy:
                 return [nxt] if nxt is not None else []
             if order is None:
                 order = self.chunker_order(features)
-            return other_chunkers(strategy, self.available, order)
+            # sorted() is stable: memory's order within the unread chunkers and within the read ones.
+            return sorted(other_chunkers(strategy, self.available, order), key=lambda s: s.chunker in used)
 
         # When none of the failure's own repairs is left: any untried general repair before giving up.
         general = ("switch_chunker", "hybrid_retriever", "raise_top_k", "neighbors")

@@ -291,3 +291,28 @@ def test_switch_chunker_keeps_the_fixed_order_without_memory_or_evidence():
     assert two.repair(q, "WEAK_RETRIEVAL", SECTION, {SECTION.key}, f) == ("switch_chunker", FIXED)
     assert apply_repair("switch_chunker", SEMANTIC, ("fixed", "section", "semantic")) == SECTION
     assert apply_repair("switch_chunker", SECTION, ("fixed", "section", "semantic")) == SEMANTIC
+
+
+def test_switch_chunker_prefers_a_chunker_no_attempt_has_read():
+    """Section failed, the switch moved to semantic, semantic failed, raise_top_k kept semantic at
+    top_k 10 and failed too: the next switch goes to fixed, which no attempt has read, not back to
+    section at top_k 10 (a new strategy key, but a chunker that already failed for the question),
+    even when memory ranks section first; section with the new settings stays a later candidate."""
+    q = "Who wrote the letter?"
+    f = query_features(q)
+    sem10 = replace(SEMANTIC, top_k=10, context_budget=660)
+    tried = {SECTION.key, SEMANTIC.key, sem10.key}
+    favours_section = Counts({SECTION.key: (40, 10), FIXED.key: (2, 20)})
+    for policy in (StrategyPolicy(PolicyConfig(), DEFAULT, None),
+                   StrategyPolicy(PolicyConfig(method="greedy", explore=0.0), DEFAULT, favours_section)):
+        assert policy.repair(q, "WEAK_RETRIEVAL", sem10, tried, f) == ("switch_chunker", replace(sem10, chunker="fixed"))
+        assert policy.repair(q, "WEAK_RETRIEVAL", sem10, tried | {replace(sem10, chunker="fixed").key},
+                             f) == ("switch_chunker", replace(sem10, chunker="section"))
+
+
+@pytest.mark.parametrize("learn_from, first_only", [("all_attempts", False), ("first_attempts", True)])
+def test_chunker_order_reads_memory_as_policy_learn_from_says(learn_from, first_only):
+    memory = Counts({FIXED.key: (20, 2), SEMANTIC.key: (2, 25)})
+    q = "Who wrote the letter?"
+    StrategyPolicy(PolicyConfig(learn_from=learn_from), DEFAULT, memory).chunker_order(query_features(q))
+    assert memory.calls and all(c["first_only"] is first_only for c in memory.calls)
