@@ -485,8 +485,11 @@ def _run_changes(run_dir: Path, config: Config, corpus: list[Path]) -> str:
     return ", ".join(x for x in (_changed_settings(run_dir, config), _corpus_change(run_dir, corpus)) if x)
 
 
-def _check_resume_config(run_dir: Path, config: Config, n_done: int, corpus: list[Path]) -> None:
-    """A resumed run must use the settings and the corpus paths its earlier results were made with."""
+def _check_resume_config(run_dir: Path, config: Config, n_done: int, corpus: list[Path],
+                         named_by: str | None = None) -> None:
+    """A resumed run must use the settings and the corpus paths its earlier results were made with.
+    ``named_by``: what named the index folder given now (as :func:`command_line_index` says it), for
+    the way back to the run's own index when that is what differs."""
     stored = run_dir / "config.yaml"
     try:
         readable = isinstance(yaml.safe_load(stored.read_text(encoding="utf-8")), dict)
@@ -502,8 +505,23 @@ def _check_resume_config(run_dir: Path, config: Config, n_done: int, corpus: lis
     shown = _run_changes(run_dir, config, corpus)
     if shown:
         raise BatchError(f"{run_dir} already holds {n_done} result(s) made with other settings ({shown}); "
-                         "resuming would mix them. Run with the same settings, give the run another name "
-                         "(the batch file's name:, or sirag eval --name NEW), or delete that folder")
+                         f"resuming would mix them. Run with the same settings{_resume_index_hint(stored, config, named_by)}, "
+                         "give the run another name (the batch file's name:, or sirag eval --name NEW), or delete that folder")
+
+
+def _resume_index_hint(stored: Path, config: Config, named_by: str | None) -> str:
+    """How to give a resumed run the index folder it was made with, when that is not the one given
+    now: a run started before --set paths.index_dir and a --config file's paths.index_dir named a
+    batch's index recorded its own folder, and the same command line now names another."""
+    try:
+        old = (yaml.safe_load(stored.read_text(encoding="utf-8")).get("paths") or {}).get("index_dir")
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
+        return ""
+    if not isinstance(old, str) or not old or Path(old).resolve() == Path(config.paths.index_dir).resolve():
+        return ""
+    instead = {SET_INDEX: " in place of the --set paths.index_dir item, which names a batch's index",
+               CONFIG_INDEX: ", which replaces the --config file's paths.index_dir"}.get(named_by or "", "")
+    return f" (for its index: --index {shlex.quote(old)}{instead})"
 
 
 def _same_text(a: str | None, b: str | None) -> bool:
@@ -1187,7 +1205,8 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
             fit_id: Any = None
             if todo:
                 if done:
-                    _check_resume_config(run_dir, config, len(done), corpus)
+                    _check_resume_config(run_dir, config, len(done), corpus,
+                                         guard_index if isinstance(guard_index, str) else None)
                 fit_id = _pin_fit(run_dir, config.paths.memory_db, run_name, resumed=bool(done),
                                   start_with=(fits or {}).get(run_name, _LATEST))
                 if corpus and not guard_index:

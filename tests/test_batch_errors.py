@@ -1310,3 +1310,24 @@ def test_a_refused_squad_batch_leaves_the_output_folder_as_it_was(tmp_path):
     r = run(["eval", "--dataset", str(squad), "--output-dir", str(out), "--retrieval-only", "--json"], tmp_path, ov)
     assert r.returncode == 0, r.stderr
     assert [p.name for p in (out / "corpora" / "sq").iterdir()] == ["harbour_p00.txt"]
+
+
+def test_a_resume_refused_for_another_index_names_the_runs_own(tmp_path):
+    """A run started before --set paths.index_dir (or a --config file's) named a batch's index
+    recorded the batch's own folder; the same command line now names another, and the refusal
+    said only "Run with the same settings": it names --index with the run's own folder, which
+    then resumes the run."""
+    ov = batch_overrides(tmp_path)
+    f = _batch(tmp_path, index=None)
+    assert run(["batch", str(f), "--limit", "1"], tmp_path, ov).returncode == 0
+    own = tmp_path / "runs" / "t" / "index"
+    line = _one_error_line(run(["batch", str(f), "--set", f"paths.index_dir={tmp_path / 'mine'}"], tmp_path, ov))
+    assert f"--index {own} in place of the --set paths.index_dir item" in line, line
+    cfg = tmp_path / "mine.yaml"
+    cfg.write_text(f"paths:\n  index_dir: {tmp_path / 'mine'}\n")
+    line = _one_error_line(run(["batch", str(f), "--config", str(cfg)], tmp_path, ov))
+    assert f"--index {own}, which replaces the --config file's paths.index_dir" in line, line
+    r = run(["batch", str(f), "--json", "--config", str(cfg), "--index", str(own)], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)[0]["n"] == 2
+    assert not (tmp_path / "mine").exists()
