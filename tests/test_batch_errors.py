@@ -1116,8 +1116,9 @@ SQUAD = {"version": "v2.0", "data": [{"title": "Lamp", "paragraphs": [{
 @pytest.mark.parametrize("extra", [[], ["--retrieval-only"]])
 def test_a_squad_batch_whose_output_folder_is_a_file_names_the_output_folder(tmp_path, extra):
     # The SQuAD paragraphs are written under <output_dir>/corpora/ before the folders were checked:
-    # the error was a bare ".../outfile/corpora/sq: Not a directory".
-    ov = fake_overrides(tmp_path)
+    # the error was a bare ".../outfile/corpora/sq: Not a directory". batch_overrides: with
+    # fake_overrides' paths.index_dir the index is that folder, and "no sqidx" could not fail.
+    ov = batch_overrides(tmp_path)
     (tmp_path / "sq.json").write_text(json.dumps(SQUAD))
     (tmp_path / "outfile").write_text("keep\n")
     f = tmp_path / "sq.yaml"
