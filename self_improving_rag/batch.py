@@ -1729,6 +1729,32 @@ def _with_index(spec: BatchSpec, index: str | None, named_by: str | None) -> tup
     return spec.model_copy(update={"index": str(Path(index).resolve())}), named_by
 
 
+def _note_default_index(args: argparse.Namespace, config: Config, spec: BatchSpec, base: Path,
+                        named_by: str | None) -> None:
+    """A --config file that names the packaged default index/default is not taken as a batch's
+    index (a copy of configs/default.yaml would send every batch there): say so when one does and
+    the batch has no index of its own, since a user who wrote it may well want that folder."""
+    from .config import PathsConfig
+
+    if named_by is not None or spec.index:
+        return
+    default = PathsConfig.model_fields["index_dir"].default
+    if Path(config.paths.index_dir).resolve() != Path(default).resolve():
+        return
+    for f in getattr(args, "config", None) or []:
+        try:  # only regular files: a pipe (--config <(...)) was read once already
+            data = load_yaml_unique(Path(f).read_text(encoding="utf-8")) if Path(f).is_file() else None
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError):
+            continue
+        paths = data.get("paths") if isinstance(data, dict) else None
+        if isinstance(paths, dict) and "index_dir" in paths:
+            own = _resolve(base, spec.output_dir) / spec.name / "index"
+            print(f"note: --config {f} gives paths.index_dir {paths['index_dir']}, the packaged default, which a "
+                  f"batch does not take as its index; this one uses {own} (pass --index {default} to use that "
+                  "folder)", file=sys.stderr)
+            return
+
+
 def cmd_batch(args: argparse.Namespace, config: Config) -> int:
     """Run the questions of a YAML batch file (corpus, questions, overrides, optional grid).
 
@@ -1741,6 +1767,7 @@ def cmd_batch(args: argparse.Namespace, config: Config) -> int:
     check_grid_conflicts(spec, args.overrides, memory=getattr(args, "memory", None))  # names --memory as such
     # --index (or --set paths.index_dir) replaces the batch file's index:
     spec, named_by = _with_index(spec, *command_line_index(args, config))
+    _note_default_index(args, config, spec, base, named_by)
     summaries = run_batch(spec, base, config, limit=args.limit, workers=args.workers,
                           loop=False if args.no_retry else None, progress=sys.stderr.isatty() and not args.json,
                           offset=args.offset, cli_overrides=args.overrides, guard_index=named_by)
@@ -1786,6 +1813,7 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
     else:
         raise BatchError("sirag eval needs a batch YAML file or --dataset FILE (with --corpus DIR unless it is SQuAD)")
     spec, named_by = _with_index(spec, *index)
+    _note_default_index(args, config, spec, base, named_by)
     if args.compare_no_retry and (args.no_retry or not spec.loop
                                   or not resolved_config(config, spec, {}, str(config.paths.index_dir), args.overrides).loop.enabled):
         raise BatchError("--compare-no-retry compares the loop with no loop, but this run has the loop off "

@@ -1332,3 +1332,25 @@ def test_a_resume_refused_for_another_index_names_the_runs_own(tmp_path):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)[0]["n"] == 2
     assert not (tmp_path / "mine").exists()
+
+
+def test_a_config_file_naming_the_packaged_default_index_is_not_followed_silently(tmp_path):
+    """A --config file's paths.index_dir index/default (the packaged default) is not a batch's index:
+    a user who wrote it to run on that folder got the batch's own folder without a word. The note
+    names the folder used and --index index/default; a file that leaves the key out, or a batch
+    with an index: of its own, gets none."""
+    ov = batch_overrides(tmp_path)
+    default = tmp_path / "default.yaml"
+    default.write_text("paths:\n  index_dir: index/default\n")
+    f = _batch(tmp_path, index=None)
+    r = run(["eval", str(f), "--retrieval-only", "--json", "--config", str(default)], tmp_path, ov)
+    assert r.returncode == 0, r.stderr
+    notes = [ln for ln in r.stderr.splitlines() if "packaged default" in ln]
+    assert len(notes) == 1 and str(tmp_path / "runs" / "t" / "index") in notes[0], r.stderr
+    assert "--index index/default" in notes[0], notes
+    other = tmp_path / "other.yaml"
+    other.write_text("strategy:\n  top_k: 4\n")
+    for argv in (["eval", str(f), "--retrieval-only", "--json", "--config", str(other)],
+                 ["eval", str(_batch(tmp_path)), "--retrieval-only", "--json", "--config", str(default)]):
+        r = run(argv, tmp_path, ov)
+        assert r.returncode == 0 and "packaged default" not in r.stderr, r.stderr
