@@ -504,9 +504,10 @@ def _check_resume_config(run_dir: Path, config: Config, n_done: int, corpus: lis
                          "file's name:, or sirag eval --name NEW), or delete that folder to ask its questions again")
     shown = _run_changes(run_dir, config, corpus)
     if shown:
+        hint = _resume_index_hint(stored, config, named_by)
         raise BatchError(f"{run_dir} already holds {n_done} result(s) made with other settings ({shown}); "
-                         f"resuming would mix them. Run with the same settings{_resume_index_hint(stored, config, named_by)}, "
-                         "give the run another name (the batch file's name:, or sirag eval --name NEW), or delete that folder")
+                         f"resuming would mix them. Run with the same settings{hint}, give the run another name "
+                         "(the batch file's name:, or sirag eval --name NEW), or delete that folder")
 
 
 def _resume_index_hint(stored: Path, config: Config, named_by: str | None) -> str:

@@ -305,8 +305,9 @@ def test_switch_chunker_prefers_a_chunker_no_attempt_has_read():
     favours_section = Counts({SECTION.key: (40, 10), FIXED.key: (2, 20)})
     for policy in (StrategyPolicy(PolicyConfig(), DEFAULT, None),
                    StrategyPolicy(PolicyConfig(method="greedy", explore=0.0), DEFAULT, favours_section)):
-        assert policy.repair(q, "WEAK_RETRIEVAL", sem10, tried, f) == ("switch_chunker", replace(sem10, chunker="fixed"))
-        assert policy.repair(q, "WEAK_RETRIEVAL", sem10, tried | {replace(sem10, chunker="fixed").key},
+        fixed10 = replace(sem10, chunker="fixed")
+        assert policy.repair(q, "WEAK_RETRIEVAL", sem10, tried, f) == ("switch_chunker", fixed10)
+        assert policy.repair(q, "WEAK_RETRIEVAL", sem10, tried | {fixed10.key},
                              f) == ("switch_chunker", replace(sem10, chunker="section"))
 
 
