@@ -29,7 +29,7 @@ import numpy as np
 from ..config import PolicyConfig
 from ..memory.store import Verdicts
 from ..types import Strategy
-from .repairs import CATALOGUE, CHUNKERS, apply_repair, other_chunkers
+from .repairs import CATALOGUE, apply_repair, other_chunkers
 
 #: The most a repair's place in its failure's catalogue adds to its score (the first entry gets all
 #: of it, the last 1/len of it), divided by 1 + its attempts: a tie-breaker between repairs with
@@ -285,62 +285,40 @@ class StrategyPolicy:
             scored.append((self._score(rng, s, f, total, mean=mean) + prior / (1 + s + f), -pos, name))
         return [n for *_, n in sorted(scored, reverse=True)]
 
-    def chunker_order(self, features: QueryFeatures) -> list[str]:
-        """The chunkers the index holds, in the order ``switch_chunker`` tries them.
-
-        Memory's record of the question's class (``strategy_counts``, read as :meth:`first`
-        reads it, per corpus by :meth:`_own_or_all`), summed per chunker over every strategy
-        that used it, ranks them by the smoothed success rate (s + 1) / (s + f + 2) (0.5 with no
-        record); ties keep the fixed order ``CHUNKERS`` (section, semantic, fixed).
-        The fixed order alone without memory, under ``policy.method: fixed``, and until the
-        chunkers' counts reach ``policy.min_history`` attempts. The rate is a posterior mean
-        under every method: the choice among two or three chunkers needs no sampling, and a
-        chunker with no record (0.5) still comes before one whose record is worse.
-        """
-        fixed = [c for c in CHUNKERS if c in self.available]
-        if self.memory is None or self.config.method == "fixed":
-            return fixed
-        counts = self._own_or_all(self.memory.strategy_counts, features.query_class,
-                                  first_only=self.config.learn_from == "first_attempts", **self._judged())
-        per: dict[str, tuple[float, float]] = {c: (0.0, 0.0) for c in fixed}
-        for key, (s, f) in counts.items():
-            st = strategy_from_key(key)
-            if st is not None and st.chunker in per:
-                s0, f0 = per[st.chunker]
-                per[st.chunker] = (s0 + s, f0 + f)
-        if sum(s + f for s, f in per.values()) < self.config.min_history:
-            return fixed
-        # sorted() is stable: equal rates keep the fixed order.
-        return sorted(fixed, key=lambda c: -(per[c][0] + 1) / (per[c][0] + per[c][1] + 2))
-
     def repair(self, question: str, failure: str, strategy: Strategy, tried: set[str],
                features: QueryFeatures) -> tuple[str, Strategy] | None:
         """The next strategy for this failure that was not tried yet, with the repair's name.
 
-        ``switch_chunker`` offers every other chunker the index holds, in :meth:`chunker_order`,
-        and gives the first whose strategy is not in ``tried``: from ``semantic`` after
-        ``section`` was tried, it moves to ``fixed`` rather than being skipped. A chunker no
-        attempt at this question has read yet comes before one that one has (with other
-        settings: ``section`` at top_k 10 after ``section`` at top_k 5 failed), whatever memory's
-        order.
-        """
-        order: list[str] | None = None  # the chunkers' order, read from memory once and only if needed
-        used = {st.chunker for key in tried if (st := strategy_from_key(key)) is not None}
+        ``switch_chunker`` moves to a chunker no attempt at this question has read yet, in the
+        order ``CHUNKERS`` (section, semantic, fixed), before one an attempt has read with other
+        settings. Among the failure's own repairs it offers a chunker only while the question's
+        attempts have read one chunker: a second switch would spend the retries on chunkers and
+        never reach the failure's other repairs (``raise_top_k``, ``query_rewrite``, ...). When
+        none of those is left, the general repairs offer every other chunker: from ``semantic``
+        after ``section`` failed, ``fixed``, not nothing.
 
-        def candidates(name: str) -> list[Strategy]:
-            nonlocal order
+        The chunkers are not ranked by memory's record: a chunker other than the default is
+        mostly read by repairs, after a failure, on harder questions than the default's first
+        attempts, so its record would rank it below the default whatever its worth. Memory
+        chooses chunkers through the first strategy (:meth:`first`) and ranks ``switch_chunker``
+        among the other repairs (:meth:`repair_order`).
+        """
+        read = {st.chunker for key in tried if (st := strategy_from_key(key)) is not None}
+
+        def candidates(name: str, general: bool) -> list[Strategy]:
             if name != "switch_chunker":
                 nxt = apply_repair(name, strategy, self.available)
                 return [nxt] if nxt is not None else []
-            if order is None:
-                order = self.chunker_order(features)
-            # sorted() is stable: memory's order within the unread chunkers and within the read ones.
-            return sorted(other_chunkers(strategy, self.available, order), key=lambda s: s.chunker in used)
+            if not general and len(read) > 1:
+                return []
+            # sorted() is stable: the fixed order within the unread chunkers and within the read ones.
+            return sorted(other_chunkers(strategy, self.available), key=lambda s: s.chunker in read)
 
         # When none of the failure's own repairs is left: any untried general repair before giving up.
-        general = ("switch_chunker", "hybrid_retriever", "raise_top_k", "neighbors")
-        for name in [*self.repair_order(question, failure, features), *general]:
-            for nxt in candidates(name):
+        order = [(name, False) for name in self.repair_order(question, failure, features)]
+        order += [(name, True) for name in ("switch_chunker", "hybrid_retriever", "raise_top_k", "neighbors")]
+        for name, general in order:
+            for nxt in candidates(name, general):
                 if nxt.key not in tried:
                     return name, nxt
         return None

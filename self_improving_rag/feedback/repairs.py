@@ -7,17 +7,15 @@ from typing import Callable
 
 from ..types import Strategy
 
-#: The order ``switch_chunker`` tries the other chunkers in when memory has no record to rank
-#: them by (``StrategyPolicy.chunker_order``).
+#: The order ``switch_chunker`` tries the other chunkers in.
 CHUNKERS = ("section", "semantic", "fixed")
 
 
-def other_chunkers(s: Strategy, available: tuple[str, ...],
-                   order: tuple[str, ...] | list[str] = CHUNKERS) -> list[Strategy]:
-    """Every strategy ``switch_chunker`` can move ``s`` to: ``s`` with each other chunker of
-    ``order`` that the index holds, in that order. The policy passes memory's ranking as
-    ``order`` and takes the first whose strategy was not tried yet for the question."""
-    return [replace(s, chunker=c) for c in order if c in CHUNKERS and c in available and c != s.chunker]
+def other_chunkers(s: Strategy, available: tuple[str, ...]) -> list[Strategy]:
+    """Every strategy ``switch_chunker`` can move ``s`` to: ``s`` with each other chunker the
+    index holds, in the order ``CHUNKERS``. The policy takes the first that no attempt at the
+    question has read (``StrategyPolicy.repair``)."""
+    return [replace(s, chunker=c) for c in CHUNKERS if c in available and c != s.chunker]
 
 
 def _other_chunker(s: Strategy, available: tuple[str, ...]) -> Strategy | None:
@@ -70,8 +68,8 @@ def apply_repair(name: str, strategy: Strategy, available_chunkers: tuple[str, .
     """The repaired strategy, or None when the repair does not apply to this strategy.
 
     A pure function of the strategy: ``switch_chunker`` gives the first other chunker in the
-    fixed order ``CHUNKERS``. ``StrategyPolicy.repair`` does more with it: it tries every other
-    chunker, in memory's order, skipping those already tried for the question."""
+    fixed order ``CHUNKERS``. ``StrategyPolicy.repair`` does more with it: it moves to a chunker
+    no attempt at the question has read, and skips strategies already tried."""
     if name not in REPAIRS:
         raise ValueError(f"unknown repair {name!r}; known: {', '.join(REPAIRS)}")
     return REPAIRS[name](strategy, available_chunkers)

@@ -241,50 +241,51 @@ FIXED = replace(DEFAULT, chunker="fixed")
 
 
 def test_switch_chunker_moves_to_the_chunker_not_yet_tried():
-    """Section was tried first, a repair moved to semantic, and semantic failed again: the switch
-    goes on to fixed, which was never tried, instead of being skipped for landing on section."""
+    """Section was tried first, a repair moved to semantic, and semantic failed again. Among the
+    failure's own repairs a second switch waits (raise_top_k comes first); once only the general
+    repairs are left, the switch goes on to fixed, which was never tried, instead of being skipped
+    for landing on section."""
     q = "Who wrote the letter?"
     policy = StrategyPolicy(PolicyConfig(), DEFAULT, None)
     tried = {SECTION.key, SEMANTIC.key}
-    assert policy.repair(q, "WEAK_RETRIEVAL", SEMANTIC, tried, query_features(q)) == ("switch_chunker", FIXED)
-    # The same in the general repairs tried when the failure's own are spent (none for NONE).
+    name, nxt = policy.repair(q, "WEAK_RETRIEVAL", SEMANTIC, tried, query_features(q))
+    assert (name, nxt.chunker) == ("raise_top_k", "semantic")
+    # The general repairs, tried when the failure's own are spent (none for NONE).
     assert policy.repair(q, "NONE", SEMANTIC, tried, query_features(q)) == ("switch_chunker", FIXED)
     # Every chunker tried: the switch is skipped for the next repair.
-    nxt = policy.repair(q, "WEAK_RETRIEVAL", SEMANTIC, tried | {FIXED.key}, query_features(q))
+    nxt = policy.repair(q, "NONE", SEMANTIC, tried | {FIXED.key}, query_features(q))
     assert nxt is not None and nxt[0] != "switch_chunker"
 
 
-def test_switch_chunker_goes_to_the_chunker_memory_shows_working():
-    """Fixed succeeded far more often than semantic for this class: a switch from section goes to
-    fixed. The record is summed over every strategy that used the chunker."""
-    counts = {FIXED.key: (20, 2), replace(FIXED, top_k=8).key: (8, 1), SEMANTIC.key: (2, 25),
-              SECTION.key: (30, 30)}
-    memory = Counts(counts)
+def test_two_failures_spend_one_retry_on_a_chunker_and_one_on_the_failures_next_repair():
+    """With the default three attempts, section fails and the switch moves to semantic; when
+    semantic fails too, the next retry is the failure's next repair, not a second chunker: the
+    retries are not all spent on chunkers (WEAK_RETRIEVAL's raise_top_k, REDUNDANT_CONTEXT's
+    rerank or fewer_passages)."""
     q = "Who wrote the letter?"
-    policy = StrategyPolicy(PolicyConfig(method="greedy", explore=0.0), DEFAULT, memory)
-    assert policy.repair(q, "WEAK_RETRIEVAL", SECTION, {SECTION.key}, query_features(q)) == ("switch_chunker", FIXED)
-    assert memory.calls[-1]["qc"] == "who"
-    # Fixed tried already: semantic after all.
-    assert policy.repair(q, "WEAK_RETRIEVAL", SECTION, {SECTION.key, FIXED.key},
-                         query_features(q)) == ("switch_chunker", SEMANTIC)
-    # From semantic, fixed's record outranks section's.
-    assert policy.chunker_order(query_features(q)) == ["fixed", "section", "semantic"]
+    f = query_features(q)
+    policy = StrategyPolicy(PolicyConfig(), DEFAULT, None)
+    assert policy.repair(q, "WEAK_RETRIEVAL", SECTION, {SECTION.key}, f) == ("switch_chunker", SEMANTIC)
+    for failure in ("WEAK_RETRIEVAL", "REDUNDANT_CONTEXT", "LOW_CONFIDENCE", "MISSED_ANSWER"):
+        name, nxt = policy.repair(q, failure, SEMANTIC, {SECTION.key, SEMANTIC.key}, f)
+        assert name != "switch_chunker" and nxt.chunker == "semantic", failure
 
 
-def test_switch_chunker_keeps_the_fixed_order_without_memory_or_evidence():
-    """No memory, policy.method fixed, or fewer counted attempts than policy.min_history: section,
-    semantic, fixed, as before, each skipped once tried; apply_repair stays the fixed order."""
+def test_switch_chunker_keeps_the_fixed_order_whatever_memory_holds():
+    """Section, semantic, fixed, each skipped once an attempt has read it; memory's record does
+    not reorder them (a chunker other than the default is read mostly by repairs, on harder
+    questions, so its record would rank it below the default whatever its worth); apply_repair
+    stays the fixed order."""
     from self_improving_rag.feedback.repairs import apply_repair
 
     q = "Who wrote the letter?"
     f = query_features(q)
-    favours_fixed = Counts({FIXED.key: (30, 0), SEMANTIC.key: (0, 30)})
-    thin = Counts({FIXED.key: (2, 0)})
+    favours_fixed = Counts({FIXED.key: (30, 0), SEMANTIC.key: (0, 30), SECTION.key: (10, 10)})
     for policy in (StrategyPolicy(PolicyConfig(), DEFAULT, None),
                    StrategyPolicy(PolicyConfig(method="fixed"), DEFAULT, favours_fixed),
-                   StrategyPolicy(PolicyConfig(min_history=3), DEFAULT, thin)):
+                   StrategyPolicy(PolicyConfig(method="greedy", explore=0.0), DEFAULT, favours_fixed)):
         assert policy.repair(q, "WEAK_RETRIEVAL", SECTION, {SECTION.key}, f) == ("switch_chunker", SEMANTIC)
-        assert policy.repair(q, "WEAK_RETRIEVAL", SECTION, {SECTION.key, SEMANTIC.key}, f) == ("switch_chunker", FIXED)
+        assert policy.repair(q, "NONE", SECTION, {SECTION.key, SEMANTIC.key}, f) == ("switch_chunker", FIXED)
         assert policy.repair(q, "WEAK_RETRIEVAL", FIXED, {FIXED.key}, f) == ("switch_chunker", SECTION)
     # Only the chunkers the index holds.
     two = StrategyPolicy(PolicyConfig(), DEFAULT, None, available_chunkers=("section", "fixed"))
@@ -295,25 +296,15 @@ def test_switch_chunker_keeps_the_fixed_order_without_memory_or_evidence():
 
 def test_switch_chunker_prefers_a_chunker_no_attempt_has_read():
     """Section failed, the switch moved to semantic, semantic failed, raise_top_k kept semantic at
-    top_k 10 and failed too: the next switch goes to fixed, which no attempt has read, not back to
-    section at top_k 10 (a new strategy key, but a chunker that already failed for the question),
-    even when memory ranks section first; section with the new settings stays a later candidate."""
+    top_k 10 and failed too: the general repairs' switch goes to fixed, which no attempt has read,
+    not back to section at top_k 10 (a new strategy key, but a chunker that already failed for the
+    question); section with the new settings stays a later candidate."""
     q = "Who wrote the letter?"
     f = query_features(q)
     sem10 = replace(SEMANTIC, top_k=10, context_budget=660)
     tried = {SECTION.key, SEMANTIC.key, sem10.key}
-    favours_section = Counts({SECTION.key: (40, 10), FIXED.key: (2, 20)})
-    for policy in (StrategyPolicy(PolicyConfig(), DEFAULT, None),
-                   StrategyPolicy(PolicyConfig(method="greedy", explore=0.0), DEFAULT, favours_section)):
-        fixed10 = replace(sem10, chunker="fixed")
-        assert policy.repair(q, "WEAK_RETRIEVAL", sem10, tried, f) == ("switch_chunker", fixed10)
-        assert policy.repair(q, "WEAK_RETRIEVAL", sem10, tried | {fixed10.key},
-                             f) == ("switch_chunker", replace(sem10, chunker="section"))
-
-
-@pytest.mark.parametrize("learn_from, first_only", [("all_attempts", False), ("first_attempts", True)])
-def test_chunker_order_reads_memory_as_policy_learn_from_says(learn_from, first_only):
-    memory = Counts({FIXED.key: (20, 2), SEMANTIC.key: (2, 25)})
-    q = "Who wrote the letter?"
-    StrategyPolicy(PolicyConfig(learn_from=learn_from), DEFAULT, memory).chunker_order(query_features(q))
-    assert memory.calls and all(c["first_only"] is first_only for c in memory.calls)
+    policy = StrategyPolicy(PolicyConfig(), DEFAULT, None)
+    fixed10 = replace(sem10, chunker="fixed")
+    assert policy.repair(q, "NONE", sem10, tried, f) == ("switch_chunker", fixed10)
+    assert policy.repair(q, "NONE", sem10, tried | {fixed10.key}, f) == ("switch_chunker",
+                                                                        replace(sem10, chunker="section"))
