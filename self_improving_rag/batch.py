@@ -184,15 +184,17 @@ def _check_no_index_dir_setting(p: Path, spec: BatchSpec) -> None:
         if isinstance(paths, dict) and "index_dir" in paths:
             value = paths["index_dir"]
             raise BatchError(f"{p}: overrides: sets paths.index_dir ({value}), but a batch keeps its index in the "
-                             "folder its index: names (else <output_dir>/<name>/index), which would replace it "
-                             f"unseen; write index: {_as_index_entry(value, p)} instead (read from the batch file's "
-                             "folder), and take paths.index_dir out of overrides:")
+                             "folder its index: names (else --config's paths.index_dir, else "
+                             "<output_dir>/<name>/index), which would replace it unseen; write index: "
+                             f"{_as_index_entry(value, p)} instead (read from the batch file's folder), and take "
+                             "paths.index_dir out of overrides:")
     for g, varied in _grid_keys(spec.grid).items():
         # A grid's values are deep-merged: "paths: [{memory_db: a.db}, ...]" leaves the index alone.
         if any(k == "paths.index_dir" or k.startswith("paths.index_dir.") for k in varied):
             raise BatchError(f"{p}: grid: varies {g}, but every run of a batch uses the one index its index: names "
-                             "(else <output_dir>/<name>/index), which would replace the grid's values unseen; "
-                             "run one batch per index, each with its own index: and name:")
+                             "(else --config's paths.index_dir, else <output_dir>/<name>/index), which would "
+                             "replace the grid's values unseen; run one batch per index, each with its own "
+                             "index: and name:")
 
 
 def _as_index_entry(value: Any, p: Path) -> str:
