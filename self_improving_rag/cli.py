@@ -850,7 +850,8 @@ def cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
         result = calibrate_from_memory(store, min_labels=20 if args.min_labels is None else args.min_labels,
                                        seed=config.policy.seed,
                                        save=not args.dry_run, force=args.force, folds=config.calibration.folds,
-                                       l2=config.calibration.l2, per_corpus=config.calibration.per_corpus)
+                                       l2=config.calibration.l2, per_corpus=config.calibration.per_corpus,
+                                       answer_threshold=config.loop.answer_threshold)
     finally:
         store.close()
     if args.json:
@@ -923,6 +924,14 @@ def _print_calibration(result: dict) -> None:
         how = ("chosen from the labels: the lowest cross-fitted Brier score; each held-out fold chose its own"
                if result.get("l2_chosen") else "set by calibration.l2")
         print(f"pull toward the default weights: l2 {result['l2']:g} ({how})")
+    if "at_threshold" in result:
+        t = result["at_threshold"]
+        b, a = t["before"], t["after"]
+        # A calibration moves the confidences past the loop's bar: what that does to answers, before it is used.
+        print(f"at loop.answer_threshold {t['threshold']:.2f} (what a first attempt must reach to be returned): "
+              f"right answers below it, withheld: {b['right_below']} of {b['right']} with the default weights, "
+              f"{a['right_below']} with the fit (each label held out); wrong answers at or above it, returned: "
+              f"{b['wrong_at_or_above']} of {b['wrong']}, {a['wrong_at_or_above']} with the fit")
     if "fit_id" in result:
         own = result.get("corpus_fits") or {}
         with_own = (f", with the own fit{'' if len(own) == 1 else 's'} shown above for {len(own)} "

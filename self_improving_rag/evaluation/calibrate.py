@@ -6,7 +6,8 @@ import logging
 from typing import Any
 
 from ..errors import InputError, MemoryStoreError
-from .calibration import DEFAULT_WEIGHTS, answer_words, choose_l2, cross_fit, evaluate_fit, fit_corpora, fit_weights
+from .calibration import (DEFAULT_WEIGHTS, answer_words, choose_l2, confidence, cross_fit, evaluate_fit, fit_corpora,
+                          fit_weights, threshold_counts)
 
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,8 @@ def weights_for(fit: dict | None, corpus: str | None) -> dict | None:
 
 def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool = True, force: bool = False,
                           folds: int = 5, l2: float | str = "auto", per_corpus: bool = True,
-                          if_latest: Any = ANY_LATEST, interval: bool = True) -> dict:
+                          if_latest: Any = ANY_LATEST, interval: bool = True,
+                          answer_threshold: float | None = None) -> dict:
     """Cross-fit for honest before/after figures, then fit on all labels and store the weights.
 
     With ``interval``, the held-out scores (``result["held_out"]``) carry ``auroc_interval``, AUROC's
@@ -55,6 +57,14 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
     cross-fit scores each label as the engine would (by its corpus's fit where one is kept),
     ``result["held_out"]["by_corpus"]`` gives each corpus's figures (outcomes without a corpus
     under :data:`NOT_RECORDED`), and ``result["corpus_fits"]`` the fits, stored with the other.
+
+    With ``answer_threshold`` (the engine's ``loop.answer_threshold``), ``result["at_threshold"]``
+    says how that bar sorts the labelled answers under the default weights (``before``) and under
+    the fit, each label held out (``after``): right answers below it, which the engine would
+    withhold, and wrong ones at or above it, which it would return (:func:`threshold_counts`).
+    A fit can calibrate better and still withhold many more right answers: on a corpus where the
+    model is right about half the time its confidences fall around the bar (docs/results.md,
+    session 31).
     """
     last_label = store.last_label_id()  # before the rows: a label written meanwhile stays new to this fit
     rows = [{**r, "answer_words": answer_words(r.get("answer"), bool(r.get("refusal")))}
@@ -76,6 +86,7 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
     corpora = [r.get("corpus") for r in rows] if per_corpus else None
     held_out = cross_fit(rows, labels, seed=seed, folds=folds, groups=groups, l2=l2, corpora=corpora,
                          corpus_min=min_labels, interval=interval)
+    held_confidences = held_out.pop("confidences")  # per label: too long for the printed result
     strength = choose_l2(rows, labels, groups, folds=folds, seed=seed) if l2 == "auto" else float(l2)
     weights = fit_weights(rows, labels, l2=strength)
     by_corpus = held_out.get("by_corpus") or {}
@@ -93,6 +104,11 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
     after = evaluate_fit(rows, labels, weights, corpora, own)
     result = {"n": len(rows), "held_out": held_out, "in_sample_before": before, "in_sample_after": after,
               "weights": weights, "l2": strength, "l2_chosen": l2 == "auto", "corpus_fits": own}
+    if answer_threshold is not None:
+        result["at_threshold"] = {
+            "threshold": answer_threshold,
+            "before": threshold_counts([confidence(r, DEFAULT_WEIGHTS) for r in rows], labels, answer_threshold),
+            "after": threshold_counts(held_confidences, labels, answer_threshold)}
     b_before, b_after = held_out["before"].get("brier"), held_out["after"].get("brier")
     worse = not force and b_before is not None and b_after is not None and b_after > b_before
     # A dry run says what a real run would do: store the fit, or refuse it as below.

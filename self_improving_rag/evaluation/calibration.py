@@ -446,9 +446,9 @@ def cross_fit(
     ``after``, as the engine will score them. That choice is made on the same held-out labels,
     which flatters ``after`` a little.
 
-    Returns ``{"before", "after", "folds", "n_train", "n_test", "seed", "l2"}``: ``before`` and
-    ``after`` are :func:`evaluate_fit` results of the default and the cross-fitted confidences on
-    all ``n_test`` rows; ``n_train`` is the smallest number of rows a fold was fitted on; ``l2``
+    Returns ``{"before", "after", "confidences", "folds", "n_train", "n_test", "seed", "l2"}``:
+    ``before`` and ``after`` are :func:`evaluate_fit` results of the default and the cross-fitted
+    confidences on all ``n_test`` rows, ``confidences`` the cross-fitted confidence of each row; ``n_train`` is the smallest number of rows a fold was fitted on; ``l2``
     lists the penalty each fold was fitted with. With ``corpora`` also ``by_corpus``: for each
     corpus key, its ``n`` rows, ``eligible`` (it has enough labels of both kinds for fits of its
     own), ``own_folds`` (in how many folds a fit of its own scored held-out rows of it), ``kept``
@@ -529,6 +529,8 @@ def cross_fit(
     out = {
         "before": evaluate_fit(rows, labels, DEFAULT_WEIGHTS, groups=groups if interval else None),
         "after": _scores(p, y, groups if interval else None),
+        # Each row's held-out confidence, in the rows' order, as ``after`` scores it.
+        "confidences": p.tolist(),
         "folds": k,
         "n_train": int(n - np.bincount(fold, minlength=k).max()),
         "n_test": n,
@@ -538,6 +540,18 @@ def cross_fit(
     if corpora is not None:
         out["by_corpus"] = by_corpus
     return out
+
+
+def threshold_counts(confidences: Sequence[float], labels: Sequence[Any], threshold: float) -> dict[str, int]:
+    """How a confidence bar sorts labelled answers: of the ``right`` ones, how many fall below
+    ``threshold`` (an engine using these confidences would withhold them), and of the ``wrong``
+    ones, how many reach it (it would return them)."""
+    p = np.asarray(list(confidences), dtype=float)
+    y = np.asarray([int(v) for v in labels])
+    if y.shape != p.shape:
+        raise ValueError(f"confidences has {p.size} items but labels has {y.size}")
+    return {"right": int(y.sum()), "right_below": int(np.sum((y == 1) & (p < threshold))),
+            "wrong": int(np.sum(y == 0)), "wrong_at_or_above": int(np.sum((y == 0) & (p >= threshold)))}
 
 
 def own_fit_corpora(corpora: Sequence[str | None], labels: Sequence[Any], min_labels: int) -> list[str]:

@@ -542,3 +542,48 @@ def test_the_automatic_fit_draws_no_auroc_interval_it_never_shows(store: MemoryS
     assert all("auroc_interval" not in fit["held_out"]["after"] for fit in store.latest_calibration()["corpus_fits"].values())
     # `sirag calibrate` still draws them.
     assert "auroc_interval" in calibrate_from_memory(store, min_labels=20, save=False)["held_out"]["after"]
+
+
+def test_calibrate_says_how_the_answer_threshold_sorts_the_labelled_answers(store: MemoryStore, capsys) -> None:
+    """A fit moves confidences past loop.answer_threshold: calibrate says, before the fit is used,
+    how many right answers the bar would withhold and how many wrong ones it would return, under
+    the default weights and under the fit (each label held out)."""
+    _record(store, 30, SHORT, correct_every=1)  # all correct
+    _record(store, 30, LONG, correct_every=6)  # one in six correct
+    result = calibrate_from_memory(store, min_labels=20, seed=0, save=False, answer_threshold=0.5)
+    t = result["at_threshold"]
+    assert t["threshold"] == 0.5
+    for side in ("before", "after"):
+        assert t[side]["right"] == 35 and t[side]["wrong"] == 25
+    # Same signals everywhere but the answer's length: the default weights' answer_words penalty
+    # already puts every long answer below 0.5 (its 5 right ones withheld) and every short one above;
+    # the fit, each label held out, keeps that split.
+    assert t["before"] == {"right": 35, "right_below": 5, "wrong": 25, "wrong_at_or_above": 0}
+    assert t["after"] == {"right": 35, "right_below": 5, "wrong": 25, "wrong_at_or_above": 0}
+    # A bar above every confidence withholds every right answer and returns no wrong one.
+    high = calibrate_from_memory(store, min_labels=20, seed=0, save=False, answer_threshold=1.0)["at_threshold"]
+    assert high["before"]["right_below"] == high["after"]["right_below"] == 35
+    assert high["before"]["wrong_at_or_above"] == high["after"]["wrong_at_or_above"] == 0
+    assert "confidences" not in result["held_out"]  # per-label lists stay out of `calibrate --json`
+    from self_improving_rag.cli import _print_calibration
+
+    _print_calibration(result)
+    out = capsys.readouterr().out
+    b, a = t["before"], t["after"]
+    assert (f"at loop.answer_threshold 0.50 (what a first attempt must reach to be returned): right answers below "
+            f"it, withheld: {b['right_below']} of 35 with the default weights, {a['right_below']} with the fit "
+            f"(each label held out); wrong answers at or above it, returned: 0 of 25, {a['wrong_at_or_above']} "
+            "with the fit") in out
+    # Without a threshold (the automatic fit's path), nothing is counted.
+    assert "at_threshold" not in calibrate_from_memory(store, min_labels=20, seed=0, save=False)
+
+
+def test_threshold_counts() -> None:
+    from self_improving_rag.evaluation.calibration import threshold_counts
+
+    p, y = [0.2, 0.5, 0.7, 0.4, 0.6, 0.9], [1, 1, 1, 0, 0, 0]
+    assert threshold_counts(p, y, 0.5) == {"right": 3, "right_below": 1, "wrong": 3, "wrong_at_or_above": 2}
+    assert threshold_counts(p, y, 0.0) == {"right": 3, "right_below": 0, "wrong": 3, "wrong_at_or_above": 3}
+    assert threshold_counts(p, [bool(v) for v in y], 1.0)["right_below"] == 3
+    with pytest.raises(ValueError, match="confidences has 6 items but labels has 2"):
+        threshold_counts(p, [1, 0], 0.5)
