@@ -448,8 +448,9 @@ def cross_fit(
 
     Returns ``{"before", "after", "confidences", "folds", "n_train", "n_test", "seed", "l2"}``:
     ``before`` and ``after`` are :func:`evaluate_fit` results of the default and the cross-fitted
-    confidences on all ``n_test`` rows, ``confidences`` the cross-fitted confidence of each row; ``n_train`` is the smallest number of rows a fold was fitted on; ``l2``
-    lists the penalty each fold was fitted with. With ``corpora`` also ``by_corpus``: for each
+    confidences on all ``n_test`` rows, ``confidences`` the cross-fitted confidence of each row;
+    ``n_train`` is the smallest number of rows a fold was fitted on; ``l2`` lists the penalty each
+    fold was fitted with. With ``corpora`` also ``by_corpus``: for each
     corpus key, its ``n`` rows, ``eligible`` (it has enough labels of both kinds for fits of its
     own), ``own_folds`` (in how many folds a fit of its own scored held-out rows of it), ``kept``
     (never without such a fold), and the scores on its rows of the default weights (``before``),
