@@ -174,7 +174,8 @@ def _new_labels(store, fit: dict | None) -> int:
 
 
 def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, folds: int = 5,
-                   l2: float | str = "auto", per_corpus: bool = True) -> dict | None:
+                   l2: float | str = "auto", per_corpus: bool = True,
+                   answer_threshold: float | None = None) -> dict | None:
     """Fit the confidence weights from memory's labels when enough new ones have arrived.
 
     Due when the store holds at least ``min_labels`` labelled answers and, if weights were stored
@@ -185,7 +186,7 @@ def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, fold
     next one is due only once ``refit_after`` labelled answers are new to it, as to a stored fit
     (:func:`_kept_out`): the same labels would give the same fit, at every start. Returns the
     :func:`calibrate_from_memory` result, or None when nothing was due, the store is read-only, or
-    its labels hold one class.
+    its labels hold one class. ``answer_threshold``: as for :func:`calibrate_from_memory`.
     """
     if getattr(store, "read_only", False) or store.labelled_answers() < min_labels:
         return None
@@ -199,7 +200,7 @@ def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, fold
         # while this one was fitting: the labels would then no longer be new to the weights in use.
         result = calibrate_from_memory(store, min_labels=min_labels, seed=seed, save=True, folds=folds, l2=l2,
                                        per_corpus=per_corpus, if_latest=fit["id"] if fit is not None else None,
-                                       interval=False)
+                                       interval=False, answer_threshold=answer_threshold)
     except InputError:  # every label the same: nothing to fit
         return None
     if not result["stored"] and not result["would_store"]:  # kept out: worse than the default weights
@@ -239,7 +240,7 @@ def auto_calibrate_with(store, config) -> tuple[str | None, bool]:
     the fit was stored (new weights in use)."""
     c = config.calibration
     result = auto_calibrate(store, c.auto_min_labels, c.auto_refit_after, seed=config.policy.seed, folds=c.folds,
-                            l2=c.l2, per_corpus=c.per_corpus)
+                            l2=c.l2, per_corpus=c.per_corpus, answer_threshold=config.loop.answer_threshold)
     return (None, False) if result is None else (describe_auto_fit(result), bool(result.get("stored")))
 
 
@@ -257,7 +258,21 @@ def describe_auto_fit(result: dict) -> str:
             f"{fmt(held['after']['ece'])}, Brier {fmt(held['before'].get('brier'))} -> "
             f"{fmt(held['after'].get('brier'))}: a fit is kept when its Brier is no worse than the default weights'); "
             f"fit {result['fit_id']} is in use (calibration.auto_fit)"
-            + _corpus_note(result))
+            + _corpus_note(result) + _threshold_note(result))
+
+
+def _threshold_note(result: dict) -> str:
+    """What the new weights do at the answer threshold (:func:`calibrate_from_memory`'s
+    ``at_threshold``): a fit that withholds more right answers than the weights before it did is
+    said, since the engine then refuses answers it used to give."""
+    t = result.get("at_threshold")
+    if not t:
+        return ""
+    b, a = t["before"], t["after"]
+    return (f"; at loop.answer_threshold {t['threshold']:.2f} the labelled answers' right ones below it go from "
+            f"{b['right_below']} of {b['right']} under the default weights to {a['right_below']} (withheld), and "
+            f"the wrong ones at or above it from {b['wrong_at_or_above']} of {b['wrong']} to "
+            f"{a['wrong_at_or_above']} (returned)")
 
 
 def _corpus_note(result: dict) -> str:

@@ -587,3 +587,28 @@ def test_threshold_counts() -> None:
     assert threshold_counts(p, [bool(v) for v in y], 1.0)["right_below"] == 3
     with pytest.raises(ValueError, match="confidences has 6 items but labels has 2"):
         threshold_counts(p, [1, 0], 0.5)
+
+
+def test_the_automatic_fit_says_what_its_weights_do_at_the_answer_threshold(store: MemoryStore) -> None:
+    """The engine fits by itself at start, unseen but for its note: the note says how many labelled
+    right answers the new weights put below loop.answer_threshold (withheld) and how many wrong
+    ones at or above it (returned), against the default weights."""
+    from self_improving_rag.config import load_config
+    from self_improving_rag.evaluation.calibrate import auto_calibrate, auto_calibrate_with, describe_auto_fit
+
+    _record(store, 30, SHORT, correct_every=1)
+    _record(store, 30, LONG, correct_every=6)
+    result = auto_calibrate(store, min_labels=50, refit_after=20, answer_threshold=0.5)
+    assert result["stored"] is True
+    b, a = result["at_threshold"]["before"], result["at_threshold"]["after"]
+    assert (f"; at loop.answer_threshold 0.50 the labelled answers' right ones below it go from {b['right_below']} of "
+            f"35 under the default weights to {a['right_below']} (withheld), and the wrong ones at or above it from "
+            f"{b['wrong_at_or_above']} of 25 to {a['wrong_at_or_above']} (returned)") in describe_auto_fit(result)
+    # The engine's path passes the configured threshold.
+    _record(store, 20, LONG, correct_every=6)
+    line, stored = auto_calibrate_with(store, load_config(None, ["loop.answer_threshold=0.7"]))
+    assert stored and "at loop.answer_threshold 0.70 the labelled answers' right ones" in line
+    # Without a threshold, no such clause.
+    _record(store, 20, SHORT, correct_every=1)
+    later = auto_calibrate(store, min_labels=50, refit_after=20)
+    assert later["stored"] and "answer_threshold" not in describe_auto_fit(later)
