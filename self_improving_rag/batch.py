@@ -580,11 +580,10 @@ def _index_sources(index_dir: str) -> list[str] | None:
         return None
 
 
-def _check_index_sources(index_dir: str, corpus: list[Path], named_by: str | bool = "--index") -> None:
+def _check_index_sources(index_dir: str, corpus: list[Path], named_by: str = "--index") -> None:
     """An index named on the command line (``named_by``: --index, --set paths.index_dir, or a
     --config file's paths.index_dir) that was built from other documents is not re-ingested from
     the batch's corpus: that would replace the user's documents in it."""
-    named_by = named_by if isinstance(named_by, str) else "--index"
     sources = sorted(_index_sources(index_dir) or [])
     wanted = sorted(str(Path(c).resolve()) for c in corpus)
     if sources and sources != wanted:
@@ -1099,7 +1098,7 @@ _PARAGRAPH_FILE = re.compile(r"[a-z0-9_]+_p\d{2,}\.txt")
 def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | None = None, workers: int = 1,
               loop: bool | None = None, progress: bool = True, suffix: str = "",
               on_row: Callable[[dict], None] | None = None, offset: int | None = None,
-              cli_overrides: tuple[str, ...] | list[str] = (), guard_index: bool | str | None = False,
+              cli_overrides: tuple[str, ...] | list[str] = (), guard_index: str | None = None,
               derived: tuple[str, ...] = (), calibrate: bool = True, fits: dict[str, Any] | None = None) -> list[dict]:
     """Run every grid point; returns one summary per run. ``cli_overrides`` are the command
     line's ``--set`` items, applied over the batch file's overrides. ``guard_index``: the index
@@ -1209,7 +1208,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
             if todo:
                 if done:
                     _check_resume_config(run_dir, config, len(done), corpus,
-                                         guard_index if isinstance(guard_index, str) else None)
+                                         guard_index)
                 fit_id = _pin_fit(run_dir, config.paths.memory_db, run_name, resumed=bool(done),
                                   start_with=(fits or {}).get(run_name, _LATEST))
                 if corpus and not guard_index:
@@ -1692,6 +1691,13 @@ def _log_to_batch_log_dir(spec: BatchSpec, config: Config, args: argparse.Namesp
         setup_logging(log_dir, args.verbose, args.command)
 
 
+def _packaged_index() -> str:
+    """The packaged default paths.index_dir (index/default), which is not a batch's index."""
+    from .config import PathsConfig
+
+    return PathsConfig.model_fields["index_dir"].default
+
+
 #: What names a batch's index folder on the command line, as :func:`command_line_index` says it.
 SET_INDEX = "--set paths.index_dir"
 CONFIG_INDEX = "paths.index_dir of --config"
@@ -1705,8 +1711,6 @@ def command_line_index(args: argparse.Namespace, config: Config) -> tuple[str | 
     ``index:`` when it has none (the packaged default, index/default, is not a batch's index: a
     batch without one keeps its own <output_dir>/<name>/index). (None, None) when none of them.
     --index and a --set naming two different folders are refused: one of them would be dropped."""
-    from .config import PathsConfig
-
     by_set = any(k == "paths.index_dir" for item in args.overrides for k in _setting_keys(item))
     if by_set:  # --set comes after --config, so the loaded value is the last --set item's (with ~ expanded)
         value = config.paths.index_dir
@@ -1717,7 +1721,7 @@ def command_line_index(args: argparse.Namespace, config: Config) -> tuple[str | 
         return (args.index, "--index") if args.index else (value, SET_INDEX)
     if args.index:
         return args.index, "--index"
-    default = PathsConfig.model_fields["index_dir"].default
+    default = _packaged_index()
     if Path(config.paths.index_dir).resolve() != Path(default).resolve():
         return config.paths.index_dir, CONFIG_INDEX
     return None, None
@@ -1737,11 +1741,9 @@ def _note_default_index(args: argparse.Namespace, config: Config, spec: BatchSpe
     """A --config file that names the packaged default index/default is not taken as a batch's
     index (a copy of configs/default.yaml would send every batch there): say so when one does and
     the batch has no index of its own, since a user who wrote it may well want that folder."""
-    from .config import PathsConfig
-
     if named_by is not None or spec.index:
         return
-    default = PathsConfig.model_fields["index_dir"].default
+    default = _packaged_index()
     if Path(config.paths.index_dir).resolve() != Path(default).resolve():
         return
     for f in getattr(args, "config", None) or []:

@@ -817,7 +817,8 @@ def cmd_feedback(args: argparse.Namespace, config: Config) -> int:
 
 @command
 def cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
-    """Fit the confidence weights on labelled outcomes in memory; print AUROC and ECE before and after.
+    """Fit the confidence weights on labelled outcomes in memory; print AUROC and ECE before and after,
+    and how many right answers loop.answer_threshold would withhold and wrong ones it would return.
 
     Example: sirag calibrate   (labels come from `sirag feedback` and from `sirag eval` gold)
     The engine also fits by itself at start once enough new labels arrive (calibration.auto_fit;

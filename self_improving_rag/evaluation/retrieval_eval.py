@@ -28,7 +28,7 @@ def _hit(item: QAItem, doc_id: str, text: str) -> bool:
 
 def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, ks=(1, 3, 5, 10),
                    chunkers=None, retrievers=("dense", "bm25", "hybrid"), rerank=(False, True),
-                   cli_overrides=(), offset: int | None = None, guard_index: bool | str | None = False) -> dict:
+                   cli_overrides=(), offset: int | None = None, guard_index: str | None = None) -> dict:
     from ..batch import (_check_folders, _check_index_keeps_documents, _check_index_sources, check_documents,
                          ensure_index, load_items, resolved_config, run_inputs, write_squad_corpus)
     from ..errors import BatchError
