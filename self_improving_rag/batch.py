@@ -399,7 +399,9 @@ _ADDED_SINCE = {"policy.first_from_memory": True, "loop.retry_margin": 0.0, "cal
                # Session 24: one fit for every corpus.
                "calibration.per_corpus": False,
                # Session 29: no sampled replies.
-               "scoring.agreement_samples": 0}
+               "scoring.agreement_samples": 0,
+               # Session 32: every fit refitted every weight.
+               "calibration.model": "full"}
 
 # Settings that do not change what a run answers: a resume may change them.
 _RESUME_FREE = ("paths.memory_db", "paths.log_dir", "paths.model_cache", "generator.n_threads", "generator.timeout_s",

@@ -821,6 +821,9 @@ def cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
     and how many right answers loop.answer_threshold would withhold and wrong ones it would return.
 
     Example: sirag calibrate   (labels come from `sirag feedback` and from `sirag eval` gold)
+    A fit either rescales the default weights' score (two numbers; their ranking of answers kept) or
+    refits every weight, whichever scores the labels better held out (calibration.model: auto, full
+    or scaled).
     The engine also fits by itself at start once enough new labels arrive (calibration.auto_fit;
     `sirag memory stats` shows the weights in use and when the next fit is due). With labels from
     several corpora (index folders), each corpus with enough of them, right and wrong, also gets a
@@ -852,7 +855,8 @@ def cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
                                        seed=config.policy.seed,
                                        save=not args.dry_run, force=args.force, folds=config.calibration.folds,
                                        l2=config.calibration.l2, per_corpus=config.calibration.per_corpus,
-                                       answer_threshold=config.loop.answer_threshold)
+                                       answer_threshold=config.loop.answer_threshold,
+                                       model=config.calibration.model)
     finally:
         store.close()
     if args.json:
@@ -921,7 +925,18 @@ def _print_calibration(result: dict) -> None:
                 print(f"    (scored by the fit on all labels: {why})")
     print(("weights of the fit on all labels: " if len(by_corpus) > 1 else "weights: ")
           + ", ".join(f"{k} {v:+.2f}" for k, v in result["weights"].items()))
-    if "l2" in result:
+    if "model" in result:
+        if result["model"] == "scaled":
+            sc = result.get("scaled") or {}
+            what = (f"scaled, the default weights' score times {sc.get('slope', float('nan')):.2f} and shifted by "
+                    f"{sc.get('shift', float('nan')):+.2f}: answers ranked as the default weights rank them")
+        else:
+            what = "full, every weight refitted"
+        how = ("chosen from the labels: the lower cross-fitted Brier score; each held-out fold chose its own"
+               if result.get("model_chosen")
+               else "set by calibration.model")
+        print(f"model: {what} ({how})")
+    if result.get("l2") is not None:
         how = ("chosen from the labels: the lowest cross-fitted Brier score; each held-out fold chose its own"
                if result.get("l2_chosen") else "set by calibration.l2")
         print(f"pull toward the default weights: l2 {result['l2']:g} ({how})")

@@ -331,6 +331,11 @@ class CalibrationConfig(_Model):
     # with the defaults keep the fit near them; many that disagree let it move); a number fixes
     # it (1 was the only strength before session 23).
     l2: Literal["auto"] | float = "auto"
+    # What a fit changes (docs/signals.md): "full" refits every weight; "scaled" keeps the default
+    # weights' ranking of answers and fits only how their score maps to a probability (a slope and
+    # a shift); "auto" takes the one whose cross-fitted (held-out) Brier score is lower, "scaled" on
+    # a tie (docs/results.md, session 32). l2 concerns the full refit alone.
+    model: Literal["auto", "full", "scaled"] = "auto"
     # Answers from different corpora (index folders) sharing one memory store need not share one
     # confidence model: with this on, a corpus holding as many labelled answers as a fit needs
     # (auto_min_labels for the automatic fit, --min-labels for `sirag calibrate`), right and wrong

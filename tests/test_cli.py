@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -281,9 +282,19 @@ def test_feedback_calibrate_and_memory_analysis_commands(tmp_path):
     assert set(fit["in_sample_before"]) - set(fit["in_sample_after"]) == {"auroc_interval"}
     r = run(["calibrate", "--min-labels", "4"], tmp_path, ov)
     assert r.returncode == 0 and "AUROC" in r.stdout and "ECE" in r.stdout and "stored as fit 1" in r.stdout, r.stdout
-    assert "pull toward the default weights: l2 " in r.stdout and "each held-out fold chose its own" in r.stdout
-    r = run(["calibrate", "--min-labels", "4", "--dry-run"], tmp_path, ov + ["calibration.l2=2.5"])
+    model = re.search(r"^model: (scaled|full)\b.*\(chosen from the labels: the lower cross-fitted Brier score; "
+                      r"each held-out fold chose its own\)$", r.stdout, re.M)
+    assert model, r.stdout
+    # The full refit's penalty is said only where the stored fit is a full refit.
+    assert ("pull toward the default weights: l2 " in r.stdout) == (model.group(1) == "full"), r.stdout
+    r = run(["calibrate", "--min-labels", "4", "--dry-run"], tmp_path,
+            ov + ["calibration.l2=2.5", "calibration.model=full"])
     assert r.returncode == 0 and "pull toward the default weights: l2 2.5 (set by calibration.l2)" in r.stdout, r.stdout
+    assert "model: full, every weight refitted (set by calibration.model)" in r.stdout, r.stdout
+    r = run(["calibrate", "--min-labels", "4", "--dry-run"], tmp_path, ov + ["calibration.model=scaled"])
+    assert r.returncode == 0 and re.search(r"^model: scaled, the default weights' score times \d+\.\d\d and shifted by "
+                                           r"[+-]\d+\.\d\d: .*\(set by calibration\.model\)$", r.stdout, re.M), r.stdout
+    assert "pull toward the default weights" not in r.stdout
     r = run(["memory", "strategies", "--json"], tmp_path, ov)
     rows = json.loads(r.stdout)
     assert rows[0]["attempts"] == 6 and 0 <= rows[0]["success_rate"] <= 1

@@ -6,8 +6,8 @@ import logging
 from typing import Any
 
 from ..errors import InputError, MemoryStoreError
-from .calibration import (DEFAULT_WEIGHTS, answer_words, choose_l2, confidence, cross_fit, evaluate_fit, fit_corpora,
-                          fit_weights, threshold_counts)
+from .calibration import (DEFAULT_L2, DEFAULT_WEIGHTS, answer_words, choose_l2, choose_model, confidence, cross_fit,
+                          evaluate_fit, fit_corpora, fit_scaled, fit_weights, scaled_params, threshold_counts)
 
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ def weights_for(fit: dict | None, corpus: str | None) -> dict | None:
 def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool = True, force: bool = False,
                           folds: int = 5, l2: float | str = "auto", per_corpus: bool = True,
                           if_latest: Any = ANY_LATEST, interval: bool = True,
-                          answer_threshold: float | None = None) -> dict:
+                          answer_threshold: float | None = None, model: str = "auto") -> dict:
     """Cross-fit for honest before/after figures, then fit on all labels and store the weights.
 
     With ``interval``, the held-out scores (``result["held_out"]``) carry ``auroc_interval``, AUROC's
@@ -40,9 +40,17 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
     uncertainty (the automatic fit, which shows no AUROC interval, leaves it out: it costs a
     bootstrap of 1000 draws per score).
 
-    ``l2`` is the fit's penalty strength, or ``"auto"``: chosen by :func:`choose_l2` on all labels
-    for the stored fit, and inside each training fold for the held-out figures, so that they
-    measure the choice too. ``result["l2"]`` is the strength of the stored fit.
+    ``model`` is the confidence model (:data:`~.calibration.MODELS`): ``"full"`` refits every
+    weight, ``"scaled"`` only the slope and shift of the default weights' score
+    (:func:`fit_scaled`), and ``"auto"`` chooses between them (:func:`choose_model`) on all labels
+    for the stored fit and inside each training fold for the held-out figures.
+    ``result["model"]`` is the stored fit's model, ``result["scaled"]`` its slope and shift when
+    it is scaled.
+
+    ``l2`` is the full fit's penalty strength, or ``"auto"``: chosen by :func:`choose_l2` on all
+    labels for the stored fit, and inside each training fold for the held-out figures, so that
+    they measure the choice too. ``result["l2"]`` is the strength of the stored fit (None for a
+    scaled one).
 
     The cross-fit (:func:`cross_fit`, ``folds`` folds, one question's outcomes in one fold) scores
     every label with weights fitted on the other folds. A fit whose cross-fitted Brier score (a
@@ -85,15 +93,23 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
                          "a fit on the others, so label answers to at least two questions")
     corpora = [r.get("corpus") for r in rows] if per_corpus else None
     held_out = cross_fit(rows, labels, seed=seed, folds=folds, groups=groups, l2=l2, corpora=corpora,
-                         corpus_min=min_labels, interval=interval)
+                         corpus_min=min_labels, interval=interval, model=model)
     held_confidences = held_out.pop("confidences")  # per label: too long for the printed result
-    strength = choose_l2(rows, labels, groups, folds=folds, seed=seed) if l2 == "auto" else float(l2)
-    weights = fit_weights(rows, labels, l2=strength)
+    chosen = choose_model(rows, labels, groups, folds=folds, seed=seed, l2=l2) if model == "auto" else model
+    strength: float | None = None
+    scaled: dict[str, float] | None = None
+    if chosen == "scaled":
+        slope, shift = scaled_params(rows, labels)
+        scaled = {"slope": slope, "shift": shift}
+        weights = fit_scaled(rows, labels)
+    else:
+        strength = choose_l2(rows, labels, groups, folds=folds, seed=seed) if l2 == "auto" else float(l2)
+        weights = fit_weights(rows, labels, l2=strength)
     by_corpus = held_out.get("by_corpus") or {}
     # Only the corpora whose own fits beat the fit on all labels on their held-out labels keep one.
     kept = [c for c, figures in by_corpus.items() if figures["kept"]]
     own = fit_corpora(rows, labels, groups, corpora, weights, l2=l2, folds=folds, seed=seed, only=kept,
-                      pooled_l2=strength) if kept else {}
+                      pooled_l2=DEFAULT_L2 if strength is None else strength, pooled_model=chosen) if kept else {}
     for key, fit in own.items():
         figures = by_corpus[key]
         fit["held_out"] = {m: {k: figures[m][k] for k in ("auroc", "auroc_interval", "ece", "brier") if k in figures[m]}
@@ -103,7 +119,10 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
     before = held_out["before"]  # the default weights on all labels: the cross-fit scored them already
     after = evaluate_fit(rows, labels, weights, corpora, own)
     result = {"n": len(rows), "held_out": held_out, "in_sample_before": before, "in_sample_after": after,
-              "weights": weights, "l2": strength, "l2_chosen": l2 == "auto", "corpus_fits": own}
+              "weights": weights, "model": chosen, "model_chosen": model == "auto", "l2": strength,
+              "l2_chosen": l2 == "auto", "corpus_fits": own}
+    if scaled is not None:
+        result["scaled"] = scaled
     if answer_threshold is not None:
         result["at_threshold"] = {
             "threshold": answer_threshold,
@@ -132,7 +151,7 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
     if save:
         metrics = {"auroc_before": held_out.get("before", {}).get("auroc"), "auroc_after": held_out.get("after", {}).get("auroc"),
                    "ece_before": held_out.get("before", {}).get("ece"), "ece_after": held_out.get("after", {}).get("ece"),
-                   "l2": strength, "last_label_id": last_label}
+                   "model": chosen, "l2": strength, "last_label_id": last_label}
         result["fit_id"] = store.save_calibration(weights, len(rows), metrics, corpus_fits=own or None,
                                                   if_latest=if_latest)
         if result["fit_id"] is None:  # another process stored a fit while this one was fitting
@@ -175,7 +194,7 @@ def _new_labels(store, fit: dict | None) -> int:
 
 def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, folds: int = 5,
                    l2: float | str = "auto", per_corpus: bool = True,
-                   answer_threshold: float | None = None) -> dict | None:
+                   answer_threshold: float | None = None, model: str = "auto") -> dict | None:
     """Fit the confidence weights from memory's labels when enough new ones have arrived.
 
     Due when the store holds at least ``min_labels`` labelled answers and, if weights were stored
@@ -186,7 +205,7 @@ def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, fold
     next one is due only once ``refit_after`` labelled answers are new to it, as to a stored fit
     (:func:`_kept_out`): the same labels would give the same fit, at every start. Returns the
     :func:`calibrate_from_memory` result, or None when nothing was due, the store is read-only, or
-    its labels hold one class. ``answer_threshold``: as for :func:`calibrate_from_memory`.
+    its labels hold one class. ``answer_threshold`` and ``model``: as for :func:`calibrate_from_memory`.
     """
     if getattr(store, "read_only", False) or store.labelled_answers() < min_labels:
         return None
@@ -200,7 +219,7 @@ def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, fold
         # while this one was fitting: the labels would then no longer be new to the weights in use.
         result = calibrate_from_memory(store, min_labels=min_labels, seed=seed, save=True, folds=folds, l2=l2,
                                        per_corpus=per_corpus, if_latest=fit["id"] if fit is not None else None,
-                                       interval=False, answer_threshold=answer_threshold)
+                                       interval=False, answer_threshold=answer_threshold, model=model)
     except InputError:  # every label the same: nothing to fit
         return None
     if not result["stored"] and not result["would_store"]:  # kept out: worse than the default weights
@@ -240,7 +259,8 @@ def auto_calibrate_with(store, config) -> tuple[str | None, bool]:
     the fit was stored (new weights in use)."""
     c = config.calibration
     result = auto_calibrate(store, c.auto_min_labels, c.auto_refit_after, seed=config.policy.seed, folds=c.folds,
-                            l2=c.l2, per_corpus=c.per_corpus, answer_threshold=config.loop.answer_threshold)
+                            l2=c.l2, per_corpus=c.per_corpus, answer_threshold=config.loop.answer_threshold,
+                            model=c.model)
     return (None, False) if result is None else (describe_auto_fit(result), bool(result.get("stored")))
 
 
@@ -253,7 +273,8 @@ def describe_auto_fit(result: dict) -> str:
 
     if not result.get("stored"):
         return f"automatic calibration on {result['n']} labelled answers not stored: {result.get('not_stored', '')}"
-    return (f"confidence calibrated on the {result['n']} labelled answers in memory (held-out AUROC "
+    return (f"confidence calibrated on the {result['n']} labelled answers in memory (model {result.get('model', 'full')}, "
+            "held-out AUROC "
             f"{fmt(held['before']['auroc'])} -> {fmt(held['after']['auroc'])}, ECE {fmt(held['before']['ece'])} -> "
             f"{fmt(held['after']['ece'])}, Brier {fmt(held['before'].get('brier'))} -> "
             f"{fmt(held['after'].get('brier'))}: a fit is kept when its Brier is no worse than the default weights'); "

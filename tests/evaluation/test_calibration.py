@@ -16,14 +16,18 @@ from self_improving_rag.evaluation.calibration import (
     LOGPROB_FLOOR,
     NEUTRAL_VALUES,
     L2_GRID,
+    MODELS,
     choose_l2,
+    choose_model,
     confidence,
     cross_fit,
     evaluate_fit,
     answer_words,
     fit_corpora,
+    fit_scaled,
     fit_weights,
     own_fit_corpora,
+    scaled_params,
 )
 
 
@@ -372,6 +376,128 @@ def test_cross_fit_with_auto_l2_falls_back_when_a_training_fold_holds_one_label(
     rows = _synthetic_rows(4, seed=61)
     out = cross_fit(rows, [1, 1, 0, 0], groups=["a", "a", "b", "b"], l2="auto")
     assert out["l2"] == [1.0, 1.0]
+
+
+# ------------------------------------------------------------------ the scaled model
+
+
+def _default_logit(row: dict[str, float]) -> float:
+    return _logit(confidence(row))
+
+
+def test_scaled_params_recover_the_slope_and_shift_the_labels_were_drawn_with() -> None:
+    """Labels drawn from σ(2.5 · z₀ − 4), z₀ the default weights' logit: the fit finds both numbers."""
+    rows = _synthetic_rows(6000, seed=71)
+    truth = {k: 2.5 * v for k, v in DEFAULT_WEIGHTS.items()}
+    truth["bias"] -= 4.0
+    labels = _labels_from(rows, truth, seed=72)
+    a, b = scaled_params(rows, labels)
+    assert a == pytest.approx(2.5, abs=0.2) and b == pytest.approx(-4.0, abs=0.35)
+    w = fit_scaled(rows, labels)
+    for row in rows[:20]:  # the weights are the scaled defaults: σ(a · z₀ + b)
+        assert confidence(row, w) == pytest.approx(1 / (1 + math.exp(-(a * _default_logit(row) + b))), rel=1e-9)
+    assert scaled_params([], []) == (1.0, 0.0) and fit_scaled([], []) == pytest.approx(DEFAULT_WEIGHTS)
+
+
+def test_fit_scaled_keeps_the_default_ranking_whatever_the_labels() -> None:
+    """Labels that also follow a feature the defaults do not weigh move the full fit's ranking,
+    never the scaled one's: its confidences order the answers as the default weights' do."""
+    rows = _synthetic_rows(300, seed=73)
+    labels = _labels_from(rows, {**DEFAULT_WEIGHTS, "question_prior": 0.6}, seed=74)
+    assert scaled_params(rows, labels)[0] > 0
+    default = [confidence(r) for r in rows]
+    scaled = [confidence(r, fit_scaled(rows, labels)) for r in rows]
+    assert np.array_equal(np.argsort(default, kind="stable"), np.argsort(scaled, kind="stable"))
+    full = [confidence(r, fit_weights(rows, labels, l2=0.1)) for r in rows]
+    assert not np.array_equal(np.argsort(default, kind="stable"), np.argsort(full, kind="stable"))
+
+
+def test_scaled_params_hold_the_slope_at_zero_when_the_defaults_rank_backwards() -> None:
+    """Answers the default weights rank high are the wrong ones: no positive slope fits, and the
+    fit gives every answer the labels' own rate instead of turning the defaults upside down."""
+    rows = _synthetic_rows(400, seed=75)
+    z = [_default_logit(r) for r in rows]
+    cut = float(np.median(z))
+    labels = [int(v < cut) for v in z]
+    a, b = scaled_params(rows, labels)
+    assert a == 0.0 and b == pytest.approx(_logit(sum(labels) / len(labels)), abs=0.01)
+    assert {round(confidence(r, fit_scaled(rows, labels)), 9) for r in rows} == {round(sum(labels) / len(labels), 9)}
+
+
+def test_scaled_params_stay_finite_when_the_defaults_separate_the_labels() -> None:
+    rows = _synthetic_rows(100, seed=76)
+    z = [_default_logit(r) for r in rows]
+    cut = float(np.median(z))
+    a, b = scaled_params(rows, [int(v > cut) for v in z])
+    assert math.isfinite(a) and math.isfinite(b) and a > 1.0
+
+
+def test_choose_model_takes_scaled_when_the_defaults_rank_well_and_full_when_they_do_not() -> None:
+    rows = _synthetic_rows(100, seed=77)
+    # The defaults' ranking, miscalibrated: the scaled model fixes that with two numbers.
+    stretched = {k: 3.0 * v for k, v in DEFAULT_WEIGHTS.items()}
+    stretched["bias"] -= 2.0
+    assert choose_model(rows, _labels_from(rows, stretched, seed=78)) == "scaled"
+    # Another feature decides: only a full refit can rank by it.
+    other = {**{k: 0.0 for k in DEFAULT_WEIGHTS}, "redundancy": 6.0, "bias": -3.0}
+    assert choose_model(rows, _labels_from(rows, other, seed=79)) == "full"
+    # Nothing to compare on (one question, or one kind of label): the model with two numbers.
+    assert choose_model(rows[:4], [1, 1, 0, 0], groups=["a"] * 4) == "scaled"
+    assert choose_model(rows[:4], [1, 1, 1, 1]) == "scaled"
+
+
+def test_choose_model_compares_the_two_cross_fitted_brier_scores() -> None:
+    rows = _synthetic_rows(120, seed=80)
+    labels = _labels_from(rows, {**DEFAULT_WEIGHTS, "coverage": 5.0}, seed=81)
+    brier = {m: cross_fit(rows, labels, seed=3, folds=4, l2=0.3, model=m)["after"]["brier"] for m in ("full", "scaled")}
+    assert choose_model(rows, labels, folds=4, seed=3, l2=0.3) == ("full" if brier["full"] < brier["scaled"] else "scaled")
+
+
+def test_cross_fit_with_auto_model_chooses_inside_each_training_fold() -> None:
+    """model='auto': each fold's model is chosen on its training rows alone (as choose_model does
+    there), and its held-out confidences come from that model; a scaled fold has no penalty."""
+    from self_improving_rag.evaluation.calibration import _design, _folds, _scores, _sigmoid, _weight_vector
+
+    rows = _synthetic_rows(90, seed=82)
+    labels = _labels_from(rows, {**DEFAULT_WEIGHTS, "redundancy": 3.0, "bias": -0.5}, seed=83)
+    out = cross_fit(rows, labels, seed=4, l2=0.3, folds=3, model="auto")
+    fold = _folds(np.array(labels, dtype=float), list(range(90)), 3, seed=4)
+    X, y = _design(rows, labels)
+    p = np.zeros(90)
+    picks = []
+    for f in range(3):
+        train = [i for i in range(90) if fold[i] != f]
+        tr_rows, tr_labels = [rows[i] for i in train], [labels[i] for i in train]
+        m = choose_model(tr_rows, tr_labels, train, folds=3, seed=4, l2=0.3)
+        picks.append(m)
+        w = fit_scaled(tr_rows, tr_labels) if m == "scaled" else fit_weights(tr_rows, tr_labels, l2=0.3)
+        held = fold == f
+        p[held] = _sigmoid(X[held] @ _weight_vector(w))
+    assert out["models"] == picks
+    assert out["l2"] == [None if m == "scaled" else 0.3 for m in picks]
+    assert out["after"]["brier"] == pytest.approx(_scores(p, y)["brier"])
+    assert cross_fit(rows, labels, folds=3, model="scaled")["l2"] == [None] * 3
+    assert set(MODELS) == {"auto", "full", "scaled"}
+    with pytest.raises(ValueError, match="model must be one of auto, full, scaled"):
+        cross_fit(rows, labels, model="platt")
+    with pytest.raises(ValueError, match="fixed l2 and model"):
+        cross_fit(rows, labels, l2=1.0, model="auto", prior=lambda train: DEFAULT_WEIGHTS)
+
+
+def test_a_scaled_fit_on_all_rows_pulls_each_corpus_fit_toward_it() -> None:
+    """With the fit on all rows scaled, a corpus's own fit starts from it, and so do the inner
+    priors of its penalty's choice: a scaled fit on the other rows, not a full one."""
+    rows, labels, corpora = _two_corpora(160, seed=84)
+    groups = list(range(len(rows)))
+    pooled = fit_scaled(rows, labels)
+    own = fit_corpora(rows, labels, groups, corpora, pooled, l2=0.5, pooled_model="scaled")
+    assert set(own) and all(f["l2"] == 0.5 for f in own.values())
+    for c, fit in own.items():
+        idx = [i for i, k in enumerate(corpora) if k == c]
+        assert fit["weights"] == pytest.approx(fit_weights([rows[i] for i in idx], [labels[i] for i in idx], l2=0.5,
+                                                           prior=pooled))
+    auto = fit_corpora(rows, labels, groups, corpora, pooled, l2="auto", folds=3, pooled_model="scaled")
+    assert set(auto) == set(own)
 
 
 # ------------------------------------------------------------------ fits per corpus

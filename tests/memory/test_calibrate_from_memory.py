@@ -270,7 +270,7 @@ def test_automatic_calibration_needs_both_kinds_of_label_and_a_writable_store(tm
 
 
 def test_the_fits_penalty_is_chosen_from_the_labels_unless_set(store: MemoryStore) -> None:
-    """l2="auto" (the default): the stored fit uses choose_l2's strength on all labels, kept with the
+    """l2="auto" (the default): the full fit uses choose_l2's strength on all labels, kept with the
     fit's metrics, and the held-out figures chose per fold; a number is used as given."""
     from self_improving_rag.evaluation.calibration import answer_words, choose_l2, fit_weights
 
@@ -279,28 +279,72 @@ def test_the_fits_penalty_is_chosen_from_the_labels_unless_set(store: MemoryStor
     rows = [{**r, "answer_words": answer_words(r["answer"], False)} for r in store.labelled_attempts()]
     labels = [int(r["label"]) for r in rows]
     expect = choose_l2(rows, labels, [r["question_id"] for r in rows], folds=5, seed=0)
-    result = calibrate_from_memory(store, min_labels=20, seed=0, save=True)
+    result = calibrate_from_memory(store, min_labels=20, seed=0, save=True, model="full")
     assert result["l2"] == expect and result["l2_chosen"] is True
     assert len(result["held_out"]["l2"]) == result["held_out"]["folds"]
     assert result["weights"] == pytest.approx(fit_weights(rows, labels, l2=expect))
     assert store.latest_calibration()["metrics"]["l2"] == expect
-    fixed = calibrate_from_memory(store, min_labels=20, seed=0, save=False, l2=3.0)
+    fixed = calibrate_from_memory(store, min_labels=20, seed=0, save=False, l2=3.0, model="full")
     assert fixed["l2"] == 3.0 and fixed["l2_chosen"] is False and fixed["held_out"]["l2"] == [3.0] * 5
     assert fixed["weights"] == pytest.approx(fit_weights(rows, labels, l2=3.0))
 
 
-def test_the_engines_automatic_fit_uses_the_configured_strength(store: MemoryStore) -> None:
-    """auto_calibrate_with hands calibration.l2 on: a number is the stored fit's strength."""
+def test_the_fit_rescales_the_default_score_unless_a_full_refit_scores_the_labels_better(store: MemoryStore) -> None:
+    """calibration.model "auto" (the default): choose_model's pick on all labels is the stored fit's
+    model, kept with its metrics, and the held-out figures chose per fold; "scaled" and "full" are
+    used as given, a scaled fit with its slope and shift and no penalty."""
+    from self_improving_rag.evaluation.calibration import answer_words, choose_model, fit_scaled, scaled_params
+
+    _record(store, 30, SHORT, correct_every=1)
+    _record(store, 30, LONG, correct_every=6)
+    rows = [{**r, "answer_words": answer_words(r["answer"], False)} for r in store.labelled_attempts()]
+    labels = [int(r["label"]) for r in rows]
+    groups = [r["question_id"] for r in rows]
+    expect = choose_model(rows, labels, groups, folds=5, seed=0)
+    result = calibrate_from_memory(store, min_labels=20, seed=0, save=True)
+    assert result["model"] == expect and result["model_chosen"] is True
+    assert len(result["held_out"]["models"]) == result["held_out"]["folds"]
+    assert store.latest_calibration()["metrics"]["model"] == expect
+    scaled = calibrate_from_memory(store, min_labels=20, seed=0, save=False, model="scaled")
+    a, b = scaled_params(rows, labels)
+    assert scaled["model"] == "scaled" and scaled["model_chosen"] is False and scaled["l2"] is None
+    assert scaled["scaled"] == pytest.approx({"slope": a, "shift": b}) and a > 1
+    assert scaled["weights"] == pytest.approx(fit_scaled(rows, labels))
+    assert scaled["held_out"]["models"] == ["scaled"] * 5 and scaled["held_out"]["l2"] == [None] * 5
+    full = calibrate_from_memory(store, min_labels=20, seed=0, save=False, model="full")
+    assert full["model"] == "full" and "scaled" not in full and full["l2"] is not None
+    assert full["held_out"]["models"] == ["full"] * 5
+
+
+def test_the_engines_automatic_fit_uses_the_configured_model(store: MemoryStore) -> None:
     from self_improving_rag.config import Config
     from self_improving_rag.evaluation.calibrate import auto_calibrate_with
 
     _record(store, 30, SHORT, correct_every=1)
     _record(store, 30, LONG, correct_every=6)
     config = Config()
-    config = config.model_copy(update={"calibration": config.calibration.model_copy(update={"l2": 3.0})})
+    config = config.model_copy(update={"calibration": config.calibration.model_copy(update={"model": "scaled"})})
+    line, stored = auto_calibrate_with(store, config)
+    assert stored and "(model scaled, held-out AUROC" in line
+    metrics = store.latest_calibration()["metrics"]
+    assert metrics["model"] == "scaled" and metrics["l2"] is None
+
+
+def test_the_engines_automatic_fit_uses_the_configured_strength(store: MemoryStore) -> None:
+    """auto_calibrate_with hands calibration.l2 and calibration.model on: with the full model, a
+    number is the stored fit's strength."""
+    from self_improving_rag.config import Config
+    from self_improving_rag.evaluation.calibrate import auto_calibrate_with
+
+    _record(store, 30, SHORT, correct_every=1)
+    _record(store, 30, LONG, correct_every=6)
+    config = Config()
+    config = config.model_copy(update={"calibration": config.calibration.model_copy(update={"l2": 3.0,
+                                                                                            "model": "full"})})
     line, _ = auto_calibrate_with(store, config)
-    assert line is not None and "is in use" in line
+    assert line is not None and "is in use" in line and "(model full," in line
     assert store.latest_calibration()["metrics"]["l2"] == 3.0
+    assert store.latest_calibration()["metrics"]["model"] == "full"
 
 
 def _record_on(store: MemoryStore, corpus: str | None, n: int, answer: str, correct_every: int) -> None:
@@ -437,7 +481,7 @@ def test_a_fixed_strength_is_not_said_to_be_chosen(store: MemoryStore, capsys) -
     _record_on(store, "/i/a", 30, LONG, correct_every=10)
     _record_on(store, "/i/b", 30, SHORT, correct_every=10)
     _record_on(store, "/i/b", 30, LONG, correct_every=1)
-    result = calibrate_from_memory(store, min_labels=20, seed=0, save=False, l2=0.5)
+    result = calibrate_from_memory(store, min_labels=20, seed=0, save=False, l2=0.5, model="full")
     assert set(result["corpus_fits"]) == {"/i/a", "/i/b"} and not result["l2_chosen"]
     _print_calibration(result)
     out = capsys.readouterr().out
