@@ -334,7 +334,8 @@ class CalibrationConfig(_Model):
     # What a fit changes (docs/signals.md): "full" refits every weight; "scaled" keeps the default
     # weights' ranking of answers and fits only how their score maps to a probability (a slope and
     # a shift); "auto" takes the one whose cross-fitted (held-out) Brier score is lower, "scaled" on
-    # a tie (docs/results.md, session 32). l2 concerns the full refit alone.
+    # a tie (docs/results.md, session 32). l2 concerns full refits alone: this one's, and a corpus's
+    # own fit (per_corpus), always a full refit pulled toward the fit on all labels, whatever its model.
     model: Literal["auto", "full", "scaled"] = "auto"
     # Answers from different corpora (index folders) sharing one memory store need not share one
     # confidence model: with this on, a corpus holding as many labelled answers as a fit needs

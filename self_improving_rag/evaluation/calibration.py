@@ -295,8 +295,8 @@ def fit_weights(
 
 #: The confidence models a fit chooses from (``calibration.model``): ``full`` refits every weight
 #: (:func:`fit_weights`); ``scaled`` keeps the default weights' ranking and fits only how their
-#: score maps to a probability (:func:`fit_scaled`); ``auto`` takes ``scaled`` unless the full
-#: refit is better on held-out labels by more than its noise (:func:`choose_model`).
+#: score maps to a probability (:func:`fit_scaled`); ``auto`` takes the one with the lower
+#: cross-fitted Brier score, ``scaled`` on a tie (:func:`choose_model`).
 MODELS: tuple[str, ...] = ("auto", "full", "scaled")
 
 #: The pull of :func:`scaled_params` toward (slope 1, shift 0): negligible against any label's

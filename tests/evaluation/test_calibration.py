@@ -498,6 +498,47 @@ def test_a_scaled_fit_on_all_rows_pulls_each_corpus_fit_toward_it() -> None:
                                                            prior=pooled))
     auto = fit_corpora(rows, labels, groups, corpora, pooled, l2="auto", folds=3, pooled_model="scaled")
     assert set(auto) == set(own)
+    # Each inner fold's prior is the scaled fit on all rows but that fold's rows of the corpus. On
+    # corpus "b" here a full one would choose another strength (0.1 against 0.3), so this tells them apart.
+    a = [i for i, k in enumerate(corpora) if k == "b"]
+    others = [i for i, k in enumerate(corpora) if k != "b"]
+
+    def inner_prior(inner, fit):
+        use = others + [a[j] for j in inner]
+        return fit([rows[i] for i in use], [labels[i] for i in use])
+
+    b_rows, b_labels = [rows[i] for i in a], [labels[i] for i in a]
+    scaled_choice = choose_l2(b_rows, b_labels, a, folds=3, seed=0, prior=lambda t: inner_prior(t, fit_scaled))
+    full_choice = choose_l2(b_rows, b_labels, a, folds=3, seed=0,
+                            prior=lambda t: inner_prior(t, lambda r, y: fit_weights(r, y, l2=1.0)))
+    assert scaled_choice != full_choice
+    assert auto["b"]["l2"] == scaled_choice
+    assert auto["b"]["weights"] == pytest.approx(fit_weights(b_rows, b_labels, l2=scaled_choice, prior=pooled))
+
+
+def test_cross_fit_hands_each_folds_model_to_the_corpus_fits(monkeypatch) -> None:
+    """With corpora, each fold's corpus fits are pulled toward that fold's fit on all training
+    rows and choose their penalty with inner priors made the same way: fit_corpora is told the
+    fold's model (its l2 only for a full one; a scaled fold passes the unused default)."""
+    from self_improving_rag.evaluation import calibration
+
+    seen = []
+    real = calibration.fit_corpora
+
+    def spy(*args, **kwargs):
+        seen.append((kwargs["pooled_model"], kwargs["pooled_l2"]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(calibration, "fit_corpora", spy)
+    rows, labels, corpora = _two_corpora(60, seed=87)
+    out = cross_fit(rows, labels, seed=1, l2=0.5, folds=3, corpora=corpora, corpus_min=20, model="scaled")
+    assert out["models"] == ["scaled"] * 3 and seen == [("scaled", 1.0)] * 3
+    seen.clear()
+    out = cross_fit(rows, labels, seed=1, l2=0.5, folds=3, corpora=corpora, corpus_min=20, model="full")
+    assert seen == [("full", 0.5)] * 3
+    seen.clear()
+    out = cross_fit(rows, labels, seed=1, l2=0.5, folds=3, corpora=corpora, corpus_min=20, model="auto")
+    assert [m for m, _ in seen] == out["models"]
 
 
 # ------------------------------------------------------------------ fits per corpus

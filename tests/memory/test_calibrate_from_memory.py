@@ -489,6 +489,33 @@ def test_a_fixed_strength_is_not_said_to_be_chosen(store: MemoryStore, capsys) -
     assert "pull toward the default weights: l2 0.5 (set by calibration.l2)" in out
 
 
+def test_each_corpus_fit_is_made_toward_the_stored_fits_model(store: MemoryStore, monkeypatch, capsys) -> None:
+    """A corpus's own fit is pulled toward the fit on all labels, and its penalty's inner priors
+    are made as that fit was: fit_corpora is told the stored fit's model (scaled: no l2 of its own)."""
+    from self_improving_rag.cli import _print_calibration
+    from self_improving_rag.evaluation import calibrate
+
+    _record_on(store, "/i/a", 30, SHORT, correct_every=1)
+    _record_on(store, "/i/a", 30, LONG, correct_every=10)
+    _record_on(store, "/i/b", 30, SHORT, correct_every=10)
+    _record_on(store, "/i/b", 30, LONG, correct_every=1)
+    seen = []
+    real = calibrate.fit_corpora
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["pooled_model"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(calibrate, "fit_corpora", spy)
+    result = calibrate_from_memory(store, min_labels=20, seed=0, save=False, l2=0.5, model="scaled")
+    assert result["model"] == "scaled" and result["l2"] is None and seen == ["scaled"]
+    assert set(result["corpus_fits"]) == {"/i/a", "/i/b"}
+    _print_calibration(result)
+    out = capsys.readouterr().out
+    assert out.count("    its weights (l2 0.5, set by calibration.l2): ") == 2
+    assert "model: scaled, the default weights' score times " in out and "pull toward the default weights" not in out
+
+
 def test_labels_on_one_question_only_are_a_clear_error(store: MemoryStore) -> None:
     for correct in (True, False, True):
         oid = store.record(make_answer("Who kept the lighthouse?", (make_attempt(1, answer=SHORT),), answer=SHORT))
