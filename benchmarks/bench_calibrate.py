@@ -1,7 +1,8 @@
 """What a calibration fit costs: `sirag calibrate`, or the engine's automatic fit at start.
 
-Times `calibrate_from_memory` (the cross-fit with the penalty chosen inside each fold, the
-stored fit, and with several corpora each corpus's own fit) on synthetic labelled answers:
+Times `calibrate_from_memory` with the default settings (the cross-fit with the model, scaled or
+full, and the full refit's penalty chosen inside each fold, the same choices for the stored fit,
+and with several corpora each corpus's own fit) on synthetic labelled answers:
 200, 1000 and 3000 of them, from one corpus and from three. No model is loaded; answering
 costs nothing more, since the engine reads the stored weights once at start.
 

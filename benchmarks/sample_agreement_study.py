@@ -44,6 +44,14 @@ measured on the other" with no TEST label in the fit:
 
 (`--exclude ID,...` leaves questions out of both sets: xpg3289_08 was taken out of
 data/qa/holmes_extra.jsonl after session 31's run for sharing a passage with sherlock_dev's d020.)
+Besides the default weights and the full refit it scores the scaled model (`calibration.model:
+scaled`: the default score's slope and shift fitted) and names the model `auto` would store.
+
+`--halves RUN_DIR` does the same within one run: its questions, in the order of its results file,
+are dealt into two halves (1st, 3rd, ... and 2nd, 4th, ...); each half is fitted and the other
+measured:
+
+  python benchmarks/sample_agreement_study.py --halves runs/holmes-extra-s31 --exclude xpg3289_08
 
 Not part of `make bench`: it needs the 1.5B generator for as long as the evaluation takes.
 """
@@ -321,15 +329,20 @@ def fit(specs: list[str], seeds: int = 5) -> None:
                   f"p90 {100 * float(np.percentile(share, 90)):.1f}%")
 
 
-def transfer(train_spec: str, test_spec: str, exclude: frozenset[str] = frozenset()) -> None:
-    from self_improving_rag.evaluation.calibration import choose_l2, evaluate_fit, fit_weights
+def _load_runs(spec: str, exclude: frozenset[str], option: str) -> list[dict]:
+    for d in spec.split("+"):
+        if not (Path(d) / "results.jsonl").is_file():
+            sys.exit(f"{option}: {d} holds no results.jsonl; give run folders (RUN_DIR, or RUN_DIR+RUN_DIR)")
+    return [{**row, "agreement": None} for d in spec.split("+") for row in _stored_attempts(Path(d))
+            if row["group"] not in exclude]
 
-    def load(spec: str) -> list[dict]:
-        for d in spec.split("+"):
-            if not (Path(d) / "results.jsonl").is_file():
-                sys.exit(f"--transfer: {d} holds no results.jsonl; give run folders (RUN_DIR, or RUN_DIR+RUN_DIR)")
-        return [{**row, "agreement": None} for d in spec.split("+") for row in _stored_attempts(Path(d))
-                if row["group"] not in exclude]
+
+def _measure(train_all: list[dict], test_all: list[dict], train_name: str, test_name: str) -> None:
+    """Fit on ``train_all``'s labels, score ``test_all``: the default weights, the full refit
+    (penalty chosen on the training labels), the scaled model, and the one ``calibration.model:
+    auto`` would store (chosen on the training labels alone)."""
+    from self_improving_rag.evaluation.calibration import (choose_l2, choose_model, evaluate_fit, fit_scaled,
+                                                           fit_weights, scaled_params)
 
     def line(res: dict) -> str:
         iv = res.get("auroc_interval") or {}
@@ -337,26 +350,46 @@ def transfer(train_spec: str, test_spec: str, exclude: frozenset[str] = frozense
                 f"{iv.get('high', float('nan')):.3f}), ECE {res['ece']:.3f} (floor {res['ece_floor']:.3f}), "
                 f"Brier {res['brier']:.3f}")
 
-    train_all, test_all = load(train_spec), load(test_spec)
-    shared = {r["group"] for r in train_all} & {r["group"] for r in test_all}
-    if shared:
-        sys.exit(f"--transfer: {len(shared)} question id(s) are in both sets (e.g. {sorted(shared)[0]}); "
-                 "the test set must be held out")
     for label, keep in (("every answer given", lambda r: True), ("answers returned", lambda r: r["returned"])):
         train, test = [r for r in train_all if keep(r)], [r for r in test_all if keep(r)]
         y_tr, y_te = [r["y"] for r in train], [r["y"] for r in test]
-        print(f"\n== {label}: fit on {train_spec} ({len(train)} answers, {sum(y_tr)} right), "
-              f"measured on {test_spec} ({len(test)} answers, {sum(y_te)} right)")
+        print(f"\n== {label}: fit on {train_name} ({len(train)} answers, {sum(y_tr)} right), "
+              f"measured on {test_name} ({len(test)} answers, {sum(y_te)} right)")
         if len(train) < 20 or len(set(y_tr)) < 2 or len(set(y_te)) < 2:
             print("  too few to fit or to measure")
             continue
         groups_tr = [r["group"] for r in train]
         l2 = choose_l2(train, y_tr, groups=groups_tr)
         weights = fit_weights(train, y_tr, l2=l2)
+        slope, shift = scaled_params(train, y_tr)
         groups_te = [r["group"] for r in test]
-        print(f"  default weights: {line(evaluate_fit(test, y_te, None, groups=groups_te))}")
-        print(f"  fitted (l2 {l2:g}):  {line(evaluate_fit(test, y_te, weights, groups=groups_te))}")
-        print("  fitted weights: " + ", ".join(f"{k} {v:+.2f}" for k, v in weights.items()))
+        print(f"  default weights:          {line(evaluate_fit(test, y_te, None, groups=groups_te))}")
+        print(f"  full refit (l2 {l2:g}):{' ' * max(1, 9 - len(f'{l2:g}'))}"
+              f"{line(evaluate_fit(test, y_te, weights, groups=groups_te))}")
+        print(f"  scaled ({slope:.2f}, {shift:+.2f}):{' ' * max(1, 8 - len(f'{slope:.2f}{shift:+.2f}') + 5)}"
+              f"{line(evaluate_fit(test, y_te, fit_scaled(train, y_tr), groups=groups_te))}")
+        print(f"  calibration.model auto stores: {choose_model(train, y_tr, groups_tr)}")
+        print("  full refit's weights: " + ", ".join(f"{k} {v:+.2f}" for k, v in weights.items()))
+
+
+def transfer(train_spec: str, test_spec: str, exclude: frozenset[str] = frozenset()) -> None:
+    train_all, test_all = _load_runs(train_spec, exclude, "--transfer"), _load_runs(test_spec, exclude, "--transfer")
+    shared = {r["group"] for r in train_all} & {r["group"] for r in test_all}
+    if shared:
+        sys.exit(f"--transfer: {len(shared)} question id(s) are in both sets (e.g. {sorted(shared)[0]}); "
+                 "the test set must be held out")
+    _measure(train_all, test_all, train_spec, test_spec)
+
+
+def halves(spec: str, exclude: frozenset[str] = frozenset()) -> None:
+    """Deal a run's questions, in the order its results file holds them, into two halves (1st,
+    3rd, ... and 2nd, 4th, ...), fit on each and measure on the other, as :func:`transfer` does."""
+    rows = _load_runs(spec, exclude, "--halves")
+    order = list(dict.fromkeys(r["group"] for r in rows))
+    odd = set(order[1::2])
+    first, second = [r for r in rows if r["group"] not in odd], [r for r in rows if r["group"] in odd]
+    _measure(first, second, f"{spec}, 1st/3rd/... questions", f"{spec}, 2nd/4th/... questions")
+    _measure(second, first, f"{spec}, 2nd/4th/... questions", f"{spec}, 1st/3rd/... questions")
 
 
 def parse(argv: list[str] | None = None):
@@ -370,8 +403,10 @@ def parse(argv: list[str] | None = None):
     p.add_argument("--fit", nargs="+", metavar="RUN_DIR", help="runs made with scoring.agreement_samples ('+' pools)")
     p.add_argument("--transfer", nargs=2, metavar=("TRAIN", "TEST"),
                    help="fit on the TRAIN runs, measure on the TEST runs ('+' pools)")
+    p.add_argument("--halves", metavar="RUN_DIR",
+                   help="fit on every other question of a run, measure on the rest, and the other way round")
     p.add_argument("--exclude", default="", metavar="ID,ID",
-                   help="with --transfer: question ids left out of both sets")
+                   help="with --transfer or --halves: question ids left out")
     return p.parse_known_args(argv)
 
 
@@ -394,4 +429,8 @@ if __name__ == "__main__":
     if args.transfer:
         transfer(*args.transfer, exclude=frozenset(filter(None, args.exclude.split(","))))
         sys.exit(0)
-    sys.exit("give --run BATCH --name NAME, --analyse RUN_DIR..., --fit RUN_DIR... or --transfer TRAIN TEST")
+    if args.halves:
+        halves(args.halves, exclude=frozenset(filter(None, args.exclude.split(","))))
+        sys.exit(0)
+    sys.exit("give --run BATCH --name NAME, --analyse RUN_DIR..., --fit RUN_DIR..., --transfer TRAIN TEST "
+             "or --halves RUN_DIR")

@@ -758,6 +758,11 @@ def summarise(rows: list[dict]) -> dict:
         if answered_rows:
             a_conf = [float(r["confidence"]) for r in answered_rows]
             a_ok = [1 if r["grade"]["correct"] else 0 for r in answered_rows]
+            # What a user got: of the answers returned, how many were right (a withheld wrong answer
+            # to an answerable question counts nowhere in correct_or_rightly_refused).
+            s["answered_right"] = sum(a_ok)
+            s["answered_wrong"] = len(a_ok) - sum(a_ok)
+            s["answered_accuracy"] = sum(a_ok) / len(a_ok)
             s["confidence_auroc_answered"] = auroc(a_conf, a_ok)
             # How far that AUROC could move on as many other questions like these (one row per question).
             s["confidence_auroc_answered_interval"] = auroc_interval(a_conf, a_ok)
@@ -1583,9 +1588,10 @@ def _record_gold(config: Config, run_name: str, rows: list[dict]) -> None:
               "stores together)", file=sys.stderr)
 
 
-COMPARE_KEYS = ("n", "correct_or_rightly_refused", "em", "f1", "contains", "first_attempt_success",
-                "attempts_per_question", "prompt_tokens_per_question", "aurc", "aurc_answered", "ece", "confidence_auroc",
-                "ece_answered", "confidence_auroc_answered", "faithfulness_mean", "evidence_in_context_first_attempt")
+COMPARE_KEYS = ("n", "correct_or_rightly_refused", "answered_accuracy", "em", "f1", "contains",
+                "first_attempt_success", "attempts_per_question", "prompt_tokens_per_question", "aurc", "aurc_answered",
+                "ece", "confidence_auroc", "ece_answered", "confidence_auroc_answered", "faithfulness_mean",
+                "evidence_in_context_first_attempt")
 
 
 def write_comparison(summaries: list[dict], stem: Path) -> None:
@@ -1640,7 +1646,8 @@ def _figure(v: Any) -> str:
 
 
 def _print_summary(s: dict) -> None:
-    keys = [k for k in COMPARE_KEYS if k in s] + ["refused", "answered"] + (["errors"] if s.get("errors") else [])
+    keys = ([k for k in COMPARE_KEYS if k in s] + ["refused", "answered"]
+            + [k for k in ("answered_right", "answered_wrong") if k in s] + (["errors"] if s.get("errors") else []))
     print(f"run {s['run']}: " + ", ".join(f"{k}={_figure(s.get(k))}" for k in keys))
     if s.get("refusal"):
         r = s["refusal"]

@@ -325,6 +325,23 @@ def test_summary_measures_calibration_on_answers_apart_from_refusals():
     assert s["ece_answered"] == pytest.approx(0.3)
     # All rows also count the two right refusals as "correct" at confidences 0.1 and 0.3.
     assert s["ece"] > 0.4
+    # What the user got: three answers returned, one right; the withheld ones count nowhere here.
+    assert (s["answered_right"], s["answered_wrong"], s["answered_accuracy"]) == (1, 2, pytest.approx(1 / 3))
+
+
+def test_a_wrong_answer_withheld_shows_in_the_answers_returned_not_in_the_score(capsys):
+    """Withholding a wrong answer to an answerable question leaves correct_or_rightly_refused
+    as it was; the answers returned say what the user was spared."""
+    given = [_row(True, False, "Clara Venn [1]", 0.9), _row(True, False, "Tobias Lune [1]", 0.6)]
+    withheld = [_row(True, False, "Clara Venn [1]", 0.9), _row(True, True, None, 0.2)]
+    a, b = batch.summarise(copy.deepcopy(given)), batch.summarise(copy.deepcopy(withheld))
+    assert a["correct_or_rightly_refused"] == b["correct_or_rightly_refused"] == 0.5
+    assert (a["answered_wrong"], a["answered_accuracy"]) == (1, 0.5)
+    assert (b["answered_wrong"], b["answered_accuracy"]) == (0, 1.0)
+    batch._print_summary({"run": "t", **b})
+    out = capsys.readouterr().out
+    assert "answered_accuracy=1.000" in out and "refused=1, answered=1, answered_right=1, answered_wrong=0" in out
+    assert "answered_accuracy" in batch.COMPARE_KEYS
 
 
 def test_summary_counts_error_rows_apart_from_refusals():
