@@ -6,8 +6,9 @@ import logging
 from typing import Any
 
 from ..errors import InputError, MemoryStoreError
-from .calibration import (DEFAULT_L2, DEFAULT_WEIGHTS, answer_words, choose_l2, choose_model, confidence, cross_fit,
-                          evaluate_fit, fit_corpora, fit_scaled, fit_weights, scaled_params, threshold_counts)
+from .calibration import (DEFAULT_L2, DEFAULT_WEIGHTS, answer_words, choose_l2, choose_model_and_l2, confidence,
+                          cross_fit, evaluate_fit, fit_corpora, fit_scaled, fit_weights, scaled_params,
+                          threshold_counts)
 
 
 log = logging.getLogger(__name__)
@@ -95,15 +96,19 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
     held_out = cross_fit(rows, labels, seed=seed, folds=folds, groups=groups, l2=l2, corpora=corpora,
                          corpus_min=min_labels, interval=interval, model=model)
     held_confidences = held_out.pop("confidences")  # per label: too long for the printed result
-    chosen = choose_model(rows, labels, groups, folds=folds, seed=seed, l2=l2) if model == "auto" else model
     strength: float | None = None
+    if model == "auto":
+        chosen, strength = choose_model_and_l2(rows, labels, groups, folds=folds, seed=seed, l2=l2)
+    else:
+        chosen = model
     scaled: dict[str, float] | None = None
     if chosen == "scaled":
         slope, shift = scaled_params(rows, labels)
         scaled = {"slope": slope, "shift": shift}
         weights = fit_scaled(rows, labels)
     else:
-        strength = choose_l2(rows, labels, groups, folds=folds, seed=seed) if l2 == "auto" else float(l2)
+        if strength is None:
+            strength = choose_l2(rows, labels, groups, folds=folds, seed=seed) if l2 == "auto" else float(l2)
         weights = fit_weights(rows, labels, l2=strength)
     by_corpus = held_out.get("by_corpus") or {}
     # Only the corpora whose own fits beat the fit on all labels on their held-out labels keep one.

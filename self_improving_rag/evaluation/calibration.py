@@ -54,6 +54,7 @@ __all__ = [
     "fit_scaled",
     "scaled_params",
     "choose_model",
+    "choose_model_and_l2",
     "MODELS",
     "evaluate_fit",
     "cross_fit",
@@ -455,12 +456,18 @@ def choose_l2(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], groups: 
     grid = list(grid)
     if not grid or not all(_is_strength(v) for v in grid):
         raise ValueError(f"grid must hold positive finite numbers, got {grid!r}")
-    best_l2, best = None, math.inf
+    return _best_l2(rows, labels, groups, folds, seed, grid, prior)[0]
+
+
+def _best_l2(rows, labels, groups, folds: int, seed: int, grid: Sequence[float] = L2_GRID,
+             prior: "Prior" = None) -> tuple[float, float]:
+    """:func:`choose_l2`'s strength, with its cross-fitted Brier score."""
+    best_l2, best = DEFAULT_L2, math.inf
     for l2 in sorted(grid, reverse=True):  # strongest first, so a tie keeps the stronger pull
         brier = cross_fit(rows, labels, seed=seed, l2=l2, folds=folds, groups=groups, prior=prior)["after"]["brier"]
         if brier < best - 1e-9:
             best_l2, best = float(l2), brier
-    return best_l2
+    return best_l2, best
 
 
 def choose_model(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], groups: Sequence[Any] | None = None,
@@ -469,25 +476,36 @@ def choose_model(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], group
     """``"scaled"`` or ``"full"`` for these labels (``calibration.model: auto``).
 
     Both models are cross-fitted on the labels (:func:`cross_fit`, ``folds`` folds seeded by
-    ``seed``, ``groups`` kept whole; the full refit with penalty ``l2``, "auto" choosing it inside
-    each fold), and the one with the lower held-out Brier score wins, ``scaled`` on a tie (within
-    1e-12). On 109 labelled answers to the project's Holmes questions the default weights rank
-    answers better than any refit of them, and ``scaled`` was chosen; on SQuAD, whose answers
-    they rank at 0.52–0.57, ``full`` was (docs/results.md, session 32). A rule that took ``full``
-    only when it won by more than one standard error chose ``scaled`` too often on SQuAD's 91
-    labels of one half. Labels of one kind, or all on one question, give ``scaled``: there is
-    nothing to compare on."""
+    ``seed``, ``groups`` kept whole), and the one with the lower held-out Brier score wins,
+    ``scaled`` on a tie (within 1e-12). The full refit is fitted with penalty ``l2``; with
+    "auto", its score is that of :func:`choose_l2`'s strength on the same folds, the lowest of
+    the grid's (which favours it a little: the strength is chosen on the rows it is scored on, but
+    the choice costs no more fits than the penalty's own). On 109 labelled answers to the
+    project's Holmes questions the default weights rank answers better than any refit of them, and
+    ``scaled`` was chosen; on SQuAD, whose answers they rank at 0.52–0.57, ``full`` was
+    (docs/results.md, session 32). A rule that took ``full`` only when it won by more than one
+    standard error chose ``scaled`` too often on SQuAD's 91 labels of one half. Labels of one
+    kind, or all on one question, give ``scaled``: there is nothing to compare on."""
+    return choose_model_and_l2(rows, labels, groups, folds, seed, l2, prior)[0]
+
+
+def choose_model_and_l2(rows, labels, groups, folds: int, seed: int, l2: float | str,
+                         prior: Mapping[str, float] | None = None) -> tuple[str, float | None]:
+    """:func:`choose_model`'s model, with the full refit's strength when it is ``full`` (``l2``,
+    or the strength chosen for it), None when it is ``scaled``."""
     X, y = _design(rows, labels)
     groups = list(range(y.size)) if groups is None else list(groups)
     if len(groups) != y.size:
         raise ValueError(f"groups has {len(groups)} items but rows has {y.size}")
     if len(set(y.tolist())) < 2 or len(set(groups)) < 2:
-        return "scaled"
-    p_full = np.asarray(cross_fit(rows, labels, seed=seed, l2=l2, folds=folds, groups=groups, prior=prior,
-                                  model="full")["confidences"])
-    p_scaled = np.asarray(cross_fit(rows, labels, seed=seed, folds=folds, groups=groups, prior=prior,
-                                    model="scaled")["confidences"])
-    return "full" if float(np.mean((p_full - y) ** 2)) < float(np.mean((p_scaled - y) ** 2)) - 1e-12 else "scaled"
+        return "scaled", None
+    if l2 == "auto":
+        strength, full = _best_l2(rows, labels, groups, folds, seed, prior=prior)
+    else:
+        strength = float(l2)
+        full = cross_fit(rows, labels, seed=seed, l2=strength, folds=folds, groups=groups, prior=prior)["after"]["brier"]
+    scaled = cross_fit(rows, labels, seed=seed, folds=folds, groups=groups, prior=prior, model="scaled")["after"]["brier"]
+    return ("full", strength) if full < scaled - 1e-12 else ("scaled", None)
 
 
 def _folds(y: np.ndarray, groups: Sequence[Any], folds: int, seed: int) -> np.ndarray:
@@ -603,14 +621,18 @@ def cross_fit(
         train_rows, train_labels = [rows[i] for i in train], [labels[i] for i in train]
         train_groups = [groups[i] for i in train]
         fold_prior = prior(train) if callable(prior) else prior
-        fold_model = model if model != "auto" else choose_model(
-            train_rows, train_labels, train_groups, min(folds, INNER_FOLDS), seed, l2, prior=fold_prior)
         fold_l2: float | None = None
+        if model == "auto":
+            fold_model, fold_l2 = choose_model_and_l2(train_rows, train_labels, train_groups,
+                                                       min(folds, INNER_FOLDS), seed, l2, prior=fold_prior)
+        else:
+            fold_model = model
         if fold_model == "scaled":
             w = fit_scaled(train_rows, train_labels, prior=fold_prior)
         else:
-            fold_l2 = float(l2) if l2 != "auto" else _choose_or_default(
-                train_rows, train_labels, train_groups, min(folds, INNER_FOLDS), seed, prior)
+            if fold_l2 is None:
+                fold_l2 = float(l2) if l2 != "auto" else _choose_or_default(
+                    train_rows, train_labels, train_groups, min(folds, INNER_FOLDS), seed, prior)
             w = fit_weights(train_rows, train_labels, l2=fold_l2, prior=fold_prior)
         used.append(fold_l2)
         models.append(fold_model)

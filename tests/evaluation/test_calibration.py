@@ -453,6 +453,23 @@ def test_choose_model_compares_the_two_cross_fitted_brier_scores() -> None:
     assert choose_model(rows, labels, folds=4, seed=3, l2=0.3) == ("full" if brier["full"] < brier["scaled"] else "scaled")
 
 
+def test_with_auto_l2_the_full_refit_competes_with_its_chosen_strengths_score() -> None:
+    """l2='auto': the full refit's score is the lowest cross-fitted Brier over the penalty grid
+    (choose_l2's own search, on the same folds), and a full pick comes with that strength."""
+    from self_improving_rag.evaluation.calibration import choose_model_and_l2
+
+    for seed, weights in ((85, {**DEFAULT_WEIGHTS, "redundancy": 3.0, "bias": -0.5}),
+                          (86, {k: 3.0 * v for k, v in DEFAULT_WEIGHTS.items()})):
+        rows = _synthetic_rows(100, seed=seed)
+        labels = _labels_from(rows, weights, seed=seed + 100)
+        groups = list(range(100))
+        best = min(cross_fit(rows, labels, seed=1, l2=v, folds=4, groups=groups)["after"]["brier"] for v in L2_GRID)
+        scaled = cross_fit(rows, labels, seed=1, folds=4, groups=groups, model="scaled")["after"]["brier"]
+        model, l2 = choose_model_and_l2(rows, labels, groups, 4, 1, "auto")
+        assert model == ("full" if best < scaled else "scaled")
+        assert l2 == (choose_l2(rows, labels, groups, folds=4, seed=1) if model == "full" else None)
+
+
 def test_cross_fit_with_auto_model_chooses_inside_each_training_fold() -> None:
     """model='auto': each fold's model is chosen on its training rows alone (as choose_model does
     there), and its held-out confidences come from that model; a scaled fold has no penalty."""
