@@ -264,6 +264,17 @@ def fit_weights(
     free = np.array([True] + [any(r.get(f) is not None for r in rows) for f in FEATURES])
     w0, X = prior_w[free], X[:, free]
 
+    out = prior_w.copy()
+    out[free] = _penalised_logistic(X, y, w0, l2)
+    return _as_weights(out)
+
+
+def _penalised_logistic(X: np.ndarray, y: np.ndarray, w0: np.ndarray, l2: float, f_tol: float = 1e-10,
+                        step_tol: float = 1e-9) -> np.ndarray:
+    """The w minimising −Σ_j [y_j log σ(x_j · w) + (1 − y_j) log(1 − σ(x_j · w))] + (l2 / 2)·‖w − w₀‖²,
+    by Newton's method from w₀ with step halving; stops when the objective changes by at most
+    ``f_tol`` (relative) or a step by at most ``step_tol``."""
+
     def objective(w: np.ndarray) -> float:
         z = X @ w
         # log(1 + e^z) − y z, computed stably.
@@ -285,13 +296,11 @@ def fit_weights(
             if f_new <= f or t < 1e-10:
                 break
             t *= 0.5
-        converged = abs(f - f_new) <= 1e-10 * max(1.0, abs(f)) or np.max(np.abs(t * step)) < 1e-9
+        converged = abs(f - f_new) <= f_tol * max(1.0, abs(f)) or np.max(np.abs(t * step)) < step_tol
         w, f = w_new, f_new
         if converged:
             break
-    out = prior_w.copy()
-    out[free] = w
-    return _as_weights(out)
+    return w
 
 
 #: The confidence models a fit chooses from (``calibration.model``): ``full`` refits every weight
@@ -317,34 +326,9 @@ def scaled_params(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any],
         return 1.0, 0.0
     z = X @ _weight_vector(DEFAULT_WEIGHTS if prior is None else prior)
     target = np.array([1.0, 0.0])
-
-    def solve(D: np.ndarray, w: np.ndarray, t0: np.ndarray) -> np.ndarray:
-        def objective(v: np.ndarray) -> float:
-            u = D @ v
-            return float(np.sum(np.logaddexp(0.0, u) - y * u)) + 0.5 * SCALED_RIDGE * float(np.sum((v - t0) ** 2))
-
-        f = objective(w)
-        for _ in range(100):
-            p = _sigmoid(D @ w)
-            grad = D.T @ (p - y) + SCALED_RIDGE * (w - t0)
-            hess = (D * (p * (1 - p))[:, None]).T @ D + SCALED_RIDGE * np.eye(w.size)
-            step = np.linalg.solve(hess, grad)
-            t = 1.0
-            while True:
-                w_new = w - t * step
-                f_new = objective(w_new)
-                if f_new <= f or t < 1e-10:
-                    break
-                t *= 0.5
-            converged = abs(f - f_new) <= 1e-12 * max(1.0, abs(f)) or np.max(np.abs(t * step)) < 1e-10
-            w, f = w_new, f_new
-            if converged:
-                break
-        return w
-
-    a, b = solve(np.column_stack([z, np.ones_like(z)]), target.copy(), target)
+    a, b = _penalised_logistic(np.column_stack([z, np.ones_like(z)]), y, target, SCALED_RIDGE, 1e-12, 1e-10)
     if a < 0:
-        a, b = 0.0, float(solve(np.ones((z.size, 1)), np.zeros(1), np.zeros(1))[0])
+        a, b = 0.0, float(_penalised_logistic(np.ones((z.size, 1)), y, np.zeros(1), SCALED_RIDGE, 1e-12, 1e-10)[0])
     return float(a), float(b)
 
 

@@ -343,27 +343,40 @@ def test_choose_l2_pulls_hard_toward_right_priors_and_lets_many_labels_move_wron
         assert choose_l2(rows, _labels_from(rows, far, seed=seed + 1)) <= 0.3
 
 
+def _cross_fit_by_hand(rows, labels, folds: int, seed: int, fit) -> tuple[list, float]:
+    """cross_fit's folds (one row a question) computed here: ``fit(training rows, their labels,
+    their indices)`` gives each fold's (choice, weights); returns the choices and the Brier score
+    of the held-out confidences."""
+    from self_improving_rag.evaluation.calibration import _design, _folds, _scores, _sigmoid, _weight_vector
+
+    n = len(rows)
+    fold = _folds(np.array(labels, dtype=float), list(range(n)), folds, seed=seed)
+    X, y = _design(rows, labels)
+    p = np.zeros(n)
+    picks = []
+    for f in range(folds):
+        train = [i for i in range(n) if fold[i] != f]
+        pick, w = fit([rows[i] for i in train], [labels[i] for i in train], train)
+        picks.append(pick)
+        held = fold == f
+        p[held] = _sigmoid(X[held] @ _weight_vector(w))
+    return picks, _scores(p, y)["brier"]
+
+
 def test_cross_fit_with_auto_l2_chooses_inside_each_training_fold() -> None:
     """With l2='auto' each fold's penalty is chosen on that fold's training rows only, and the
     held-out confidences are those of fits with it, as computed by hand."""
-    from self_improving_rag.evaluation.calibration import _design, _folds, _scores, _sigmoid, _weight_vector
-
     rows = _synthetic_rows(80, seed=51)
     labels = _labels_from(rows, {**DEFAULT_WEIGHTS, "coverage": 4.0}, seed=52)
     out = cross_fit(rows, labels, seed=2, l2="auto", folds=4)
-    fold = _folds(np.array(labels, dtype=float), list(range(80)), 4, seed=2)
-    X, y = _design(rows, labels)
-    p = np.zeros(80)
-    picks = []
-    for f in range(4):
-        train = [i for i in range(80) if fold[i] != f]
-        tr_rows, tr_labels = [rows[i] for i in train], [labels[i] for i in train]
+
+    def fit(tr_rows, tr_labels, train):
         l2 = choose_l2(tr_rows, tr_labels, train, folds=4, seed=2)
-        picks.append(l2)
-        held = fold == f
-        p[held] = _sigmoid(X[held] @ _weight_vector(fit_weights(tr_rows, tr_labels, l2=l2)))
+        return l2, fit_weights(tr_rows, tr_labels, l2=l2)
+
+    picks, brier = _cross_fit_by_hand(rows, labels, 4, 2, fit)
     assert out["l2"] == picks
-    assert out["after"]["brier"] == pytest.approx(_scores(p, y)["brier"])
+    assert out["after"]["brier"] == pytest.approx(brier)
     assert cross_fit(rows, labels, seed=2, l2=0.3)["l2"] == [0.3] * 5
     for bad in ("strong", 0.0, -1.0, float("inf"), float("nan"), True):
         with pytest.raises(ValueError, match="'auto'"):
@@ -473,26 +486,18 @@ def test_with_auto_l2_the_full_refit_competes_with_its_chosen_strengths_score() 
 def test_cross_fit_with_auto_model_chooses_inside_each_training_fold() -> None:
     """model='auto': each fold's model is chosen on its training rows alone (as choose_model does
     there), and its held-out confidences come from that model; a scaled fold has no penalty."""
-    from self_improving_rag.evaluation.calibration import _design, _folds, _scores, _sigmoid, _weight_vector
-
     rows = _synthetic_rows(90, seed=82)
     labels = _labels_from(rows, {**DEFAULT_WEIGHTS, "redundancy": 3.0, "bias": -0.5}, seed=83)
     out = cross_fit(rows, labels, seed=4, l2=0.3, folds=3, model="auto")
-    fold = _folds(np.array(labels, dtype=float), list(range(90)), 3, seed=4)
-    X, y = _design(rows, labels)
-    p = np.zeros(90)
-    picks = []
-    for f in range(3):
-        train = [i for i in range(90) if fold[i] != f]
-        tr_rows, tr_labels = [rows[i] for i in train], [labels[i] for i in train]
+
+    def fit(tr_rows, tr_labels, train):
         m = choose_model(tr_rows, tr_labels, train, folds=3, seed=4, l2=0.3)
-        picks.append(m)
-        w = fit_scaled(tr_rows, tr_labels) if m == "scaled" else fit_weights(tr_rows, tr_labels, l2=0.3)
-        held = fold == f
-        p[held] = _sigmoid(X[held] @ _weight_vector(w))
+        return m, fit_scaled(tr_rows, tr_labels) if m == "scaled" else fit_weights(tr_rows, tr_labels, l2=0.3)
+
+    picks, brier = _cross_fit_by_hand(rows, labels, 3, 4, fit)
     assert out["models"] == picks
     assert out["l2"] == [None if m == "scaled" else 0.3 for m in picks]
-    assert out["after"]["brier"] == pytest.approx(_scores(p, y)["brier"])
+    assert out["after"]["brier"] == pytest.approx(brier)
     assert cross_fit(rows, labels, folds=3, model="scaled")["l2"] == [None] * 3
     assert set(MODELS) == {"auto", "full", "scaled"}
     with pytest.raises(ValueError, match="model must be one of auto, full, scaled"):
