@@ -476,7 +476,10 @@ def choose_model(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], group
 def choose_model_and_l2(rows, labels, groups, folds: int, seed: int, l2: float | str,
                          prior: Mapping[str, float] | None = None) -> tuple[str, float | None]:
     """:func:`choose_model`'s model, with the full refit's strength when it is ``full`` (``l2``,
-    or the strength chosen for it), None when it is ``scaled``."""
+    or the strength chosen for it), None when it is ``scaled``. Raises ValueError for an ``l2``
+    that is neither "auto" nor a positive finite number, as :func:`cross_fit` does."""
+    if not (l2 == "auto" or _is_strength(l2)):
+        raise ValueError(f"l2 must be a positive finite number or 'auto', got {l2!r}")
     X, y = _design(rows, labels)
     groups = list(range(y.size)) if groups is None else list(groups)
     if len(groups) != y.size:

@@ -464,6 +464,10 @@ def test_choose_model_compares_the_two_cross_fitted_brier_scores() -> None:
     labels = _labels_from(rows, {**DEFAULT_WEIGHTS, "coverage": 5.0}, seed=81)
     brier = {m: cross_fit(rows, labels, seed=3, folds=4, l2=0.3, model=m)["after"]["brier"] for m in ("full", "scaled")}
     assert choose_model(rows, labels, folds=4, seed=3, l2=0.3) == ("full" if brier["full"] < brier["scaled"] else "scaled")
+    # A strength that is not one is refused, as cross_fit refuses it, not read as a number (True as 1.0).
+    for bad in (True, "0.3", "strong", 0.0):
+        with pytest.raises(ValueError, match="'auto'"):
+            choose_model(rows, labels, folds=4, seed=3, l2=bad)
 
 
 def test_with_auto_l2_the_full_refit_competes_with_its_chosen_strengths_score() -> None:
