@@ -47,9 +47,9 @@ data/qa/holmes_extra.jsonl after session 31's run for sharing a passage with she
 Besides the default weights and the full refit it scores the scaled model (`calibration.model:
 scaled`: the default score's slope and shift fitted) and names the model `auto` would store.
 
-`--halves RUN_DIR` does the same within one run: its questions, in the order of its results file,
-are dealt into two halves (1st, 3rd, ... and 2nd, 4th, ...); each half is fitted and the other
-measured:
+`--halves RUN_DIR` does the same within one run: its questions with an answer, in the order of its
+results file and without those `--exclude` names, are dealt into two halves (1st, 3rd, ... and
+2nd, 4th, ...); each half is fitted and the other measured:
 
   python benchmarks/sample_agreement_study.py --halves runs/holmes-extra-s31 --exclude xpg3289_08
 
@@ -412,6 +412,10 @@ def parse(argv: list[str] | None = None):
 
 if __name__ == "__main__":
     args, rest = parse()
+    if args.transfer and args.halves:
+        sys.exit("give --transfer TRAIN TEST or --halves RUN_DIR, not both")
+    if args.exclude and not (args.transfer or args.halves):
+        sys.exit("--exclude goes with --transfer or --halves")
     if args.run:
         if not args.name:
             sys.exit("--run needs --name")

@@ -758,8 +758,8 @@ def summarise(rows: list[dict]) -> dict:
         if answered_rows:
             a_conf = [float(r["confidence"]) for r in answered_rows]
             a_ok = [1 if r["grade"]["correct"] else 0 for r in answered_rows]
-            # What a user got: of the answers returned, how many were right (a withheld wrong answer
-            # to an answerable question counts nowhere in correct_or_rightly_refused).
+            # What a user got: of the graded answers returned, how many were right (withholding a
+            # wrong answer to an answerable question changes nothing in correct_or_rightly_refused).
             s["answered_right"] = sum(a_ok)
             s["answered_wrong"] = len(a_ok) - sum(a_ok)
             s["answered_accuracy"] = sum(a_ok) / len(a_ok)
