@@ -88,9 +88,10 @@ def test_ingest_ask_json_and_memory(tmp_path):
     assert json.loads(r.stdout)["refused"] is True
     r = run(["memory", "stats", "--json"], tmp_path, ov)
     assert json.loads(r.stdout)["outcomes"] == 2
-    assert json.loads(r.stdout)["calibration"]["weights"] == "fit 1"
+    # A fit stored without its model (as before session 32) refitted every weight.
+    assert json.loads(r.stdout)["calibration"]["weights"] == "fit 1 (full)"
     r = run(["memory", "stats"], tmp_path, ov + ["calibration.auto_fit=false"])
-    assert ("calibration: weights fit 1, fitted_on 20, corpus_fits none, labelled_answers 0, new_since_weights 0, "
+    assert ("calibration: weights fit 1 (full), fitted_on 20, corpus_fits none, labelled_answers 0, new_since_weights 0, "
             "automatic_fit off\n") in r.stdout
     assert f"corpora:\n  {(tmp_path / 'index').resolve()}: 2\n" in r.stdout
     oid = data["outcome_id"]

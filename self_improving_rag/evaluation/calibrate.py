@@ -278,8 +278,8 @@ def describe_auto_fit(result: dict) -> str:
 
     if not result.get("stored"):
         return f"automatic calibration on {result['n']} labelled answers not stored: {result.get('not_stored', '')}"
-    return (f"confidence calibrated on the {result['n']} labelled answers in memory (model {result.get('model', 'full')}, "
-            "held-out AUROC "
+    return (f"confidence calibrated on the {result['n']} labelled answers in memory "
+            f"(model {result.get('model', 'full')}, held-out AUROC "
             f"{fmt(held['before']['auroc'])} -> {fmt(held['after']['auroc'])}, ECE {fmt(held['before']['ece'])} -> "
             f"{fmt(held['after']['ece'])}, Brier {fmt(held['before'].get('brier'))} -> "
             f"{fmt(held['after'].get('brier'))}: a fit is kept when its Brier is no worse than the default weights'); "
@@ -311,10 +311,10 @@ def _corpus_note(result: dict) -> str:
 def calibration_status(store, auto_fit: bool, min_labels: int, refit_after: int) -> dict:
     """The confidence weights in use and when an automatic fit comes (``sirag memory stats``).
 
-    ``weights``: ``default`` or ``fit ID``; ``fitted_on``: its labelled answers (0 for the
-    defaults); ``corpus_fits``: each corpus with a fit of its own made with it, and that fit's
-    labelled answers; ``labelled_answers``: in the store now, ``new_since_weights`` of them new to
-    the weights in use (see :func:`_new_labels`); ``automatic_fit``: ``off``, ``due`` (the next start
+    ``weights``: ``default`` or ``fit ID (MODEL)``, MODEL ``scaled`` or ``full``; ``fitted_on``: its
+    labelled answers (0 for the defaults); ``corpus_fits``: each corpus with a fit of its own made
+    with it, and that fit's labelled answers; ``labelled_answers``: in the store now,
+    ``new_since_weights`` of them new to the weights in use (see :func:`_new_labels`); ``automatic_fit``: ``off``, ``due`` (the next start
     fits) or how many more labelled answers it waits for.
     """
     fit = store.latest_calibration()
@@ -323,7 +323,10 @@ def calibration_status(store, auto_fit: bool, min_labels: int, refit_after: int)
     new = _new_labels(store, fit)
     unseen = _new_to_weights(store, fit)
     wait = max(min_labels - n, 0 if unseen is None else refit_after - unseen, 0)
-    status = {"weights": "default" if default else f"fit {fit['id']}", "fitted_on": 0 if default else int(fit["n"]),
+    # Its model (calibration.model); a fit stored before session 32 refitted every weight.
+    model = "" if default else ((fit.get("metrics") or {}).get("model") or "full")
+    status = {"weights": "default" if default else f"fit {fit['id']} ({model})",
+              "fitted_on": 0 if default else int(fit["n"]),
               "corpus_fits": {c: int(f["n"]) for c, f in (fit or {}).get("corpus_fits", {}).items()},
               "labelled_answers": n, "new_since_weights": new,
               "automatic_fit": ("off" if not auto_fit else "due" if wait == 0

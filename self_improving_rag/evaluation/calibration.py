@@ -271,8 +271,8 @@ def fit_weights(
 
 def _penalised_logistic(X: np.ndarray, y: np.ndarray, w0: np.ndarray, l2: float, f_tol: float = 1e-10,
                         step_tol: float = 1e-9) -> np.ndarray:
-    """The w minimising −Σ_j [y_j log σ(x_j · w) + (1 − y_j) log(1 − σ(x_j · w))] + (l2 / 2)·‖w − w₀‖²,
-    by Newton's method from w₀ with step halving; stops when the objective changes by at most
+    """The w minimising −Σ_j [y_j log σ(x_j · w) + (1 − y_j) log(1 − σ(x_j · w))]
+    + (l2 / 2)·‖w − w₀‖², by Newton's method from w₀ with step halving; stops when the objective changes by at most
     ``f_tol`` (relative) or a step by at most ``step_tol``."""
 
     def objective(w: np.ndarray) -> float:
@@ -490,8 +490,10 @@ def choose_model_and_l2(rows, labels, groups, folds: int, seed: int, l2: float |
         strength, full = _best_l2(rows, labels, groups, folds, seed, prior=prior)
     else:
         strength = float(l2)
-        full = cross_fit(rows, labels, seed=seed, l2=strength, folds=folds, groups=groups, prior=prior)["after"]["brier"]
-    scaled = cross_fit(rows, labels, seed=seed, folds=folds, groups=groups, prior=prior, model="scaled")["after"]["brier"]
+        full = cross_fit(rows, labels, seed=seed, l2=strength, folds=folds, groups=groups,
+                         prior=prior)["after"]["brier"]
+    scaled = cross_fit(rows, labels, seed=seed, folds=folds, groups=groups, prior=prior,
+                       model="scaled")["after"]["brier"]
     return ("full", strength) if full < scaled - 1e-12 else ("scaled", None)
 
 
@@ -558,8 +560,8 @@ def cross_fit(
     ``before`` and ``after`` are :func:`evaluate_fit` results of the default and the cross-fitted
     confidences on all ``n_test`` rows, ``confidences`` the cross-fitted confidence of each row;
     ``n_train`` is the smallest number of rows a fold was fitted on; ``l2`` lists the penalty each
-    fold was fitted with (None for a scaled fit) and ``models`` each fold's model. With ``corpora`` also ``by_corpus``: for each
-    corpus key, its ``n`` rows, ``eligible`` (it has enough labels of both kinds for fits of its
+    fold was fitted with (None for a scaled fit) and ``models`` each fold's model. With
+    ``corpora`` also ``by_corpus``: for each corpus key, its ``n`` rows, ``eligible`` (it has enough labels of both kinds for fits of its
     own), ``own_folds`` (in how many folds a fit of its own scored held-out rows of it), ``kept``
     (never without such a fold), and the scores on its rows of the default weights (``before``),
     of the fits on all rows alone (``pooled``), of its own fits (``own``, only where they scored

@@ -131,7 +131,7 @@ def test_automatic_calibration_fits_once_enough_labels_arrive_and_again_only_aft
     assert first["weights"]["answer_words"] < DEFAULT_WEIGHTS["answer_words"]
     # Labels given after the fit count as new: 19 are not enough for a new fit, 20 are.
     _record(store, 19, SHORT, correct_every=1)
-    assert calibration_status(store, True, 50, 20) == {"weights": f"fit {first['fit_id']}", "fitted_on": 50, "corpus_fits": {},
+    assert calibration_status(store, True, 50, 20) == {"weights": f"fit {first['fit_id']} ({first['model']})", "fitted_on": 50, "corpus_fits": {},
                                                        "labelled_answers": 69, "new_since_weights": 19,
                                                        "automatic_fit": "after 1 more labelled answer"}
     assert auto_calibrate(store, min_labels=50, refit_after=20) is None
