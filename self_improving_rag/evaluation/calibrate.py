@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import InputError, MemoryStoreError
 from .calibration import (DEFAULT_L2, DEFAULT_WEIGHTS, answer_words, choose_l2, choose_model_and_l2, confidence,
-                          cross_fit, evaluate_fit, fit_corpora, fit_scaled, fit_weights, scaled_params,
+                          cross_fit, evaluate_fit, fit_corpora, fit_weights, scaled_params, scaled_weights,
                           threshold_counts)
 
 
@@ -105,7 +105,7 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
     if chosen == "scaled":
         slope, shift = scaled_params(rows, labels)
         scaled = {"slope": slope, "shift": shift}
-        weights = fit_scaled(rows, labels)
+        weights = scaled_weights(slope, shift)
     else:
         if strength is None:
             strength = choose_l2(rows, labels, groups, folds=folds, seed=seed) if l2 == "auto" else float(l2)

@@ -52,7 +52,9 @@ __all__ = [
     "confidence",
     "fit_weights",
     "fit_scaled",
+    "fit_model",
     "scaled_params",
+    "scaled_weights",
     "choose_model",
     "choose_model_and_l2",
     "MODELS",
@@ -338,10 +340,24 @@ def fit_scaled(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any],
     slope a of :func:`scaled_params`, and its bias times a plus the shift b, so that the
     confidence is σ(a · z₀ + b). Two numbers are fitted whatever the labels: the answers are
     ranked as the prior ranks them, and only how sure each rank is comes from the labels."""
-    a, b = scaled_params(rows, labels, prior)
-    w = _weight_vector(DEFAULT_WEIGHTS if prior is None else prior) * a
-    w[0] += b
+    return scaled_weights(*scaled_params(rows, labels, prior), prior=prior)
+
+
+def scaled_weights(slope: float, shift: float, prior: Mapping[str, float] | None = None) -> dict[str, float]:
+    """``prior``'s weights (default :data:`DEFAULT_WEIGHTS`) times ``slope``, the bias plus
+    ``shift``: the weights of σ(slope · z₀ + shift)."""
+    w = _weight_vector(DEFAULT_WEIGHTS if prior is None else prior) * slope
+    w[0] += shift
     return _as_weights(w)
+
+
+def fit_model(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], model: str, l2: float | None = None,
+              prior: Mapping[str, float] | None = None) -> dict[str, float]:
+    """The fit of ``model``, ``"scaled"`` (:func:`fit_scaled`) or ``"full"`` (:func:`fit_weights`
+    with strength ``l2``), pulled toward or scaled from ``prior``."""
+    if model == "scaled":
+        return fit_scaled(rows, labels, prior=prior)
+    return fit_weights(rows, labels, l2=l2, prior=prior)
 
 
 def evaluate_fit(
@@ -616,13 +632,10 @@ def cross_fit(
                                                        min(folds, INNER_FOLDS), seed, l2, prior=fold_prior)
         else:
             fold_model = model
-        if fold_model == "scaled":
-            w = fit_scaled(train_rows, train_labels, prior=fold_prior)
-        else:
-            if fold_l2 is None:
-                fold_l2 = float(l2) if l2 != "auto" else _choose_or_default(
-                    train_rows, train_labels, train_groups, min(folds, INNER_FOLDS), seed, prior)
-            w = fit_weights(train_rows, train_labels, l2=fold_l2, prior=fold_prior)
+        if fold_model == "full" and fold_l2 is None:
+            fold_l2 = float(l2) if l2 != "auto" else _choose_or_default(
+                train_rows, train_labels, train_groups, min(folds, INNER_FOLDS), seed, prior)
+        w = fit_model(train_rows, train_labels, fold_model, fold_l2, prior=fold_prior)
         used.append(fold_l2)
         models.append(fold_model)
         held = fold == f
@@ -728,9 +741,8 @@ def fit_corpora(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], groups
                 kept = tuple(int(j) for j in inner)
                 if kept not in cache:
                     use = others + [int(idx[j]) for j in kept]
-                    use_rows, use_labels = [rows[i] for i in use], [labels[i] for i in use]
-                    cache[kept] = (fit_scaled(use_rows, use_labels) if pooled_model == "scaled"
-                                   else fit_weights(use_rows, use_labels, l2=pooled_l2))
+                    cache[kept] = fit_model([rows[i] for i in use], [labels[i] for i in use], pooled_model,
+                                            pooled_l2)
                 return cache[kept]
 
             strength = _choose_or_default(c_rows, c_labels, c_groups, folds, seed, prior_without)
