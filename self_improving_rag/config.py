@@ -296,9 +296,9 @@ class PolicyConfig(_Model):
     # another confidence model (docs/memory.md). The verdicts stored stay as they were.
     rejudge: bool = True
     # Prior of the first-strategy choice (greedy's posterior mean and Thompson's draw): every
-    # strategy of a query class starts at Beta(κ·m, κ·(1 − m)),
-    # m = the class's pooled success rate, κ = prior_strength pseudo-attempts, so one lucky
-    # success of a rarely tried strategy does not outweigh a long record.
+    # strategy of a query class starts at Beta(κ·m, κ·(1 − m)), m = the pooled success rate of
+    # the class's other non-default strategies, at most the default's own, κ = prior_strength
+    # pseudo-attempts, so one lucky success of a rarely tried strategy does not outweigh a long record.
     prior_strength: float = Field(4.0, ge=0, le=1000)
     # Stop retrying a failure type once memory shows its repairs rarely work: after at least
     # stop_min_evidence repairs in memory (after any failure), if the smoothed success rate

@@ -10,8 +10,8 @@ alternatives have tended to land, not at a coin flip, so one lucky success among
 alternatives cannot displace the default's long record, while an alternative with a record of
 its own can. The default carries one extra pseudo-success, so it wins ties on thin evidence.
 The catalogue order is the repairs' prior. ``switch_chunker`` tries the other chunkers in the
-order of their smoothed success rate in the class's record, those no attempt at the question has
-read first, skipping any strategy already tried.
+fixed order section, semantic, fixed (memory does not rank them: see :meth:`StrategyPolicy.repair`),
+those no attempt at the question has read first, skipping any strategy already tried.
 Sampling uses a generator seeded from the config seed and the question, so runs repeat.
 """
 
