@@ -317,7 +317,7 @@ class CalibrationConfig(_Model):
     # Fit the confidence weights from memory's labels without being asked: when the engine starts
     # with a store holding at least `auto_min_labels` labelled answers, `auto_refit_after` of them
     # new to the weights in use (a fit or a reset: labelled or merged in since), it fits as `sirag
-    # calibrate` does and stores the fit only if it beats the default weights on held-out labels;
+    # calibrate` does and stores the fit only if it scores no worse than the default weights held out;
     # a fit kept out is recorded, and the next waits for `auto_refit_after` labelled answers new to it.
     # A batch or eval fits once before its runs; the runs themselves do not.
     auto_fit: bool = True

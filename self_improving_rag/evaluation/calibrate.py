@@ -205,7 +205,7 @@ def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, fold
     Due when the store holds at least ``min_labels`` labelled answers and, if weights were stored
     before (a fit or a reset), at least ``refit_after`` of them are new to those weights (labelled
     after them, or merged in since: :func:`_new_labels`). The fit is made and kept as ``sirag
-    calibrate`` does: stored only if it beats the default weights'
+    calibrate`` does: stored only if it is no worse than the default weights'
     held-out Brier score. A fit kept out is recorded (:meth:`MemoryStore.save_kept_out`), and the
     next one is due only once ``refit_after`` labelled answers are new to it, as to a stored fit
     (:func:`_kept_out`): the same labels would give the same fit, at every start. Returns the
