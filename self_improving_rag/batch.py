@@ -1070,12 +1070,21 @@ def _check_folders(out_root: Path | None, run_names: list[str], index_dir: str) 
                          "(the batch file's index:, or --index DIR), or move that file away")
 
 
-def check_documents(spec: BatchSpec, index_dir: str, corpus: list[Path]) -> None:
-    """Before anything is written: a batch needs documents to answer from, or an index of them."""
+def check_documents(spec: BatchSpec, index_dir: str, corpus: list[Path], squad: Path | None = None) -> None:
+    """Before anything is written: a batch needs documents to answer from, or an index of them,
+    and every corpus path must exist (the ingest would refuse a missing one, but only after the
+    memory store and the output folder were made). ``squad``: the corpus is that file's
+    paragraph folder, written later."""
     if not corpus and not spec.index and not Path(index_dir).is_dir():
         raise BatchError(f"batch {spec.name}: no corpus and no index: these questions carry no passages of their "
                          "own (only SQuAD files do); give the documents with corpus: in the batch file or "
                          "eval's --corpus DIR, or an index built from them with --index DIR")
+    missing = [str(p) for p in corpus if not p.exists()] if squad is None else []
+    if missing:
+        more = f" (and {len(missing) - 1} more: {', '.join(missing[1:])})" if len(missing) > 1 else ""
+        raise BatchError(f"batch {spec.name}: the corpus path {missing[0]} does not exist{more}; nothing was "
+                         "written. Fix the path or leave it out (the batch file's corpus:, read from its folder, "
+                         "or eval's --corpus)")
 
 
 def squad_corpus(squad_file: Path, out_dir: Path) -> Path:
@@ -1167,7 +1176,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     for _, _, run_name, point_loop in runs:
         for suf in derived if point_loop else ():
             _check_derived_folder(out_root / run_name, suf)
-    check_documents(spec, index_dir, corpus)
+    check_documents(spec, index_dir, corpus, squad)
     if guard_index and corpus:
         _check_index_sources(index_dir, corpus, guard_index)
     from .memory import MemoryStore

@@ -1354,3 +1354,21 @@ def test_a_config_file_naming_the_packaged_default_index_is_not_followed_silentl
                  ["eval", str(_batch(tmp_path)), "--retrieval-only", "--json", "--config", str(default)]):
         r = run(argv, tmp_path, ov)
         assert r.returncode == 0 and "packaged default" not in r.stderr, r.stderr
+
+
+def test_a_missing_corpus_path_refuses_the_batch_before_anything_is_written(tmp_path):
+    # The path was found missing only by the ingest, after the memory store (memory/memory.db)
+    # and the output folder (runs/) had been made: a refused batch left them behind.
+    ov = batch_overrides(tmp_path)
+    f = _batch(tmp_path)
+    spec = yaml.safe_load(f.read_text())
+    f.write_text(yaml.safe_dump({**spec, "corpus": [spec["corpus"][0], "no-such-docs"]}))
+    line = _one_error_line(run(["batch", str(f)], tmp_path, ov))
+    assert not (tmp_path / "memory").exists() and not (tmp_path / "runs").exists()
+    assert f"the corpus path {tmp_path / 'no-such-docs'} does not exist; nothing was written" in line, line
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    line = _one_error_line(run(["eval", "--dataset", str(qa), "--corpus", "missing-docs"], tmp_path, ov))
+    assert "missing-docs" in line and "--corpus" in line, line
+    assert not (tmp_path / "memory").exists() and not (tmp_path / "runs").exists()
+    assert not (tmp_path / "index").exists()

@@ -49,7 +49,7 @@ def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, k
     # as a run names it (the output folder's problem when the index goes there, as
     # <output_dir>/<name>/index does by default).
     _check_folders(out_root if Path(index_dir).is_relative_to(out_root) else None, [], index_dir)
-    check_documents(spec, index_dir, corpus)
+    check_documents(spec, index_dir, corpus, squad)
     if corpus:
         if guard_index:
             _check_index_sources(index_dir, corpus, guard_index)
