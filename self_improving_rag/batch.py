@@ -156,6 +156,8 @@ def load_batch(path: str | Path) -> tuple[BatchSpec, Path]:
             fix = "give it its value" if loc in ("name", "questions") else "give it its value, or remove the key too"
             what = (f"'{loc}' is empty (YAML reads a key with nothing after it, or only commented-out lines under "
                     f"it, as null): {fix}")
+        elif (shape := _shape_fix(err["type"], err["loc"], value)) is not None:
+            what = f"'{loc}' {shape}"
         elif err["type"] == "string_type" and isinstance(value, bool):
             # YAML reads an unquoted off, on, yes or no as a yes/no value.
             what += f" (YAML read it as the yes/no value {str(value).lower()}: quote what you wrote, e.g. {key}: \"off\")"
@@ -170,6 +172,44 @@ def load_batch(path: str | Path) -> tuple[BatchSpec, Path]:
                          "questions in the file, or the file's questions inline)")
     _check_no_index_dir_setting(p, spec)
     return spec, p.parent.resolve()
+
+
+#: For a key given in the wrong shape (pydantic says only "Input should be a valid list", or names
+#: its own class), how the key is written.
+_SHAPES = {
+    ("corpus",): "corpus: [docs] (or one '- docs' line under corpus: for each file or folder)",
+    ("questions",): "questions: {file: questions.jsonl}, or questions: {inline: [{question: ..., answers: [...]}]}",
+    ("overrides",): "overrides: {strategy.top_k: 6} (or one 'key: value' line under overrides: for each setting)",
+    ("grid",): "grid: {strategy.top_k: [4, 8]} (a setting key, then the list of its values)",
+    ("questions", "inline"): "inline: [{question: ..., answers: [...]}] (or one '- question: ...' item per question)",
+}
+
+
+def _shape_fix(kind: str, loc: tuple, value: Any) -> str | None:
+    """What to say of a batch-file key given as the wrong kind of YAML value (a text where a list
+    or a mapping goes, a list where a mapping goes), with how to write it; None for other errors."""
+    def shown(v: Any) -> str:  # quoted unless YAML reads it back as the same text inside [...] or {...}
+        plain = not isinstance(v, str) or re.fullmatch(r"\w[\w./ -]*", v) and not re.search(r"\s$", v)
+        return str(v) if plain else json.dumps(v, ensure_ascii=False)
+
+    got = ("a text" if isinstance(value, str) else "a list" if isinstance(value, list)
+           else "a mapping" if isinstance(value, dict) else _yaml_kind(value) or type(value).__name__)
+    scalar = not isinstance(value, (list, dict))
+    if kind == "list_type" and loc in _SHAPES:
+        fix = f"corpus: [{shown(value)}]" if loc == ("corpus",) and scalar and value is not None else _SHAPES[loc]
+        return f"must be a list, not {got}: write {fix}"
+    if kind == "list_type" and len(loc) == 2 and loc[0] == "grid":
+        example = f"[{shown(value)}]" if scalar else "[value1, value2]"
+        return f"must be a list of values, one run each, not {got}: write {loc[1]}: {example} (or set one value " \
+               "under overrides:)"
+    if kind in ("dict_type", "model_type") and loc in _SHAPES:
+        fix = (f"questions: {{file: {shown(value)}}}" if loc == ("questions",) and isinstance(value, str)
+               else _SHAPES[loc])
+        return f"must be a mapping, not {got}: write {fix}"
+    if kind == "dict_type" and len(loc) == 3 and loc[:2] == ("questions", "inline"):
+        example = f"{{question: {shown(value)}}}" if isinstance(value, str) else "{question: ..., answers: [...]}"
+        return f"must be a mapping with question: (and optional answers:), not {got}: write {example}"
+    return None
 
 
 def _check_no_index_dir_setting(p: Path, spec: BatchSpec) -> None:

@@ -1372,3 +1372,29 @@ def test_a_missing_corpus_path_refuses_the_batch_before_anything_is_written(tmp_
     assert "missing-docs" in line and "--corpus" in line, line
     assert not (tmp_path / "memory").exists() and not (tmp_path / "runs").exists()
     assert not (tmp_path / "index").exists()
+
+
+@pytest.mark.parametrize("body, said", [
+    # The most natural slips of a new user: pydantic said only "Input should be a valid list" (or
+    # named its own class, "instance of QuestionsSpec"), with no word of how to write the key.
+    ("corpus: docs\nquestions: {file: q.jsonl}\n", "'corpus' must be a list, not a text: write corpus: [docs]"),
+    ("questions: q.jsonl\n", "'questions' must be a mapping, not a text: write questions: {file: q.jsonl}"),
+    ("questions: {file: q.jsonl}\noverrides: [strategy.top_k=3]\n",
+     "'overrides' must be a mapping, not a list: write overrides: {strategy.top_k: 6}"),
+    ("questions: {file: q.jsonl}\ngrid: {strategy.top_k: 3}\n",
+     "'grid.strategy.top_k' must be a list of values, one run each, not a number: write strategy.top_k: [3]"),
+    ("questions:\n  inline: Who built it?\n", "'questions.inline' must be a list, not a text: write inline: ["),
+    ("questions:\n  inline:\n    - Who built it?\n",
+     "'questions.inline.0' must be a mapping with question: (and optional answers:), not a text: "
+     'write {question: "Who built it?"}'),
+    ('corpus: "my docs: v2"\nquestions: {file: q.jsonl}\n', """write corpus: ["my docs: v2"]"""),
+])
+def test_a_key_of_the_wrong_shape_says_how_to_write_it(tmp_path, body, said):
+    from self_improving_rag.batch import load_batch
+    from self_improving_rag.errors import BatchError
+
+    f = tmp_path / "b.yaml"
+    f.write_text("name: t\n" + body)
+    with pytest.raises(BatchError) as info:
+        load_batch(f)
+    assert said in str(info.value) and "QuestionsSpec" not in str(info.value), str(info.value)
