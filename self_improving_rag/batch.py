@@ -1895,6 +1895,12 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
         table = retrieval_eval(spec, base, config, limit=args.limit, ks=(1, 3, 5, 10), cli_overrides=args.overrides,
                                offset=args.offset, guard_index=named_by)
         print(json.dumps(table) if args.json else table["markdown"])
+        if nowhere := table["evidence_found_nowhere"]:
+            shown = ", ".join(nowhere[:10]) + (f" and {len(nowhere) - 10} more" if len(nowhere) > 10 else "")
+            print(f"note: the evidence of {len(nowhere)} question(s) ({shown}) is in no passage of the index, so "
+                  "their recall is 0 whatever the retriever: an evidence quote must be the documents' words "
+                  "verbatim (spaces and line breaks aside) within one passage; check those quotes",
+                  file=sys.stderr)
         return 0
     check_grid_conflicts(spec, args.overrides, memory=getattr(args, "memory", None))  # names --memory as such
     progress = sys.stderr.isatty() and not args.json

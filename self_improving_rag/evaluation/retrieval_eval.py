@@ -79,12 +79,22 @@ def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, k
                     rows.append(row)
         default = cfg.strategy.to_strategy()
         rows_ref = refinement_eval(searcher, items, default)
+        nowhere = evidence_found_nowhere(items, [searcher.chunker(ch).chunks for ch in chunkers])
     finally:
         searcher.close()
     from ..batch import markdown_table
 
-    return {"rows": rows, "refinement": rows_ref,
+    return {"rows": rows, "refinement": rows_ref, "evidence_found_nowhere": nowhere,
             "markdown": markdown_table(rows) + "\n" + markdown_table([rows_ref])}
+
+
+def evidence_found_nowhere(items: list[QAItem], chunk_lists: list[list]) -> list[str]:
+    """The ids of the questions none of whose evidence quotes is in any one passage of any chunker:
+    their recall is 0 whatever the retriever, most often for a quote that is not the documents'
+    words verbatim (a typo, a paraphrase, other quote marks)."""
+    texts = [" ".join(c.text.split()) for chunks in chunk_lists for c in chunks]
+    return [it.id for it in items if it.evidence
+            and not any(q in t for q in (" ".join(e.split()) for e in it.evidence) if q for t in texts)]
 
 
 def refinement_eval(searcher, items: list[QAItem], strategy, count_prompt=None) -> dict:

@@ -98,3 +98,19 @@ def test_refinement_counts_prompt_tokens_as_the_prompt_shows_passages(tmp_path) 
     assert 0 < ref["refined_prompt_tokens_mean"] < ref["raw_prompt_tokens_mean"]
     assert ref["prompt_token_reduction"] == pytest.approx(
         1 - ref["refined_prompt_tokens_mean"] / ref["raw_prompt_tokens_mean"])
+
+
+def test_a_question_whose_evidence_no_passage_holds_is_named(table: dict, tmp_path) -> None:
+    # Its recall counted as a retrieval miss with no word said: a typo in a quote looked like a bad retriever.
+    assert table["evidence_found_nowhere"] == ["q3"]
+    from tests.conftest import batch_overrides, write_corpus
+    from tests.test_cli import run
+
+    qa = tmp_path / "qa.jsonl"
+    rows = [{**QUESTIONS[0], "evidence": ["built in 1852 by the  engineer\nClara Venn"]},  # spacing aside: found
+            {**QUESTIONS[1], "evidence": ["saved eleven sailers from the wreck"]}]  # a typo
+    qa.write_text("".join(json.dumps(q) + "\n" for q in rows), encoding="utf-8")
+    r = run(["eval", "--dataset", str(qa), "--corpus", str(write_corpus(tmp_path / "docs")), "--retrieval-only",
+             "--index", str(tmp_path / "index")], tmp_path, batch_overrides(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "note: the evidence of 1 question(s) (q2) is in no passage of the index" in r.stderr, r.stderr
