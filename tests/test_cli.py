@@ -601,3 +601,21 @@ def test_a_source_is_shown_from_the_sentence_that_states_the_answer():
     # No sentence holds a focus term: the start, as before; a short text is shown whole.
     assert source_snippet(text, {"zebra"}).startswith("The keeper's log opens")
     assert source_snippet("Clara Venn built it.", {"venn"}) == "Clara Venn built it."
+
+
+def test_ask_no_memory_says_when_the_store_named_cannot_be_read(tmp_path):
+    # --no-memory still scores with the store's calibration fit: a --memory that is a folder, or a
+    # typo naming no store, fell back to the default weights with nothing said (a damaged file warned).
+    ov = fake_overrides(tmp_path) + ['generator.replies=["Clara Venn built the lighthouse in 1852 [1]."]']
+    assert run(["ingest", str(write_corpus(tmp_path / "docs"))], tmp_path, ov).returncode == 0
+    (tmp_path / "a-folder").mkdir()
+    for given, said in (("a-folder", "a-folder is a folder, not a memory database file"),
+                        ("no-such.db", "no memory store at no-such.db")):
+        r = run(["ask", "Who built the lighthouse of Marrow Point?", "--no-memory", "--memory", given], tmp_path, ov)
+        assert r.returncode == 0 and "Clara Venn" in r.stdout, r.stderr
+        assert f"warning: memory not read ({said}): default confidence weights and strategy" in r.stderr, r.stderr
+    assert not (tmp_path / "no-such.db").exists()
+    # The default store (memory/memory.db), not made yet, is an empty memory: nothing to say.
+    ov = [o for o in ov if not o.startswith("paths.memory_db=")]
+    r = run(["ask", "Who built the lighthouse of Marrow Point?", "--no-memory"], tmp_path, ov)
+    assert r.returncode == 0 and "memory not read" not in r.stderr, r.stderr
