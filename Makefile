@@ -15,6 +15,15 @@ DEMO_QUESTIONS := "Which chunkers does the engine build at ingest time?" \
 
 .PHONY: install test test-fast demo bench clean
 
+# Said before the install and the ingest, not by `sirag ask ""` after them.
+ifneq ($(filter demo,$(MAKECMDGOALS)),)
+ifneq ($(strip $(CORPUS)),)
+ifeq ($(strip $(QUESTION)),)
+$(error make demo CORPUS=... asks one question about your files: give it too, e.g. make demo CORPUS=$(CORPUS) QUESTION="Who wrote it?")
+endif
+endif
+endif
+
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
