@@ -158,9 +158,13 @@ def iter_source_files(paths: list[Path], exclude: tuple[Path, ...] = ()) -> tupl
     # hard link beside its target) would be indexed twice, and its passages would crowd out
     # the others in every search: it is taken once, under the first path found.
     taken: dict[tuple[int, int], Path] = {}
+    walked: set[Path] = set()  # a folder given twice by the same path is walked (and its skips said) once
     for given in paths:
         path = Path(given)
         if path.is_dir():
+            if (same := Path(os.path.normpath(path.absolute()))) in walked:
+                continue
+            walked.add(same)
             found, skipped, errors = _walk_folder(path, exclude)
             problems.extend(errors)
             if skipped:
@@ -317,6 +321,10 @@ def _walk_folder(folder: Path, exclude: tuple[Path, ...] = ()) -> tuple[list[Pat
             if entry.is_dir():
                 if entry.is_symlink() and not entry.resolve().is_relative_to(root):
                     skipped.append((entry, "link to a folder outside"))
+                    continue
+                if (entry / "CURRENT").is_file() and (entry / "embeddings.sqlite").is_file():
+                    # Another sirag index among the documents: one entry, not each of its files.
+                    skipped.append((entry, "a sirag index, not documents"))
                     continue
                 subfolders.append(entry)
             elif entry.suffix.lower() in _FORMATS and entry.is_file():

@@ -521,3 +521,22 @@ def test_short_texts_in_a_code_page_are_read_as_written(tmp_path: Path, encoding
     f = tmp_path / "note.txt"
     f.write_bytes(text.encode(encoding))
     assert load_document(f).text.strip() == text
+
+
+def test_another_sirag_index_among_the_documents_is_one_skipped_entry(tmp_path: Path) -> None:
+    # Each of its files (CURRENT, embeddings.sqlite, gen-*/...) was named as an unsupported type, a
+    # warning of 25 entries for one folder; a folder given twice said it twice.
+    from self_improving_rag.config import load_config
+    from self_improving_rag.ingestion.loaders import _SUPPORTED_LIST
+    from self_improving_rag.ingestion.pipeline import ingest
+    from self_improving_rag.retrieval.embedder import embedder_from_config
+    from tests.conftest import fake_overrides, write_corpus
+
+    docs = write_corpus(tmp_path / "docs")
+    cfg = load_config(None, fake_overrides(tmp_path))
+    ingest([docs], cfg, embedder_from_config(cfg), index_dir=docs / "idx", progress=False)
+    (docs / "notes.csv").write_text("a,b\n", encoding="utf-8")
+    files, problems = iter_source_files([docs, docs])
+    assert files == [docs / "harbour.md", docs / "orchard.txt"]
+    assert problems == [f"skipped 2 entries in {docs}: idx (a sirag index, not documents), notes.csv (unsupported "
+                        f"type) (supported types: {_SUPPORTED_LIST})"], problems
