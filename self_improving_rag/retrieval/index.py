@@ -273,6 +273,13 @@ class CorpusIndex:
         d = self.root / name
         return d if (d / "manifest.json").is_file() else None
 
+    def enclosing_index(self) -> Path | None:
+        """The index folder this folder lies inside (one of its generation folders, say), if any."""
+        for parent in Path(os.path.normpath(self.root.absolute())).parents:
+            if CorpusIndex(parent).current_dir() is not None:
+                return parent
+        return None
+
     def live_dir(self) -> Path:
         """The live generation's folder; IndexNotFoundError (:meth:`missing_error`) when there is none."""
         d = self.current_dir()
@@ -301,6 +308,11 @@ class CorpusIndex:
             return IndexNotFoundError(
                 f"the index in {self.root} is damaged: CURRENT points to {shown}, which holds no manifest; {rebuild}"
             )
+        if (outer := self.enclosing_index()) is not None:
+            # A generation folder (gen-...) named as the index: building one there would be removed
+            # with that generation by the outer index's next ingest.
+            return IndexNotFoundError(f"{self.root} is a folder inside the index {outer} (sirag's own files, such "
+                                      f"as a generation of it), not an index; pass --index {outer}")
         # The absolute folder: a relative paths.index_dir is read from the current folder.
         return IndexNotFoundError(f"no index in {self.root.absolute()}; build one with: sirag ingest PATH... "
                                   "(or pass --index DIR)")

@@ -880,3 +880,24 @@ def test_ask_says_when_documents_changed_or_went_away_since_the_ingest(tmp_path:
     (folder / "lamp.txt").write_text("The keeper lit the lamp at dusk.\n", encoding="utf-8")  # edited back
     (folder / "mill.txt").write_text("The miller pressed cider.\n", encoding="utf-8")
     assert warnings() == []
+
+
+def test_a_generation_folder_named_as_the_index_points_to_its_index(fake_config, built_index: Path, corpus_dir: Path,
+                                                                     hash_embedder) -> None:
+    # `--index index/gen-...` (a tab completion too far) was answered "no index in ...; build one with
+    # sirag ingest", and that ingest built an index inside the live generation, which the outer
+    # index's next ingest removes with it.
+    from self_improving_rag.errors import IndexNotFoundError
+
+    gen = CorpusIndex(built_index).live_dir()
+    before = sorted(p.name for p in gen.iterdir())
+    with pytest.raises(IndexNotFoundError, match=f"is a folder inside the index {built_index}.*pass --index "
+                                                 f"{built_index}$"):
+        CorpusIndex(gen).live_dir()
+    for inside in (gen, gen / "sub"):
+        with pytest.raises(IngestionError, match=f"is inside the index {built_index} .*nothing was changed"):
+            ingest([corpus_dir], fake_config, hash_embedder, index_dir=inside, progress=False)
+    assert sorted(p.name for p in gen.iterdir()) == before
+    # A folder beside the index, or one never built, is still an index to build.
+    with pytest.raises(IndexNotFoundError, match="no index in .*build one with"):
+        CorpusIndex(built_index.parent / "other").live_dir()
