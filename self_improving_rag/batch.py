@@ -1123,7 +1123,7 @@ def check_documents(spec: BatchSpec, index_dir: str, corpus: list[Path], squad: 
     if missing:
         more = f" (and {len(missing) - 1} more: {', '.join(missing[1:])})" if len(missing) > 1 else ""
         raise BatchError(f"batch {spec.name}: the corpus path {missing[0]} does not exist{more}; nothing was "
-                         "written. Fix the path or leave it out (the batch file's corpus:, read from its folder, "
+                         "changed. Fix the path or leave it out (the batch file's corpus:, read from its folder, "
                          "or eval's --corpus)")
 
 

@@ -1365,7 +1365,7 @@ def test_a_missing_corpus_path_refuses_the_batch_before_anything_is_written(tmp_
     f.write_text(yaml.safe_dump({**spec, "corpus": [spec["corpus"][0], "no-such-docs"]}))
     line = _one_error_line(run(["batch", str(f)], tmp_path, ov))
     assert not (tmp_path / "memory").exists() and not (tmp_path / "runs").exists()
-    assert f"the corpus path {tmp_path / 'no-such-docs'} does not exist; nothing was written" in line, line
+    assert f"the corpus path {tmp_path / 'no-such-docs'} does not exist; nothing was changed" in line, line
     qa = tmp_path / "qa.jsonl"
     qa.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     line = _one_error_line(run(["eval", "--dataset", str(qa), "--corpus", "missing-docs"], tmp_path, ov))
