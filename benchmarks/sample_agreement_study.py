@@ -47,7 +47,13 @@ data/qa/holmes_extra.jsonl after session 31's run for sharing a passage with she
 Besides the default weights and the full refit it scores the scaled model (`calibration.model:
 scaled`: the default score's slope and shift fitted) and names the model `auto` would store.
 
-`--halves RUN_DIR` does the same within one run: its questions with an answer, in the order of its
+`--pooled TRAIN TEST` cross-fits TEST by question (5 folds, seeds 0-2), each fold scored by a fit on
+all of TRAIN and TEST's other folds, so the fit holds labels of TEST's own kind; it also says how
+often a perfectly calibrated confidence would show ECE <= 0.08 on TEST's answers:
+
+  python benchmarks/sample_agreement_study.py --pooled runs/holmes-extra runs/sherlock --exclude xpg3289_08
+
+`--halves RUN_DIR` measures as `--transfer` does, within one run: its questions with an answer, in the order of its
 results file and without those `--exclude` names, are dealt into two halves (1st, 3rd, ... and
 2nd, 4th, ...); each half is fitted and the other measured:
 
@@ -392,6 +398,75 @@ def halves(spec: str, exclude: frozenset[str] = frozenset()) -> None:
     _measure(second, first, f"{spec}, 2nd/4th/... questions", f"{spec}, 1st/3rd/... questions")
 
 
+def pooled(train_spec: str, test_spec: str, exclude: frozenset[str] = frozenset(), seeds: int = 3) -> None:
+    """TEST's questions dealt into 5 folds (grouped by question, balanced by label, seeded); each
+    fold scored by a fit on all of TRAIN's labels and TEST's other folds, so every TEST label is
+    held out once and the fit also holds labels of TEST's own kind; the models as ``--transfer``
+    names them. Then how low an ECE a perfectly calibrated confidence would show on TEST's answers,
+    and TEST alone cross-fitted (``cross_fit``, as ``sirag calibrate`` does)."""
+    from self_improving_rag.evaluation.calibration import (_design, _folds, _scores, _sigmoid, _weight_vector,
+                                                           choose_l2, choose_model_and_l2, cross_fit, fit_model)
+    from self_improving_rag.evaluation.metrics import expected_calibration_error
+
+    train_all, test_all = _load_runs(train_spec, exclude, "--pooled"), _load_runs(test_spec, exclude, "--pooled")
+    shared = {r["group"] for r in train_all} & {r["group"] for r in test_all}
+    if shared:
+        sys.exit(f"--pooled: {len(shared)} question id(s) are in both sets (e.g. {sorted(shared)[0]})")
+
+    def line(res: dict) -> str:
+        iv = res.get("auroc_interval") or {}
+        return (f"AUROC {res['auroc']:.3f} ({iv.get('low', float('nan')):.3f}–{iv.get('high', float('nan')):.3f}), "
+                f"ECE {res['ece']:.3f} (floor {res['ece_floor']:.3f}), Brier {res['brier']:.3f}")
+
+    for label, keep in (("every answer given", lambda r: True), ("answers returned", lambda r: r["returned"])):
+        train, test = [r for r in train_all if keep(r)], [r for r in test_all if keep(r)]
+        y_tr, y_te = [r["y"] for r in train], [r["y"] for r in test]
+        g_te = [r["group"] for r in test]
+        print(f"\n== {label}: {test_spec} ({len(test)} answers, {sum(y_te)} right) held out by fold; "
+              f"{train_spec} ({len(train)} answers, {sum(y_tr)} right) always fitted on")
+        if len(set(y_tr + y_te)) < 2 or len(set(y_te)) < 2 or len(set(g_te)) < 5:
+            print("  too few to fit or to measure")
+            continue
+        X, y = _design(test, y_te)
+        for model in ("auto", "full", "scaled"):
+            res, chosen = [], []
+            for seed in range(seeds):
+                fold = _folds(y, g_te, 5, seed)
+                p = np.zeros(len(test))
+                for f in range(int(fold.max()) + 1):
+                    tr_rows = train + [test[i] for i in np.flatnonzero(fold != f)]
+                    tr_y = [r["y"] for r in tr_rows]
+                    tr_g = [r["group"] for r in tr_rows]
+                    if model == "auto":
+                        m, l2 = choose_model_and_l2(tr_rows, tr_y, tr_g, 5, seed, "auto")
+                    elif model == "full":
+                        m, l2 = "full", choose_l2(tr_rows, tr_y, groups=tr_g, seed=seed)
+                    else:
+                        m, l2 = "scaled", None
+                    chosen.append(m)
+                    w = fit_model(tr_rows, tr_y, m, l2)
+                    held = fold == f
+                    p[held] = _sigmoid(X[held] @ _weight_vector(w))
+                res.append(_scores(p, y, g_te if seed == 0 else None))
+                if model == "auto" and seed == 0:
+                    kept = p.copy()
+            print(f"  {model:6s}: AUROC {np.mean([r['auroc'] for r in res]):.3f}, "
+                  f"ECE {np.mean([r['ece'] for r in res]):.3f}, Brier {np.mean([r['brier'] for r in res]):.3f} "
+                  f"(seed 0: {line(res[0])}); folds scaled {chosen.count('scaled')} of {len(chosen)}")
+        # How low an ECE these answers could show: labels drawn as the held-out auto confidences say
+        # (a perfectly calibrated confidence), 4000 times.
+        rng = np.random.default_rng(0)
+        draws = np.array([expected_calibration_error(kept.tolist(), (rng.random(kept.size) < kept).astype(int).tolist())
+                          for _ in range(4000)])
+        print(f"  a perfectly calibrated confidence at auto's held-out values shows ECE {np.median(draws):.3f} "
+              f"(median); ECE <= 0.08 in {np.mean(draws <= 0.08):.1%} of 4000 draws")
+        alone = [cross_fit(test, y_te, seed=s, l2="auto", folds=5, groups=g_te, model="auto",
+                           interval=s == 0) for s in range(seeds)]
+        print(f"  TEST alone, auto: AUROC {np.mean([a['after']['auroc'] for a in alone]):.3f}, "
+              f"ECE {np.mean([a['after']['ece'] for a in alone]):.3f}, "
+              f"Brier {np.mean([a['after']['brier'] for a in alone]):.3f}; default weights {line(alone[0]['before'])}")
+
+
 def parse(argv: list[str] | None = None):
     from common import study_parser
 
@@ -405,17 +480,19 @@ def parse(argv: list[str] | None = None):
                    help="fit on the TRAIN runs, measure on the TEST runs ('+' pools)")
     p.add_argument("--halves", metavar="RUN_DIR",
                    help="fit on every other question of a run, measure on the rest, and the other way round")
+    p.add_argument("--pooled", nargs=2, metavar=("TRAIN", "TEST"),
+                   help="TEST cross-fitted by question, each fold fitted on all of TRAIN and TEST's other folds")
     p.add_argument("--exclude", default="", metavar="ID,ID",
-                   help="with --transfer or --halves: question ids left out")
+                   help="with --transfer, --halves or --pooled: question ids left out")
     return p.parse_known_args(argv)
 
 
 if __name__ == "__main__":
     args, rest = parse()
-    if args.transfer and args.halves:
-        sys.exit("give --transfer TRAIN TEST or --halves RUN_DIR, not both")
-    if args.exclude and not (args.transfer or args.halves):
-        sys.exit("--exclude goes with --transfer or --halves")
+    if sum(map(bool, (args.transfer, args.halves, args.pooled))) > 1:
+        sys.exit("give one of --transfer TRAIN TEST, --halves RUN_DIR and --pooled TRAIN TEST")
+    if args.exclude and not (args.transfer or args.halves or args.pooled):
+        sys.exit("--exclude goes with --transfer, --halves or --pooled")
     if args.run:
         if not args.name:
             sys.exit("--run needs --name")
@@ -436,5 +513,8 @@ if __name__ == "__main__":
     if args.halves:
         halves(args.halves, exclude=frozenset(filter(None, args.exclude.split(","))))
         sys.exit(0)
-    sys.exit("give --run BATCH --name NAME, --analyse RUN_DIR..., --fit RUN_DIR..., --transfer TRAIN TEST "
-             "or --halves RUN_DIR")
+    if args.pooled:
+        pooled(*args.pooled, exclude=frozenset(filter(None, args.exclude.split(","))))
+        sys.exit(0)
+    sys.exit("give --run BATCH --name NAME, --analyse RUN_DIR..., --fit RUN_DIR..., --transfer TRAIN TEST, "
+             "--halves RUN_DIR or --pooled TRAIN TEST")
