@@ -292,11 +292,12 @@ def _check_index_folder(root: Path, paths: list[str | Path]) -> None:
                                  "written among the documents; nothing was changed. Pass --index another folder, "
                                  f"e.g. --index index/{where.name or 'docs'}")
     if (outer := CorpusIndex(root).enclosing_index()) is not None:
-        # Its files would lie among that index's; in a generation folder (gen-...) they would be
-        # removed with it by that index's next ingest.
-        raise IngestionError(f"the index folder {root} is inside the index {outer} (among its own files); nothing "
-                             f"was changed. Pass --index a folder outside {outer}, or --index {outer} to ingest "
-                             "into that index")
+        # In a generation folder (gen-...) its files would be removed with it by that index's next
+        # ingest. (Another folder inside an index, index/sherlock beside index/gen-..., is safe.)
+        raise IngestionError(f"the index folder {root} is inside the index {outer} (in one of its generation "
+                             "folders, gen-..., which that index's next ingest removes with all they hold); "
+                             f"nothing was changed. Pass --index a folder outside {outer}'s gen-... folders, or "
+                             f"--index {outer} to ingest into that index")
     if root.is_dir() and not (root / "CURRENT").exists():
         docs = sorted(c.name for c in root.iterdir() if c.is_file() and c.suffix.lower() in SUPPORTED_SUFFIXES)
         if docs:

@@ -274,9 +274,14 @@ class CorpusIndex:
         return d if (d / "manifest.json").is_file() else None
 
     def enclosing_index(self) -> Path | None:
-        """The index folder this folder lies inside (one of its generation folders, say), if any."""
-        for parent in Path(os.path.normpath(self.root.absolute())).parents:
-            if CorpusIndex(parent).current_dir() is not None:
+        """The index whose generation folder (``gen-...``, or ``.building-...`` while one is built)
+        this folder is or lies inside, if any: that index's next ingest removes such a folder with
+        all it holds. Any other folder inside an index (``index/sherlock`` beside the generations
+        of an index at ``index/``) is left alone by it, and is not reported."""
+        path = Path(os.path.normpath(self.root.absolute()))
+        for parent in path.parents:
+            if (path.relative_to(parent).parts[0].startswith(("gen-", ".building-"))
+                    and CorpusIndex(parent).current_dir() is not None):
                 return parent
         return None
 
@@ -311,8 +316,8 @@ class CorpusIndex:
         if (outer := self.enclosing_index()) is not None:
             # A generation folder (gen-...) named as the index: building one there would be removed
             # with that generation by the outer index's next ingest.
-            return IndexNotFoundError(f"{self.root} is a folder inside the index {outer} (sirag's own files, such "
-                                      f"as a generation of it), not an index; pass --index {outer}")
+            return IndexNotFoundError(f"{self.root} is a folder inside the index {outer} (in one of its generation "
+                                      f"folders, gen-..., sirag's own files), not an index; pass --index {outer}")
         # The absolute folder: a relative paths.index_dir is read from the current folder.
         return IndexNotFoundError(f"no index in {self.root.absolute()}; build one with: sirag ingest PATH... "
                                   "(or pass --index DIR)")

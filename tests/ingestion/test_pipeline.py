@@ -901,3 +901,26 @@ def test_a_generation_folder_named_as_the_index_points_to_its_index(fake_config,
     # A folder beside the index, or one never built, is still an index to build.
     with pytest.raises(IndexNotFoundError, match="no index in .*build one with"):
         CorpusIndex(built_index.parent / "other").live_dir()
+
+
+def test_an_index_in_a_plain_subfolder_of_another_index_is_built_and_updated(fake_config, built_index: Path,
+                                                                            corpus_dir: Path, hash_embedder) -> None:
+    # index/ an index and index/sherlock another: the outer index's ingest removes only its gen-...
+    # and .building-... folders, so index/sherlock is safe there. It was refused, even when it was
+    # already built (its re-ingest said to ingest into index/, which would replace those documents).
+    from self_improving_rag.errors import IndexNotFoundError
+
+    inner = built_index / "sherlock"
+    ingest([corpus_dir / "orchard.txt"], fake_config, hash_embedder, index_dir=inner, progress=False)
+    ingest([corpus_dir], fake_config, hash_embedder, index_dir=inner, progress=False)  # updated
+    assert set(CorpusIndex(inner).manifest()["files"]) == {"harbour", "orchard"}
+    ingest([corpus_dir / "harbour.md"], fake_config, hash_embedder, index_dir=built_index, progress=False)
+    assert CorpusIndex(inner).current_dir() is not None  # the outer index's ingest left it alone
+    assert CorpusIndex(built_index).enclosing_index() is None and CorpusIndex(inner).enclosing_index() is None
+    # One not built yet is an index to build, not "a folder inside the index".
+    with pytest.raises(IndexNotFoundError, match="no index in .*build one with"):
+        CorpusIndex(built_index / "other").live_dir()
+    # Inside a generation folder (gen-..., or one being built), it is refused as before.
+    live = CorpusIndex(built_index).current_dir()
+    for inside in (live / "sub", built_index / "gen-not-yet", built_index / ".building-x" / "sub"):
+        assert CorpusIndex(inside).enclosing_index() == built_index, inside
