@@ -277,12 +277,18 @@ class CorpusIndex:
         """The index whose generation folder (``gen-...``, or ``.building-...`` while one is built)
         this folder is or lies inside, if any: that index's next ingest removes such a folder with
         all it holds. Any other folder inside an index (``index/sherlock`` beside the generations
-        of an index at ``index/``) is left alone by it, and is not reported."""
-        path = Path(os.path.normpath(self.root.absolute()))
-        for parent in path.parents:
-            if (path.relative_to(parent).parts[0].startswith(("gen-", ".building-"))
-                    and CorpusIndex(parent).current_dir() is not None):
-                return parent
+        of an index at ``index/``) is left alone by it, and is not reported. The path is read as
+        written and as the folder it leads to: a link to a generation folder is inside it too."""
+        written = Path(os.path.normpath(self.root.absolute()))
+        try:
+            real = self.root.resolve()
+        except (OSError, RuntimeError):  # a link in a loop (Python 3.11 raises RuntimeError)
+            real = written
+        for path in dict.fromkeys((written, real)):
+            for parent in path.parents:
+                if (path.relative_to(parent).parts[0].startswith(("gen-", ".building-"))
+                        and CorpusIndex(parent).current_dir() is not None):
+                    return parent
         return None
 
     def live_dir(self) -> Path:

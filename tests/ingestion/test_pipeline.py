@@ -924,3 +924,29 @@ def test_an_index_in_a_plain_subfolder_of_another_index_is_built_and_updated(fak
     live = CorpusIndex(built_index).current_dir()
     for inside in (live / "sub", built_index / "gen-not-yet", built_index / ".building-x" / "sub"):
         assert CorpusIndex(inside).enclosing_index() == built_index, inside
+
+
+def test_an_index_folder_linked_into_a_generation_folder_is_refused(fake_config, built_index: Path, corpus_dir: Path,
+                                                                    hash_embedder, tmp_path: Path) -> None:
+    # The check read the path as written: `--index mylink`, a link to index/gen-..., built an index
+    # inside that generation, and the outer index's next ingest removed it with the generation.
+    from self_improving_rag.errors import IndexNotFoundError
+
+    gen = CorpusIndex(built_index).live_dir()
+    link = tmp_path / "mylink"
+    link.symlink_to(gen, target_is_directory=True)
+    before = sorted(p.name for p in gen.iterdir())
+    for inside in (link, link / "sub"):
+        with pytest.raises(IngestionError, match=f"is inside the index {built_index} .*nothing was changed"):
+            ingest([corpus_dir], fake_config, hash_embedder, index_dir=inside, progress=False)
+    assert sorted(p.name for p in gen.iterdir()) == before
+    with pytest.raises(IndexNotFoundError, match=f"pass --index {built_index}$"):
+        CorpusIndex(link).live_dir()
+    # A link to a plain folder elsewhere is an index to build, as before.
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "otherlink").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    assert CorpusIndex(tmp_path / "otherlink").enclosing_index() is None
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)  # a link in a loop: still "no index", not an internal error
+    with pytest.raises(IndexNotFoundError, match="no index in"):
+        CorpusIndex(loop).live_dir()
