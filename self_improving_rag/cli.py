@@ -159,9 +159,14 @@ def _engine(args: argparse.Namespace, config: Config, record: bool = True):
         # Said as a store that cannot be read is: a folder, or a store named (--memory, --set, a
         # --config file) that is not there, is not the calibration fit the answer is scored with.
         # The default store not there yet is a memory with nothing in it.
+        # The default store by any spelling ("./memory/memory.db", its absolute path) is the default.
+        default = Path(type(config.paths)().memory_db)
+        try:
+            named = db.resolve() != default.resolve()
+        except (OSError, RuntimeError):  # a link in a loop (Python 3.11 raises RuntimeError)
+            named = True
         why = (f"{db} is a folder, not a memory database file" if db.is_dir()
-               else f"no memory store at {db}" if config.paths.memory_db != type(config.paths)().memory_db
-               else None)
+               else f"no memory store at {db}" if named else None)
         if why:
             log.warning("memory not read (%s): default confidence weights and strategy", why)
     return Engine(config, memory=memory, index_dir=args.index, record=record)

@@ -619,3 +619,20 @@ def test_ask_no_memory_says_when_the_store_named_cannot_be_read(tmp_path):
     ov = [o for o in ov if not o.startswith("paths.memory_db=")]
     r = run(["ask", "Who built the lighthouse of Marrow Point?", "--no-memory"], tmp_path, ov)
     assert r.returncode == 0 and "memory not read" not in r.stderr, r.stderr
+
+
+def test_ask_no_memory_does_not_warn_for_the_default_store_spelled_another_way(tmp_path):
+    # "./memory/memory.db", its absolute path, or a --config file naming it are the default store,
+    # not there yet: an empty memory, as with no --memory. They warned "no memory store at
+    # memory/memory.db" (a string compare), which read as if the default store were lost.
+    ov = [o for o in fake_overrides(tmp_path) if not o.startswith("paths.memory_db=")]
+    ov += ['generator.replies=["Clara Venn built the lighthouse in 1852 [1]."]']
+    assert run(["ingest", str(write_corpus(tmp_path / "docs"))], tmp_path, ov).returncode == 0
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("paths:\n  memory_db: ./memory/memory.db\n", encoding="utf-8")
+    for extra in (["--memory", "./memory/memory.db"], ["--memory", str(tmp_path / "memory" / "memory.db")],
+                  ["--config", str(cfg)]):
+        r = run(["ask", "Who built the lighthouse of Marrow Point?", "--no-memory", *extra], tmp_path, ov)
+        assert r.returncode == 0 and "Clara Venn" in r.stdout, r.stderr
+        assert "memory not read" not in r.stderr, (extra, r.stderr)
+    assert not (tmp_path / "memory").exists()
