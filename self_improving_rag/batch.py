@@ -658,9 +658,10 @@ def _check_index_keeps_documents(index_dir: str, corpus: list[Path]) -> None:
 ROW_KEYS = ("id", "question", "answer", "refused", "attempts")
 
 
-def read_done(path: Path) -> dict[str, dict]:
-    """Rows already written; a torn last line (killed mid-write) is cut off. A damaged line with
-    rows after it is not a torn write: BatchError names it, and nothing is cut."""
+def read_done(path: Path, cut: bool = True) -> dict[str, dict]:
+    """Rows already written; a torn last line (killed mid-write) is cut off (left as it is without
+    ``cut``). A damaged line with rows after it is not a torn write: BatchError names it, and
+    nothing is cut."""
     done: dict[str, dict] = {}
     if not path.exists():
         return done
@@ -685,10 +686,30 @@ def read_done(path: Path) -> dict[str, dict]:
                              "then asked again)")
         done[row["id"]] = row
         good_bytes += len(raw)
-    if good_bytes != path.stat().st_size:
+    if cut and good_bytes != path.stat().st_size:
         with path.open("r+b") as fh:
             fh.truncate(good_bytes)
     return done
+
+
+def _kept_done(done: dict[str, dict], by_id: dict[str, QAItem]) -> dict[str, dict]:
+    """The rows of :func:`read_done` whose questions stay answered. Error rows of earlier versions
+    recorded setup failures (no index, generator down) as answers: those questions are asked
+    again; only unusable questions stay done. An unusable question whose text has changed since
+    (shortened, say) is asked again."""
+    return {k: r for k, r in done.items() if "error" not in r or (
+        r.get("error_type") == "InputError"
+        and (k not in by_id or _same_text(r.get("question"), by_id[k].question)))}
+
+
+def _finished(run_dir: Path, items: list[QAItem], by_id: dict[str, QAItem]) -> bool:
+    """Whether every one of ``items`` is answered in the run's results already (read only: a
+    damaged file counts as unfinished, and is named when the run opens it)."""
+    try:
+        done = _kept_done(read_done(run_dir / "results.jsonl", cut=False), by_id)
+    except (BatchError, OSError):
+        return False
+    return all(it.id in done for it in items)
 
 
 def _lock_run(run_dir: Path):
@@ -1110,16 +1131,18 @@ def _check_folders(out_root: Path | None, run_names: list[str], index_dir: str) 
                          "(the batch file's index:, or --index DIR), or move that file away")
 
 
-def check_documents(spec: BatchSpec, index_dir: str, corpus: list[Path], squad: Path | None = None) -> None:
+def check_documents(spec: BatchSpec, index_dir: str, corpus: list[Path], squad: Path | None = None,
+                    finished: bool = False) -> None:
     """Before anything is written: a batch needs documents to answer from, or an index of them,
     and every corpus path must exist (the ingest would refuse a missing one, but only after the
     memory store and the output folder were made). ``squad``: the corpus is that file's
-    paragraph folder, written later."""
+    paragraph folder, written later. ``finished``: every run is answered already, so it is only
+    summarised again, and nothing is ingested: a corpus path gone since is not needed."""
     if not corpus and not spec.index and not Path(index_dir).is_dir():
         raise BatchError(f"batch {spec.name}: no corpus and no index: these questions carry no passages of their "
                          "own (only SQuAD files do); give the documents with corpus: in the batch file or "
                          "eval's --corpus DIR, or an index built from them with --index DIR")
-    missing = [str(p) for p in corpus if not p.exists()] if squad is None else []
+    missing = [str(p) for p in corpus if not p.exists()] if squad is None and not finished else []
     if missing:
         more = f" (and {len(missing) - 1} more: {', '.join(missing[1:])})" if len(missing) > 1 else ""
         raise BatchError(f"batch {spec.name}: the corpus path {missing[0]} does not exist{more}; nothing was "
@@ -1216,7 +1239,8 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     for _, _, run_name, point_loop in runs:
         for suf in derived if point_loop else ():
             _check_derived_folder(out_root / run_name, suf)
-    check_documents(spec, index_dir, corpus, squad)
+    check_documents(spec, index_dir, corpus, squad,
+                    finished=all(_finished(out_root / name, items, by_id) for _, _, name, _ in runs))
     if guard_index and corpus:
         _check_index_sources(index_dir, corpus, guard_index)
     from .memory import MemoryStore
@@ -1249,13 +1273,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
         bar = None
         failed = True
         try:
-            done = read_done(results)
-            # Error rows of earlier versions recorded setup failures (no index, generator down) as
-            # answers: those questions are asked again; only unusable questions stay done.
-            # An unusable question whose text has changed since (shortened, say) is asked again.
-            done = {k: r for k, r in done.items() if "error" not in r or (
-                r.get("error_type") == "InputError"
-                and (k not in by_id or _same_text(r.get("question"), by_id[k].question)))}
+            done = _kept_done(read_done(results), by_id)
             _check_same_questions(run_dir, done, by_id)
             todo = [it for it in items if it.id not in done]
             # A finished run is only summarised again, whatever the settings now; a resume is

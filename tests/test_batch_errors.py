@@ -1398,3 +1398,20 @@ def test_a_key_of_the_wrong_shape_says_how_to_write_it(tmp_path, body, said):
     with pytest.raises(BatchError) as info:
         load_batch(f)
     assert said in str(info.value) and "QuestionsSpec" not in str(info.value), str(info.value)
+
+
+def test_a_finished_run_is_summarised_again_after_its_documents_moved_away(tmp_path):
+    # A finished run is only summarised again (nothing is ingested or asked), so a corpus path gone
+    # since does not stop it; e7c8c29's early check refused it ("the corpus path ... does not
+    # exist"). A run with questions left still needs its documents and is refused as before.
+    ov = batch_overrides(tmp_path)
+    f = _batch(tmp_path)
+    assert run(["batch", str(f)], tmp_path, ov).returncode == 0
+    (tmp_path / "docs").rename(tmp_path / "docs-moved")
+    r = run(["batch", str(f)], tmp_path, ov)
+    assert r.returncode == 0 and "were all answered before" in r.stderr and "run t: n=2" in r.stdout, r.stderr
+    spec = yaml.safe_load(f.read_text())
+    rows = spec["questions"]["inline"]
+    f.write_text(yaml.safe_dump({**spec, "questions": {"inline": rows + [{**rows[1], "id": "c"}]}}))
+    line = _one_error_line(run(["batch", str(f)], tmp_path, ov))
+    assert f"the corpus path {tmp_path / 'docs'} does not exist" in line, line
