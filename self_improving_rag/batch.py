@@ -188,15 +188,25 @@ _SHAPES = {
 def _shape_fix(kind: str, loc: tuple, value: Any) -> str | None:
     """What to say of a batch-file key given as the wrong kind of YAML value (a text where a list
     or a mapping goes, a list where a mapping goes), with how to write it; None for other errors."""
-    def shown(v: Any) -> str:  # quoted unless YAML reads it back as the same text inside [...] or {...}
-        plain = not isinstance(v, str) or re.fullmatch(r"\w[\w./ -]*", v) and not re.search(r"\s$", v)
-        return str(v) if plain else json.dumps(v, ensure_ascii=False)
+    def shown(v: Any) -> str:  # text quoted unless YAML reads it back as the same text inside [...]
+        if isinstance(v, bool):
+            return str(v).lower()  # YAML's spelling, not Python's True
+        if not isinstance(v, str):
+            return str(v)
+        try:  # "2024", "yes", "off", "null", "a: b", "#x" read back as something else
+            plain = yaml.safe_load(f"[{v}]") == [v]
+        except yaml.YAMLError:
+            plain = False
+        return v if plain else json.dumps(v, ensure_ascii=False)
 
     got = ("a text" if isinstance(value, str) else "a list" if isinstance(value, list)
            else "a mapping" if isinstance(value, dict) else _yaml_kind(value) or type(value).__name__)
     scalar = not isinstance(value, (list, dict))
     if kind == "list_type" and loc in _SHAPES:
-        fix = f"corpus: [{shown(value)}]" if loc == ("corpus",) and scalar and value is not None else _SHAPES[loc]
+        # A corpus entry is text: a number or date YAML read is quoted back as the text written.
+        text = (value if isinstance(value, str) else None if isinstance(value, bool) or value is None
+                else str(value) if scalar else None)
+        fix = f"corpus: [{shown(text)}]" if loc == ("corpus",) and text is not None else _SHAPES[loc]
         return f"must be a list, not {got}: write {fix}"
     if kind == "list_type" and len(loc) == 2 and loc[0] == "grid":
         example = f"[{shown(value)}]" if scalar else "[value1, value2]"

@@ -1388,6 +1388,15 @@ def test_a_missing_corpus_path_refuses_the_batch_before_anything_is_written(tmp_
      "'questions.inline.0' must be a mapping with question: (and optional answers:), not a text: "
      'write {question: "Who built it?"}'),
     ('corpus: "my docs: v2"\nquestions: {file: q.jsonl}\n', """write corpus: ["my docs: v2"]"""),
+    # What it says to write reads back as what was meant: it said corpus: [2024] (a number again),
+    # corpus: [True] (Python's spelling, a yes/no value again), strategy.chunker: [on] (YAML's yes).
+    ('corpus: "2024"\nquestions: {file: q.jsonl}\n', 'write corpus: ["2024"]'),
+    ("corpus: 2024\nquestions: {file: q.jsonl}\n", 'write corpus: ["2024"]'),
+    ("corpus: yes\nquestions: {file: q.jsonl}\n", "not a yes/no value: write corpus: [docs] (or one"),
+    ('questions: {file: q.jsonl}\ngrid: {retrieval.reranker: "off"}\n', 'write retrieval.reranker: ["off"]'),
+    ("questions: {file: q.jsonl}\ngrid: {loop.enabled: false}\n", "write loop.enabled: [false]"),
+    ('questions: "null"\n', 'write questions: {file: "null"}'),
+    ('questions:\n  inline:\n    - "yes"\n', 'write {question: "yes"}'),
 ])
 def test_a_key_of_the_wrong_shape_says_how_to_write_it(tmp_path, body, said):
     from self_improving_rag.batch import load_batch
