@@ -20,6 +20,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import sqlite3
@@ -257,6 +258,16 @@ class _PartsDisagree(ValueError):
     """A chunker's files that do not belong together (its message says how)."""
 
 
+#: A generation folder's name as :meth:`CorpusIndex.new_generation` makes it (``.building-...``
+#: while it is written, ``gen-...`` once live). Only such folders are an index's own: a user's
+#: ``gen-ai-notes/`` beside them is neither removed with old generations nor read as one.
+_GENERATION_NAME = re.compile(r"(?:gen|\.building)-\d{8}T\d{6}-[0-9a-f]{6}")
+
+
+def is_generation_name(name: str) -> bool:
+    return _GENERATION_NAME.fullmatch(name) is not None
+
+
 class CorpusIndex:
     """Reads and writes generations of a corpus directory."""
 
@@ -286,7 +297,7 @@ class CorpusIndex:
             real = written
         for path in dict.fromkeys((written, real)):
             for parent in path.parents:
-                if (path.relative_to(parent).parts[0].startswith(("gen-", ".building-"))
+                if (is_generation_name(path.relative_to(parent).parts[0])
                         and CorpusIndex(parent).current_dir() is not None):
                     return parent
         return None
@@ -462,7 +473,7 @@ class CorpusIndex:
         until one changes the index. A ``.building-`` folder younger than 5 s is left: perhaps
         another ingest's in flight; a later ingest removes it."""
         for old in self.root.iterdir():
-            if old.is_dir() and old.name != live and old.name.startswith(("gen-", ".building-")):
+            if old.is_dir() and old.name != live and is_generation_name(old.name):
                 if old.name.startswith(".building-") and time.time() - old.stat().st_mtime < 5:
                     continue
                 shutil.rmtree(old, ignore_errors=True)

@@ -922,7 +922,8 @@ def test_an_index_in_a_plain_subfolder_of_another_index_is_built_and_updated(fak
         CorpusIndex(built_index / "other").live_dir()
     # Inside a generation folder (gen-..., or one being built), it is refused as before.
     live = CorpusIndex(built_index).current_dir()
-    for inside in (live / "sub", built_index / "gen-not-yet", built_index / ".building-x" / "sub"):
+    for inside in (live / "sub", built_index / "gen-20990101T000000-abcdef",
+                   built_index / ".building-20990101T000000-abcdef" / "sub"):
         assert CorpusIndex(inside).enclosing_index() == built_index, inside
 
 
@@ -950,3 +951,20 @@ def test_an_index_folder_linked_into_a_generation_folder_is_refused(fake_config,
     loop.symlink_to(loop)  # a link in a loop: still "no index", not an internal error
     with pytest.raises(IndexNotFoundError, match="no index in"):
         CorpusIndex(loop).live_dir()
+
+
+def test_a_folder_of_the_user_s_named_gen_something_in_the_index_folder_is_not_removed(
+        fake_config, built_index: Path, corpus_dir: Path, hash_embedder) -> None:
+    # remove_stale removed every folder whose name starts with gen- or .building- beside the live
+    # generation: an index built in a folder holding gen-ai-notes/ deleted it, files and all, at
+    # its next ingest. Only sirag's own names (gen-YYYYmmddTHHMMSS-xxxxxx) are generations.
+    notes = built_index / "gen-ai-notes"
+    notes.mkdir()
+    (notes / "plan.txt").write_text("keep me\n", encoding="utf-8")
+    old = CorpusIndex(built_index).live_dir()
+    ingest([corpus_dir / "harbour.md"], fake_config, hash_embedder, progress=False)
+    assert (notes / "plan.txt").read_text(encoding="utf-8") == "keep me\n"
+    assert not old.exists() and CorpusIndex(built_index).live_dir() != old  # the old generation is gone
+    # Not a generation either for the check of an index folder inside another index.
+    assert CorpusIndex(notes / "idx").enclosing_index() is None
+    assert CorpusIndex(old.parent / "gen-20990101T000000-abcdef" / "x").enclosing_index() == built_index
