@@ -1249,8 +1249,10 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     for _, _, run_name, point_loop in runs:
         for suf in derived if point_loop else ():
             _check_derived_folder(out_root / run_name, suf)
+    # (The runs' results are read only when a corpus path is missing.)
     check_documents(spec, index_dir, corpus, squad,
-                    finished=all(_finished(out_root / name, items, by_id) for _, _, name, _ in runs))
+                    finished=any(not p.exists() for p in corpus)
+                    and all(_finished(out_root / name, items, by_id) for _, _, name, _ in runs))
     if guard_index and corpus:
         _check_index_sources(index_dir, corpus, guard_index)
     from .memory import MemoryStore
