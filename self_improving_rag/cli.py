@@ -1157,6 +1157,14 @@ def main(argv: list[str] | None = None) -> int:
                 # store would be used in its place.
                 raise InputError(f"--{option} is empty; give a path, e.g. --{option} "
                                  + ("index/mine" if option == "index" else "memory/mine.db"))
+        for option in ("index", "memory", "output_dir"):
+            value = getattr(args, option, None)
+            try:
+                if value:
+                    Path(value).expanduser().resolve()
+            except (OSError, RuntimeError):  # Python 3.11 raises RuntimeError for a loop of links
+                raise InputError(f"--{option.replace('_', '-')} {value} is a link that leads to itself (a loop of "
+                                 "links); remove the link, or give another path") from None
         if getattr(args, "index", None):
             args.index = os.path.expanduser(args.index)  # "--index=~/x" reaches us unexpanded, as paths.* would not
         # --memory is a --set of paths.memory_db; batch and eval re-apply these over a batch file's overrides.

@@ -15,7 +15,7 @@ import yaml
 
 from self_improving_rag.cli import COMMANDS, build_parser
 from self_improving_rag.config import Config
-from tests.conftest import batch_overrides, fake_overrides, write_corpus
+from tests.conftest import batch_overrides, fake_overrides, main_in_process, write_corpus
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -636,3 +636,23 @@ def test_ask_no_memory_does_not_warn_for_the_default_store_spelled_another_way(t
         assert r.returncode == 0 and "Clara Venn" in r.stdout, r.stderr
         assert "memory not read" not in r.stderr, (extra, r.stderr)
     assert not (tmp_path / "memory").exists()
+
+
+@pytest.mark.parametrize("option", ["--index", "--memory", "--output-dir"])
+def test_a_path_option_that_is_a_loop_of_links_is_named(tmp_path, capsys, monkeypatch, option):
+    # `--index loop` where loop -> loop ended `sirag eval` with "internal error: RuntimeError: Symlink
+    # loop ... please report it": a path the user gave, now said as such, with nothing written.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.txt").write_text("The harbour light was built in 1851.\n", encoding="utf-8")
+    (tmp_path / "q.jsonl").write_text('{"id": "q1", "question": "When was the light built?", "answers": ["1851"]}\n',
+                                      encoding="utf-8")
+    Path("loop").symlink_to("loop")
+    argv = ["eval", "--dataset", "q.jsonl", "--corpus", "docs", "--index", "idx", "--output-dir", "out",
+            "--memory", "m.db", option, "loop"]
+    for override in fake_overrides(tmp_path):
+        argv += ["--set", override]
+    assert main_in_process(argv) == 2
+    err = capsys.readouterr().err
+    assert f"error: {option} loop is a link that leads to itself" in err and "internal error" not in err
+    assert not any((tmp_path / name).exists() for name in ("idx", "out", "m.db"))

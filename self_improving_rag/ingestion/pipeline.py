@@ -327,6 +327,12 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
             f"no such file or folder: {', '.join(missing)}; nothing was changed. Fix the path or leave it out "
             "(the index holds exactly the paths given, so a missing one would remove its documents)"
         )
+    for what, where in (("--index", root), ("--memory", Path(config.paths.memory_db))):
+        try:
+            where.resolve()
+        except (OSError, RuntimeError):  # Python 3.11 raises RuntimeError for a loop of links
+            raise IngestionError(f"{what} {where} is a link that leads to itself (a loop of links); nothing was "
+                                 f"changed. Remove the link, or pass {what} another path") from None
     _check_index_folder(root, paths)
     memory = Path(config.paths.memory_db)
     logs = sorted(Path(config.paths.log_dir).glob("sirag-*.jsonl")) if Path(config.paths.log_dir).is_dir() else []

@@ -968,3 +968,17 @@ def test_a_folder_of_the_user_s_named_gen_something_in_the_index_folder_is_not_r
     # Not a generation either for the check of an index folder inside another index.
     assert CorpusIndex(notes / "idx").enclosing_index() is None
     assert CorpusIndex(old.parent / "gen-20990101T000000-abcdef" / "x").enclosing_index() == built_index
+
+
+def test_an_index_or_memory_path_that_is_a_loop_of_links_is_named(fake_config, corpus_dir: Path, hash_embedder,
+                                                                   tmp_path: Path) -> None:
+    # `--index loop` where loop -> loop ended the ingest with "internal error: RuntimeError: Symlink
+    # loop" (and --memory too): a path the user gave, said as such, with nothing written.
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    with pytest.raises(IngestionError, match=r"--index .*loop is a link that leads to itself.*nothing was changed"):
+        ingest([corpus_dir], fake_config, hash_embedder, index_dir=loop, progress=False)
+    config = load_config(None, [*fake_overrides(tmp_path), f"paths.memory_db={loop}"])
+    with pytest.raises(IngestionError, match=r"--memory .*loop is a link that leads to itself"):
+        ingest([corpus_dir], config, hash_embedder, index_dir=tmp_path / "idx", progress=False)
+    assert not (tmp_path / "idx").exists()
