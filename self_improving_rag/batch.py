@@ -1142,18 +1142,19 @@ def _check_folders(out_root: Path | None, run_names: list[str], index_dir: str) 
 
 
 def check_documents(spec: BatchSpec, index_dir: str, corpus: list[Path], squad: Path | None = None,
-                    finished: bool = False) -> None:
+                    finished: Callable[[], bool] | None = None) -> None:
     """Before anything is written: a batch needs documents to answer from, or an index of them,
     and every corpus path must exist (the ingest would refuse a missing one, but only after the
     memory store and the output folder were made). ``squad``: the corpus is that file's
-    paragraph folder, written later. ``finished``: every run is answered already, so it is only
-    summarised again, and nothing is ingested: a corpus path gone since is not needed."""
+    paragraph folder, written later. ``finished``: asked only when a corpus path is missing, whether
+    every run is answered already; such runs are only summarised again, and nothing is ingested, so
+    a corpus path gone since is not needed."""
     if not corpus and not spec.index and not Path(index_dir).is_dir():
         raise BatchError(f"batch {spec.name}: no corpus and no index: these questions carry no passages of their "
                          "own (only SQuAD files do); give the documents with corpus: in the batch file or "
                          "eval's --corpus DIR, or an index built from them with --index DIR")
-    missing = [str(p) for p in corpus if not p.exists()] if squad is None and not finished else []
-    if missing:
+    missing = [str(p) for p in corpus if not p.exists()] if squad is None else []
+    if missing and not (finished is not None and finished()):
         more = f" (and {len(missing) - 1} more: {', '.join(missing[1:])})" if len(missing) > 1 else ""
         raise BatchError(f"batch {spec.name}: the corpus path {missing[0]} does not exist{more}; nothing was "
                          "changed. Fix the path or leave it out (the batch file's corpus:, read from its folder, "
@@ -1249,10 +1250,8 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     for _, _, run_name, point_loop in runs:
         for suf in derived if point_loop else ():
             _check_derived_folder(out_root / run_name, suf)
-    # (The runs' results are read only when a corpus path is missing.)
     check_documents(spec, index_dir, corpus, squad,
-                    finished=any(not p.exists() for p in corpus)
-                    and all(_finished(out_root / name, items, by_id) for _, _, name, _ in runs))
+                    finished=lambda: all(_finished(out_root / name, items, by_id) for _, _, name, _ in runs))
     if guard_index and corpus:
         _check_index_sources(index_dir, corpus, guard_index)
     from .memory import MemoryStore

@@ -35,6 +35,7 @@ __all__ = [
     "auroc",
     "auroc_interval",
     "percentiles",
+    "collapse_spaces",
     "evidence_hit",
     "recall_at_k",
     "mrr",
@@ -496,16 +497,22 @@ def percentiles(values: Sequence[float], ps: Sequence[float] = (50, 95)) -> dict
 # --------------------------------------------------------------------------- retrieval
 
 
+def collapse_spaces(text: str) -> str:
+    """``text`` with every run of whitespace (line breaks too) one space, and none at either end:
+    the form in which :func:`evidence_hit` compares a quote with a passage."""
+    return " ".join(text.split())
+
+
 def evidence_hit(chunk_text: str, evidence_quote: str) -> bool:
     """True if the evidence quote occurs in the chunk after collapsing whitespace runs.
 
     Characters are compared exactly (curly and straight quotes differ): the quotes are
     verbatim copies of the source, so only line wrapping may differ.
     """
-    quote = " ".join(evidence_quote.split())
+    quote = collapse_spaces(evidence_quote)
     if not quote:
         raise ValueError("evidence_quote is empty; an empty quote would match every chunk")
-    return quote in " ".join(chunk_text.split())
+    return quote in collapse_spaces(chunk_text)
 
 
 def _check_k(k: int | None) -> None:

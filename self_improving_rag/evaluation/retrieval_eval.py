@@ -15,7 +15,7 @@ import numpy as np
 
 from ..config import Config
 from .datasets import QAItem
-from .metrics import evidence_hit, mrr, recall_at_k
+from .metrics import collapse_spaces, evidence_hit, mrr, recall_at_k
 
 
 def _hit(item: QAItem, doc_id: str, text: str) -> bool:
@@ -91,10 +91,11 @@ def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, k
 def evidence_found_nowhere(items: list[QAItem], chunk_lists: list[list]) -> list[str]:
     """The ids of the questions none of whose evidence quotes is in any one passage of any chunker:
     their recall is 0 whatever the retriever, most often for a quote that is not the documents'
-    words verbatim (a typo, a paraphrase, other quote marks)."""
-    texts = [" ".join(c.text.split()) for chunks in chunk_lists for c in chunks]
+    words verbatim (a typo, a paraphrase, other quote marks). Compared as :func:`evidence_hit`
+    compares, with each passage collapsed once instead of once per quote."""
+    texts = [collapse_spaces(c.text) for chunks in chunk_lists for c in chunks]
     return [it.id for it in items if it.evidence
-            and not any(q in t for q in (" ".join(e.split()) for e in it.evidence) if q for t in texts)]
+            and not any(q in t for q in map(collapse_spaces, it.evidence) if q for t in texts)]
 
 
 def refinement_eval(searcher, items: list[QAItem], strategy, count_prompt=None) -> dict:
