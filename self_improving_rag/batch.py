@@ -1436,9 +1436,9 @@ def single_attempt_row(row: dict, threshold: float) -> dict:
 
     At temperature 0 with the same first strategy the engine is deterministic, so the first
     attempt of a loop-on run is exactly what a loop-off run would have produced; the final
-    choice follows :func:`~self_improving_rag.engine.acceptable`, as in the engine.
+    choice follows :func:`~self_improving_rag.decision.acceptable`, as in the engine.
     """
-    from .engine import acceptable
+    from .decision import acceptable
 
     if not row.get("attempts"):  # the engine refused the question itself (a user error row)
         return _ungraded({**row, "derived_from_first_attempt": True})

@@ -364,20 +364,25 @@ def source_snippet(text: str, focus: set[str], width: int = 220) -> str:
 
 
 def _format_answer(ans: dict, verbose: bool) -> str:
+    """The answer for a person: the answer and what its confidence means, the sources it cites
+    (document > section, a short quote), then one line per attempt; ``verbose`` adds each
+    attempt's signals, diagnosis, tokens and timings."""
+    from .evaluation.shipped import meaning
+
     lines = []
     if ans["refused"]:
         lines.append("REFUSED: " + (ans["refusal_reason"] or ""))
+        lines.append(f"confidence of the refusal {ans['confidence']:.2f}")
         if ans["sources"]:
             lines.append("closest passages:")
     else:
         lines.append(ans["answer"])
         chosen = next((a for a in ans["attempts"] if a["number"] == ans["chosen_attempt"]), None)
-        caveat = ""
+        means = meaning(ans["confidence"])
+        lines.append(f"confidence {ans['confidence']:.2f}" + (f": {means}" if means else ""))
         if chosen is not None and chosen["failure"] != "NONE":
             # Accepted on its confidence although a check flagged it (no attempt passed them all).
-            caveat = f"; its checks flagged {chosen['failure']}: {chosen['failure_reason']}"
-        lines.append(f"confidence {ans['confidence']:.2f}   (attempt {ans['chosen_attempt']} of {len(ans['attempts'])}"
-                     f"{caveat})")
+            lines.append(f"note: its checks flagged {chosen['failure']}: {chosen['failure_reason']}")
         from .evaluation.signals import miscitations
 
         claims = ((chosen or {}).get("signals", {}).get("faithfulness", {}).get("detail") or {}).get("claims") or []
@@ -394,27 +399,32 @@ def _format_answer(ans: dict, verbose: bool) -> str:
     focus = (set(claim_terms(strip_citations(ans["answer"] or ""))) - question_terms
              if not ans["refused"] else set()) or question_terms
     for s in ans["sources"]:
-        snippet = source_snippet(s["text"], focus)
-        lines.append(f"  [{s['number']}] {s['doc']} chars {s['start']}-{s['end']}  {s['section']}")
-        lines.append(f"      {snippet}")
+        where = f"{s['doc']} › {s['section']}" if s.get("section") else s["doc"]
+        lines.append(f"  [{s['number']}] {where}" + (f"  (chars {s['start']}-{s['end']})" if verbose else ""))
+        lines.append(f"      {source_snippet(s['text'], focus)}")
+    lines.append("attempts:")
     for a in ans["attempts"]:
         sig = a["signals"]
+        conf = sig["confidence"]["value"]
+        secs = (a["timings_ms"].get("total") or sum(a["timings_ms"].values())) / 1000
+        lines.append(f"  {a['number']}. {a['strategy_key']}" + (f" (repair: {a['repair']})" if a["repair"] else "")
+                     + f"  {a['failure']}  confidence {'n/a' if conf is None else format(conf, '.2f')}  {secs:.1f}s")
+        if not verbose:
+            continue
         vals = " ".join(f"{k}={'n/a' if sig[k]['value'] is None else format(sig[k]['value'], '.2f')}"
                         for k in ("coverage", "redundancy", "grounding", "faithfulness", "confidence"))
-        lines.append(f"attempt {a['number']}: {a['strategy_key']}" + (f" (repair: {a['repair']})" if a["repair"] else ""))
-        lines.append(f"  {vals} refusal={sig['refusal']}")
-        lines.append(f"  diagnosis {a['failure']}: {a['failure_reason']}")
-        if verbose:
-            for k in ("coverage", "grounding", "faithfulness"):
-                lines.append(f"    {k}: {sig[k]['reason']}")
-            agreement = (sig["confidence"].get("detail") or {}).get("agreement")
-            if agreement:  # scoring.agreement_samples: the replies drawn again
-                lines.append(f"    agreement: {agreement['reason']}: "
-                             + "; ".join(repr(textwrap.shorten(r, 60, placeholder=" …")) for r in agreement["samples"]))
-        lines.append(f"  tokens: prompt {a['prompt_tokens']} completion {a['completion_tokens']}; "
+        lines.append(f"     {vals} refusal={sig['refusal']}")
+        lines.append(f"     diagnosis {a['failure']}: {a['failure_reason']}")
+        for k in ("coverage", "grounding", "faithfulness"):
+            lines.append(f"       {k}: {sig[k]['reason']}")
+        agreement = (sig["confidence"].get("detail") or {}).get("agreement")
+        if agreement:  # scoring.agreement_samples: the replies drawn again
+            lines.append(f"       agreement: {agreement['reason']}: "
+                         + "; ".join(repr(textwrap.shorten(r, 60, placeholder=" …")) for r in agreement["samples"]))
+        lines.append(f"     tokens: prompt {a['prompt_tokens']} completion {a['completion_tokens']}; "
                      + " ".join(f"{k} {v / 1000:.2f}s" for k, v in a["timings_ms"].items()))
-    t = ans["timings_ms"]
-    lines.append("time: " + " ".join(f"{k} {v / 1000:.2f}s" for k, v in t.items()))
+    if verbose:
+        lines.append("time: " + " ".join(f"{k} {v / 1000:.2f}s" for k, v in ans["timings_ms"].items()))
     if ans.get("outcome_id"):
         lines.append(f"memory: outcome {ans['outcome_id'][:12]} (sirag feedback {ans['outcome_id'][:12]} --correct|--wrong)")
     return "\n".join(lines)

@@ -9,8 +9,11 @@ import time
 from dataclasses import replace
 from typing import Callable
 
+from . import decision
 from .config import Config
+from .decision import VETO_FAILURES, acceptable
 from .errors import GenerationError, GeneratorUnavailableError, InputError, MemoryStoreError
+from .evaluation import shipped
 from .evaluation.calibrate import weights_for
 from .evaluation.signals import SignalScorer, question_prior_needs
 from .feedback.attribution import attribute
@@ -160,6 +163,10 @@ class Engine:
                 note = "fitted weights of this corpus"
             elif fit and (fit.get("metrics") or {}).get("reset_to_defaults"):
                 note = "default weights"  # stored by `sirag calibrate --reset`
+        if weights is None:
+            # No fit in memory yet: the model shipped with the package, fitted on other corpora.
+            weights = shipped.weights(self.config.loop.target_precision)
+            note = "shipped weights" if weights is not None else note
         prior_weight = (weights or {}).get("question_prior") or 0.0
         if self.config.scoring.question_prior and prior_weight and not getattr(self.generator, "reads_prompt", False):
             # Undefined, the feature takes its neutral value: the fit's say for it is lost unseen.
@@ -171,7 +178,8 @@ class Engine:
         if self.config.policy.rejudge:
             own = ({c: f["weights"] for c, f in fit.get("corpus_fits", {}).items()}
                    if fit and self.config.calibration.per_corpus else {})
-            verdicts = Verdicts(fit.get("weights") if fit else None, self.config.loop.answer_threshold,
+            verdicts = Verdicts(fit.get("weights") if fit else shipped.weights(self.config.loop.target_precision),
+                                self.config.loop.answer_threshold,
                                 self.config.loop.retry_margin, self.config.thresholds.confidence,
                                 self.config.thresholds.dates_unstated, own or None)
         policy = StrategyPolicy(self.config.policy, default, self.memory, available, verdicts, corpus=self.corpus)
@@ -422,7 +430,7 @@ class Engine:
         best = max(attempts, key=lambda a: (bool(a.passages), (a.signals.grounding.value or 0.0),
                                             (a.signals.coverage.value or 0.0)))
         last = attempts[-1]
-        conf = max(float(a.signals.confidence.value or 0.0) for a in attempts)
+        best_conf = max(float(a.signals.confidence.value or 0.0) for a in attempts)
         if not any(a.passages for a in attempts):
             why = f"retrieval found no passage for the question in {len(attempts)} attempt(s)"
         elif all(a.signals.refusal for a in attempts):
@@ -441,10 +449,12 @@ class Engine:
                 why = (f"{len(vetoed)} of {len(attempts)} attempt(s) reached confidence {bars}, but their own "
                        f"checks found {found}, and such an answer is never returned")
             else:
-                why = f"no answer reached confidence {bars} after {len(attempts)} attempt(s) (best {conf:.2f})"
+                why = f"no answer reached confidence {bars} after {len(attempts)} attempt(s) (best {best_conf:.2f})"
         reason = f"{why}; last diagnosis {last.attribution.failure}: {last.attribution.reason}"
         n_show = self.config.loop.show_passages_on_refusal
-        return Answer(question=question, answer=None, refused=True, refusal_reason=reason, confidence=conf,
+        # A refusal's confidence is that of the refusal: the chance the best answer withheld was wrong.
+        return Answer(question=question, answer=None, refused=True, refusal_reason=reason,
+                      confidence=decision.refusal_confidence(best_conf),
                       sources=tuple(best.passages[:n_show]), attempts=tuple(attempts), timings_ms=timings,
                       query_class=query_class, chosen_attempt=None)
 
@@ -510,31 +520,12 @@ def rewrite_query(generator, question: str) -> tuple[str, Generation]:
 
 
 def answer_bar(loop_config, number: int) -> float:
-    """``loop.answer_threshold + loop.retry_margin * (number - 1)``, at most 1.
-
-    A retry is chosen because earlier attempts failed, and the most confident of several tries
-    clears a fixed bar by luck more often than a single try does: on SQuAD's unanswerable
-    questions retries that scraped past 0.5 were mostly made-up answers (docs/results.md).
-    """
-    return min(1.0, loop_config.answer_threshold + loop_config.retry_margin * max(0, number - 1))
+    """The bar of attempt ``number`` under ``loop_config`` (:func:`decision.answer_bar`)."""
+    return decision.answer_bar(loop_config.answer_threshold, loop_config.retry_margin, number)
 
 
-#: Diagnoses that veto an answer whatever its confidence: the answer is not supported by its
-#: passages (HALLUCINATION_RISK), or its evidence was not found (WEAK_RETRIEVAL: coverage or
-#: grounding below threshold, no claim supported and its words absent from the passages, or
-#: the passages behind it leave the question's dates unstated).
-#: Over the six evaluation runs of sessions 7 and 8, 2 of the 14 graded answers returned with
-#: WEAK_RETRIEVAL were right, against 105 of 231 returned with NONE (docs/signals.md).
-VETO_FAILURES = frozenset({"HALLUCINATION_RISK", "WEAK_RETRIEVAL"})
 _VETO_WHY = {"HALLUCINATION_RISK": "claims the passages do not support",
              "WEAK_RETRIEVAL": "the question's evidence not found in the passages"}
-
-
-def acceptable(answer: str | None, confidence: float | None, failure: str, threshold: float) -> bool:
-    """Whether an attempt may be returned as the answer: it answers, its confidence clears the
-    threshold, and its checks found neither unsupported claims nor missing evidence
-    (:data:`VETO_FAILURES`, whatever its confidence)."""
-    return answer is not None and (confidence or 0.0) >= threshold and failure not in VETO_FAILURES
 
 
 def _sum_timings(attempts: list[AttemptRecord]) -> dict[str, float]:
