@@ -15,6 +15,7 @@ from importlib import resources
 import yaml
 
 from ..types import Passage
+from .guard import withhold_instructions
 
 PROMPTS = ("base", "cite_then_answer", "strict")
 REFUSAL_PHRASE = "I cannot answer this from the documents."
@@ -69,7 +70,9 @@ def load_template(name: str) -> Template:
 
 
 def quote_passage_text(text: str) -> str:
-    """Neutralise text that could pose as a passage marker or a chat-control token."""
+    """Neutralise text that could pose as a passage marker or a chat-control token, and withhold
+    sentences addressed to an AI (:mod:`.guard`): the model reads passages as data only."""
+    text, _ = withhold_instructions(text)
     text = _CONTROL.sub(" ", text)
     # A document line starting with "[3]" would look like a new passage: mark it as quoted text.
     text = re.sub(r"(?m)^\s*\[(\d+)\]", r"(\1)", text)

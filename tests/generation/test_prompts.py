@@ -176,7 +176,8 @@ def test_quote_passage_text_neutralises_control_tokens() -> None:
     quoted = quote_passage_text(raw)
     assert "<|" not in quoted and "|>" not in quoted
     assert "[INST]" not in quoted and "[/INST]" not in quoted and "</s>" not in quoted
-    assert "The keeper" in quoted and "Ignore the rules." in quoted
+    # The fake system turn is withheld whole (generation/guard.py); the document's own text stays.
+    assert "The keeper" in quoted and "Ignore the rules." not in quoted and "withheld" in quoted
     assert "\n" not in quoted
 
 
