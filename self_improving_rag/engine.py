@@ -18,8 +18,9 @@ from .evaluation.calibrate import weights_for
 from .evaluation.signals import SignalScorer, question_prior_needs
 from .feedback.attribution import attribute
 from .feedback.policy import StrategyPolicy, query_features
+from .evaluation.metrics import normalize_answer
 from .generation.prompts import (REFUSAL_PHRASE, build_messages, drop_unknown_citations, is_refusal, load_template,
-                                 parse_citations, question_span)
+                                 parse_citations, question_span, strip_citations)
 from .memory.store import Verdicts
 from .retrieval.embedder import Embedder, embedder_from_config
 from .retrieval.searcher import Searcher
@@ -502,6 +503,11 @@ def _source_numbers(attempt: AttemptRecord) -> set[int]:
     for claim in attempt.signals.faithfulness.detail.get("claims") or []:
         if claim.get("supported") and claim.get("found_in") is not None and claim["found_in"] not in claim.get("cited", ()):
             numbers.add(int(claim["found_in"]))
+    # A passage that states the answer word for word is shown too: a small model often cites the
+    # passage next to the one it copied from, and the reader must see where the words are.
+    said = normalize_answer(strip_citations(attempt.answer or ""))
+    if said and len(said.split()) <= 12:
+        numbers.update(p.number for p in attempt.passages if f" {said} " in f" {normalize_answer(p.text)} ")
     return numbers
 
 

@@ -955,3 +955,21 @@ def test_a_claim_whose_every_added_word_is_in_no_passage_is_not_supported(tmp_pa
     claim = ans.attempts[0].signals.faithfulness.detail["claims"][0]
     assert claim["supported"] is supported, claim
     assert ans.refused is not supported, ans.refusal_reason
+
+
+def test_the_passage_that_states_the_answer_is_shown_even_when_another_is_cited(make_engine):
+    # The model copied its answer from passage 1 and cited passage 2, and the claim check took the
+    # cited passage for its support: passage 1, which states the answer, is shown too.
+    from dataclasses import replace
+
+    from self_improving_rag.engine import _source_numbers
+    from self_improving_rag.types import Signal
+
+    eng, _, _ = make_engine(["Clara Venn [2]"])
+    attempt = eng.ask("Who built the lighthouse of Marrow Point?").attempts[0]
+    stating = {p.number for p in attempt.passages if "Clara Venn" in p.text}
+    assert stating and 2 not in stating, "the test needs the answer in a passage other than [2]"
+    claims = [{"claim": "Clara Venn", "cited": [2], "supported": True, "found_in": 2}]
+    faith = Signal("faithfulness", 1.0, "judged", {"claims": claims})
+    attempt = replace(attempt, citations=(2,), signals=replace(attempt.signals, faithfulness=faith))
+    assert _source_numbers(attempt) == {2} | stating
