@@ -586,7 +586,8 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
     sirag memory backup backups/memory-2024-06-01.db
     Backup writes a consistent copy of the whole store (SQLite's backup API: safe while other
     commands write to it), never over an existing file unless --force; to restore, pass the copy
-    as --memory, or copy it over the store while no sirag command runs.
+    as --memory, or copy it over the store while no sirag command runs. Every command checks the
+    store when it opens it and refuses a damaged one.
     Merge creates the --memory store if it does not exist; every file is checked before any is
     merged, and a file of an older schema must be upgraded first (`sirag memory stats --memory
     FILE`). Merging the same file again adds only what is still missing.
@@ -747,7 +748,8 @@ def _memory_merge(files: list[str], args: argparse.Namespace, config: Config) ->
 
 
 def _memory_backup(words: list[str], args: argparse.Namespace, config: Config) -> int:
-    """``sirag memory backup FILE``: a consistent copy of the store."""
+    """``sirag memory backup FILE``: a consistent copy of the store, checked first (a damaged store is
+    refused when it is opened, as by every command)."""
     from .memory.integrity import backup
 
     if len(words) != 1:

@@ -1,13 +1,44 @@
-"""The memory store's health: copied whole by ``sirag memory backup``."""
+"""The memory store's health: checked whenever it is opened, and copied whole by ``sirag memory backup``.
+
+A damaged page can sit unread for a long time: the commands that do not read it succeed, and the
+first write that meets it fails, after the work of an answer. ``check`` runs SQLite's
+``quick_check`` (every page read once, without the slower cross-checks of indexes against their
+tables) when a store is opened, so a damaged store is refused before any work is spent on it.
+"""
 
 from __future__ import annotations
 
 import os
+import shlex
 import sqlite3
 import tempfile
 from pathlib import Path
 
 from ..errors import InputError, MemoryStoreError
+
+
+def damaged(path: str | Path, detail: str) -> MemoryStoreError:
+    """The one-line error for a damaged store, with the ways out."""
+    detail = " ".join(detail.split())
+    return MemoryStoreError(
+        f"memory database {path} is damaged ({detail}). Restore it from a backup (`sirag memory backup FILE` "
+        f"makes one), or recover what it holds: `sqlite3 {shlex.quote(str(path))} .recover | sqlite3 fixed.db`, "
+        "then pass --memory fixed.db"
+    )
+
+
+def check(conn: sqlite3.Connection, path: str | Path) -> None:
+    """Raise ``damaged`` when SQLite's quick check finds the database damaged. Other failures (a
+    file that is not a database, a lock) are the caller's to translate."""
+    try:
+        rows = conn.execute("PRAGMA quick_check(1)").fetchall()
+    except sqlite3.DatabaseError as exc:
+        if "malformed" not in str(exc).lower():
+            raise
+        rows = [(str(exc),)]
+    problem = str(rows[0][0]) if rows else "the check returned nothing"
+    if problem != "ok":
+        raise damaged(path, problem.replace("*** in database main ***", "").strip())
 
 
 def backup(conn: sqlite3.Connection, target: Path, force: bool = False) -> Path:
