@@ -16,7 +16,7 @@ from typing import Any, Callable, NoReturn
 
 from . import __version__
 from .config import Config, load_config, pins_strategy
-from .errors import IngestionError, InputError, InterruptedAfterCommit, SiragError
+from .errors import AnswerNotRecordedError, IngestionError, InputError, InterruptedAfterCommit, SiragError
 
 log = logging.getLogger("sirag")
 
@@ -456,16 +456,22 @@ def cmd_ask(args: argparse.Namespace, config: Config) -> int:
 
     try:
         answer = engine.ask(question, loop=False if args.no_retry else None, on_token=on_token, on_attempt=on_attempt)
+    except AnswerNotRecordedError as exc:
+        _print_answer(exc.answer.to_json(), args)  # the work is not lost; main() then says what failed
+        raise
     finally:
         engine.close()
     if engine.calibrated:  # as `sirag batch` says it: the confidence weights changed with this command
         print(f"note: {engine.calibrated}", file=sys.stderr)
-    data = answer.to_json()
+    _print_answer(answer.to_json(), args)
+    return 0
+
+
+def _print_answer(data: dict, args: argparse.Namespace) -> None:
     if args.json:
         _print_json(data)
     else:
         print(_format_answer(data, args.verbose))
-    return 0
 
 
 @command

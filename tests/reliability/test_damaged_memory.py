@@ -1,5 +1,5 @@
-"""A damaged memory store is refused when a command opens it, before any work is spent;
-`sirag memory backup` makes a copy to restore from.
+"""A damaged memory store is refused when a command opens it, before any work is spent; an answer
+whose recording fails is still printed; `sirag memory backup` makes a copy to restore from.
 
 Through the real CLI with the fakes (hash embedder, scripted generator); where the generator must
 be watched, a stdlib OpenAI-compatible server on 127.0.0.1 stands in for it.
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import resource
 import sqlite3
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import write_corpus
-from tests.reliability.reliability_kit import memory_count, run_cli
+from tests.reliability.reliability_kit import memory_count, run_cli, start_cli
 
 QUESTIONS = ("Who built the lighthouse?", "When did the Greyling strike the rocks?", "What does Mrs. Alder sell?")
 REPLY = "The lighthouse was built in 1852 by Clara Venn [1]."
@@ -120,6 +121,13 @@ def server():
         fake.thread.join(5)
 
 
+def _no_log_file(server: FakeServer, tmp_path: Path) -> tuple[str, ...]:
+    """The server's settings, and a log folder that cannot be made (under a file): the log goes to
+    stderr only, since a log file could not grow either once the file size limit is set."""
+    (tmp_path / "not-a-folder").write_text("", encoding="utf-8")
+    return (*server.settings, f"paths.log_dir={tmp_path / 'not-a-folder' / 'logs'}")
+
+
 COMMANDS = {
     "memory-stats": ["memory", "stats"],
     "memory-search": ["memory", "search", "lighthouse"],
@@ -171,6 +179,38 @@ def test_ask_checks_the_store_before_loading_the_model(recorded, tmp_path) -> No
     assert r.returncode == 2
     line = _one_error(r.stderr)
     assert "is damaged" in line and "absent.gguf" not in line, line
+
+
+def test_an_answer_memory_cannot_record_is_still_printed(recorded, tmp_path, server) -> None:
+    """The store is sound when ask opens it; once the model was asked, no file of the process may
+    grow (a full disk, as far as SQLite can tell): recording the answer fails."""
+    db = _copy_world(recorded, tmp_path)
+    outcomes = memory_count(db, "SELECT count(*) FROM outcomes")
+    proc = start_cli(tmp_path, ["ask", "--no-retry", "Who built the lighthouse?"], cwd=tmp_path,
+                     extra=_no_log_file(server, tmp_path))
+    server.on_request = lambda: resource.prlimit(proc.pid, resource.RLIMIT_FSIZE,
+                                                 (0, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    out, err = proc.communicate(timeout=120)
+    assert server.requests == 1
+    assert proc.returncode == 2
+    assert "Clara Venn" in out, (out, err)
+    line = _one_error(err)
+    assert "the answer was not recorded in memory" in line, line
+    assert memory_count(db, "SELECT count(*) FROM outcomes") == outcomes
+
+
+def test_an_answer_memory_cannot_record_is_still_printed_as_json(recorded, tmp_path, server) -> None:
+    db = _copy_world(recorded, tmp_path)
+    proc = start_cli(tmp_path, ["ask", "--no-retry", "--json", "Who built the lighthouse?"], cwd=tmp_path,
+                     extra=_no_log_file(server, tmp_path))
+    server.on_request = lambda: resource.prlimit(proc.pid, resource.RLIMIT_FSIZE,
+                                                 (0, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2
+    answer = json.loads(out)
+    assert "Clara Venn" in answer["answer"] and answer["outcome_id"] is None
+    assert "not recorded" in _one_error(err)
+    assert db.exists()
 
 
 def test_memory_backup_copies_the_store_and_never_overwrites_without_force(recorded, tmp_path) -> None:
