@@ -16,7 +16,7 @@ from typing import Any, Callable, NoReturn
 
 from . import __version__
 from .config import Config, load_config, pins_strategy
-from .errors import IngestionError, InputError, InterruptedAfterCommit, SiragError
+from .errors import AnswerNotRecordedError, IngestionError, InputError, InterruptedAfterCommit, SiragError
 
 log = logging.getLogger("sirag")
 
@@ -466,16 +466,22 @@ def cmd_ask(args: argparse.Namespace, config: Config) -> int:
 
     try:
         answer = engine.ask(question, loop=False if args.no_retry else None, on_token=on_token, on_attempt=on_attempt)
+    except AnswerNotRecordedError as exc:
+        _print_answer(exc.answer.to_json(), args)  # the work is not lost; main() then says what failed
+        raise
     finally:
         engine.close()
     if engine.calibrated:  # as `sirag batch` says it: the confidence weights changed with this command
         print(f"note: {engine.calibrated}", file=sys.stderr)
-    data = answer.to_json()
+    _print_answer(answer.to_json(), args)
+    return 0
+
+
+def _print_answer(data: dict, args: argparse.Namespace) -> None:
     if args.json:
         _print_json(data)
     else:
         print(_format_answer(data, args.verbose))
-    return 0
 
 
 @command
@@ -588,11 +594,16 @@ def _both(names: tuple[str, ...]) -> str:
 @command
 def cmd_memory(args: argparse.Namespace, config: Config) -> int:
     """Analyse the memory store: stats, strategies, failures, show ID, search TEXT, export, report;
-    merge other stores into it.
+    merge other stores into it; back it up.
 
     Examples: sirag memory stats; sirag memory show 3f2a9c; sirag memory search Baskerville;
     sirag memory export --csv out.csv; sirag memory report --html report.html;
-    sirag memory merge shard1.db shard2.db --memory memory/memory.db
+    sirag memory merge shard1.db shard2.db --memory memory/memory.db;
+    sirag memory backup backups/memory-2024-06-01.db
+    Backup writes a consistent copy of the whole store (SQLite's backup API: safe while other
+    commands write to it), never over an existing file unless --force; to restore, pass the copy
+    as --memory, or copy it over the store while no sirag command runs. Every command checks the
+    store when it opens it and refuses a damaged one.
     Merge creates the --memory store if it does not exist; every file is checked before any is
     merged, and a file of an older schema must be upgraded first (`sirag memory stats --memory
     FILE`). Merging the same file again adds only what is still missing.
@@ -601,9 +612,9 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
     words = list(args.arg or [])
     cut = None  # what --limit left out of search, strategies or failures, said under the rows
     # Options of one action given to another are mistakes, not something to ignore.
-    if words and action not in ("show", "search", "merge"):
+    if words and action not in ("show", "search", "merge", "backup"):
         raise InputError(f"sirag memory {action} takes no argument (got {' '.join(words)!r}); only show ID, "
-                         "search TEXT and merge FILE... do")
+                         "search TEXT, merge FILE... and backup FILE do")
     if action == "show" and len(words) > 1:
         raise InputError(f"sirag memory show takes one outcome id, got {len(words)}: {' '.join(words)!r}")
     args.arg = " ".join(words) if words else None
@@ -612,7 +623,8 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
             raise InputError(f"{flag} is empty; give a file name, e.g. out{_OUTPUT_SUFFIX[flag]}")
     owned = [(flag, owners) for flag, value, owners in (
         ("--csv", args.csv, ("export",)), ("--json-file", args.json_file, ("export",)),
-        ("--html", args.html, ("report",)), ("--limit", args.limit is not None, _MEMORY_LIMITED))
+        ("--html", args.html, ("report",)), ("--limit", args.limit is not None, _MEMORY_LIMITED),
+        ("--force", args.force, ("backup",)))
         if value and action not in owners]
     if owned:
         stray = [flag for flag, _ in owned]
@@ -620,6 +632,8 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
                          f"({'; '.join(f'{flag} to memory {_either(owners)}' for flag, owners in owned)})")
     if action == "merge":
         return _memory_merge(words, args, config)
+    if action == "backup":
+        return _memory_backup(words, args, config)
     # Analysis only reads: the store is opened read-only, once its schema is upgraded if it needs that.
     store = _readable_memory(config, "memory")
     try:
@@ -746,6 +760,31 @@ def _memory_merge(files: list[str], args: argparse.Namespace, config: Config) ->
             when = {"off": "off (calibration.auto_fit)", "due": "due at the engine's next start"}.get(due, due)
             print("labels added: `sirag calibrate` fits the confidence on all labels here; the automatic fit is "
                   + when)
+    return 0
+
+
+def _memory_backup(words: list[str], args: argparse.Namespace, config: Config) -> int:
+    """``sirag memory backup FILE``: a consistent copy of the store, checked first (a damaged store is
+    refused when it is opened, as by every command)."""
+    from .memory.integrity import backup
+
+    if len(words) != 1:
+        raise InputError(f"sirag memory backup takes one file to write, got {len(words)}; e.g. sirag memory backup "
+                         "backups/memory.db")
+    if Path(words[0]).expanduser().is_dir():
+        raise InputError(f"sirag memory backup {words[0]}: a folder; name the file to write, e.g. "
+                         f"{Path(words[0]) / 'memory.db'}")
+    target = _output_file(str(Path(words[0]).expanduser()), "backup", config)  # not the store itself, nor a device
+    store = _readable_memory(config, "memory")
+    try:
+        backup(store.db.conn, target, force=args.force)
+    finally:
+        store.close()
+    if args.json:
+        _print_json({"memory": config.paths.memory_db, "backup": str(target)})
+    else:
+        print(f"backed up {config.paths.memory_db} to {words[0]} (to restore it, pass --memory {words[0]}, or copy it "
+              "over the store while no sirag command runs)")
     return 0
 
 
@@ -1069,15 +1108,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("memory", cmd_memory)
     sub._parser_class = default_class
     sp.add_argument("action", choices=["stats", "strategies", "failures", "show", "search", "export", "report",
-                                       "merge"])
-    sp.add_argument("arg", nargs="*", help="outcome id for show, text for search, other stores' files for merge "
-                                           "(after --, a word may begin with -: memory search -- -Marsh)")
+                                       "merge", "backup"])
+    sp.add_argument("arg", nargs="*", help="outcome id for show, text for search, other stores' files for merge, "
+                                           "the file to write for backup (after --, a word may begin with -: memory "
+                                           "search -- -Marsh)")
     sp.add_argument("--limit", type=int_at_least(1),
                     help=f"rows shown by `memory search` (default {_SEARCH_LIMIT} matches), `strategies` (the most "
                          "used first) and `failures` (the most frequent first; both default: all)")
     sp.add_argument("--csv", metavar="FILE", help="export: write CSV here")
     sp.add_argument("--json-file", metavar="FILE", help="export: write JSON here")
     sp.add_argument("--html", metavar="FILE", help="report: write the HTML report here")
+    sp.add_argument("--force", action="store_true", help="backup: replace FILE if it exists")
 
     sp = add("feedback", cmd_feedback)
     sp.add_argument("outcome_id", help="outcome id (or its first 6+ characters) from sirag ask")

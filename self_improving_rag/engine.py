@@ -12,7 +12,8 @@ from typing import Callable
 from . import decision
 from .config import Config
 from .decision import VETO_FAILURES, acceptable
-from .errors import GenerationError, GeneratorUnavailableError, InputError, MemoryStoreError
+from .errors import (AnswerNotRecordedError, GenerationError, GeneratorUnavailableError, InputError,
+                     MemoryStoreError)
 from .evaluation import shipped
 from .evaluation.calibrate import weights_for
 from .evaluation.signals import SignalScorer, question_prior_needs
@@ -326,8 +327,12 @@ class Engine:
             answer = replace(answer, refusal_reason=f"{answer.refusal_reason}; {stop_note}")
         if self.record and self.memory is not None:
             t = time.perf_counter()
-            outcome_id = self.memory.record(answer, features=features.__dict__, run_id=run_id, item_id=item_id,
-                                            success_threshold=self.config.loop.answer_threshold, corpus=self.corpus)
+            try:
+                outcome_id = self.memory.record(answer, features=features.__dict__, run_id=run_id, item_id=item_id,
+                                                success_threshold=self.config.loop.answer_threshold,
+                                                corpus=self.corpus)
+            except MemoryStoreError as exc:
+                raise AnswerNotRecordedError(f"the answer was not recorded in memory: {exc}", answer) from exc
             timings = {**answer.timings_ms, "memory": (time.perf_counter() - t) * 1000}
             timings["total"] = (time.perf_counter() - t_start) * 1000
             answer = replace(answer, outcome_id=outcome_id, timings_ms=timings)

@@ -51,6 +51,15 @@ class MemoryStoreError(SiragError):
     """The memory database cannot be opened or written."""
 
 
+class AnswerNotRecordedError(MemoryStoreError):
+    """An answer was made but the memory store could not record it; ``answer`` holds it, so that
+    the work is not lost (``sirag ask`` still prints it)."""
+
+    def __init__(self, message: str, answer: object) -> None:
+        super().__init__(message)
+        self.answer = answer
+
+
 class OlderSchemaError(MemoryStoreError):
     """A memory database opened read-only has an older schema: it must be opened writable once
     (which upgrades it) before it can be read."""

@@ -571,7 +571,7 @@ def test_memory_without_an_action_names_the_actions_not_an_argument_some_take(tm
     r = run(["memory"], tmp_path)
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith("error: sirag memory: name an action: stats, strategies, failures, show, search, "
-                               "export, report, merge;")
+                               "export, report, merge, backup;")
     assert "arg" not in r.stderr.split(";")[0]
 
 

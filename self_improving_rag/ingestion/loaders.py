@@ -4,9 +4,9 @@ Every problem with a file raises ``IngestionError`` with one line naming the fil
 problem and the fix. Cleaning gives LF line ends, no byte-order mark, no trailing spaces,
 at most two blank lines in a row, no invisible format characters that split words (soft
 hyphen, zero-width space, word joiner, a byte-order mark inside the text), and for Project
-Gutenberg books no licence header or footer. HTML headings become markdown ``#`` lines so that
-section detection sees them; a page's navigation, and its footer outside an article, the main
-content or a quote, are not text. A markdown file's YAML
+Gutenberg books no licence header or footer. An HTML page is read as a reader sees it
+(``html_text``): headings become markdown ``#`` lines so that section detection sees them, and
+hidden elements and site furniture are not text. A markdown file's YAML
 front matter is not text either: its ``title:`` and ``author:`` name the document.
 """
 
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from self_improving_rag.errors import IngestionError, NoTextError
+from self_improving_rag.ingestion.html_text import html_to_markdown
 from self_improving_rag.ingestion.sections import detect_sections, markdown_title
 from self_improving_rag.types import Document
 
@@ -64,8 +65,6 @@ _GUTENBERG_END = re.compile(
 _GUTENBERG_END_NOTE = re.compile(r"^\s*End of (?:the )?Project Gutenberg", re.IGNORECASE)
 _END_NOTE_LOOKBACK = 10
 _HEADER_FIELD = re.compile(r"^(Title|Author):[ \t]*(.*)$", re.IGNORECASE)
-_MD_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
-_MD_HEADING_LIKE = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")
 # A YAML block between "---" lines at the very top of a markdown file (Jekyll, Hugo, Pandoc).
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?\n)?(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL)
 # Format characters that hide inside words: the soft hyphen (HTML "&shy;"), the zero-width space,
@@ -76,34 +75,6 @@ _FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?\n)?(?:---|\.\.\.)[ \t]*(?:\n|\Z)"
 _INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\u2060\ufeff"))
 # A hyphen (or soft hyphen) at a line end between letters (see _join_line_end_hyphens).
 _LINE_END_HYPHEN = re.compile(r"(?<=[^\W\d_])([-\u00ad])[ \t]*\n[ \t]*(?=[^\W\d_])")
-# Private-use characters marking, until the HTML text is tidied, the heading lines made from
-# h1..h6 and the fence lines around <pre> blocks: only lines so marked are headings or fences,
-# whatever the page's own text holds. They are removed from the page's text before the walk.
-_HEADING_MARK = "\ue000"
-_CODE_MARK = "\ue001"
-_MARKS = (_HEADING_MARK, _CODE_MARK)
-_NO_MARKS = dict.fromkeys(map(ord, _MARKS))
-_HTML_HEADINGS = {f"h{level}": level for level in range(1, 7)}
-_HTML_DROPPED = frozenset({"script", "style", "noscript", "template", "head", "svg", "iframe"})
-# Site furniture repeated on every page, not the page's content: indexed, a menu or a copyright
-# line would match questions on every page, and a page of only these would be a document.
-_HTML_FURNITURE = frozenset({"nav"})
-_HTML_FURNITURE_ROLES = frozenset({"navigation"})
-# A footer is the page's (copyright, links) outside an article, its main content or a quote;
-# inside one it holds footnotes, a byline or a quote's attribution, which are text.
-_HTML_FOOTER = frozenset({"footer"})
-_HTML_FOOTER_ROLES = frozenset({"contentinfo"})
-_HTML_HOLDS_FOOTER = frozenset({"main", "article", "blockquote"})
-# A header or aside is furniture (a site banner, a sidebar of links) only outside the page's
-# marked content (<main>, <article>): inside it, a header holds the article's title and byline
-# and an aside a note or warning on the text. A page that marks no content keeps them both.
-_HTML_PAGE_LEVEL = frozenset({"header", "aside"})
-_HTML_PAGE_LEVEL_ROLES = frozenset({"banner", "complementary"})
-_HTML_CONTENT = frozenset({"main", "article"})
-_HTML_BLOCKS = frozenset(
-    "address article aside blockquote body dd div dl dt fieldset figcaption figure footer form"
-    " header hr html li main nav ol p section table tbody thead tfoot tr ul".split()
-)
 
 
 # ---------------------------------------------------------------- public API
@@ -113,8 +84,9 @@ def load_document(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> Document:
     """Read one supported file into a cleaned ``Document`` with its sections.
 
     Raises ``IngestionError`` for a missing, unreadable, unsupported, empty, binary,
-    undecodable or too large file, and for a PDF without extractable text; ``NoTextError`` (an
-    ``IngestionError``) for one that is empty, whitespace only, or without text once cleaned.
+    undecodable or too large file, for a PDF without extractable text and for an HTML page the
+    parser rejects; ``NoTextError`` (an ``IngestionError``) for one that is empty, whitespace only,
+    or without text once cleaned.
     """
     if not isinstance(max_bytes, int) or max_bytes <= 0:
         raise ValueError(f"max_bytes must be a positive int, got {max_bytes!r}")
@@ -500,9 +472,14 @@ def _parse_text(
     """Return (clean text, title, author) for text, markdown and HTML sources."""
     _require_text(path, decoded)
     if fmt == "html":
-        text, title = _html_to_markdown(decoded)
+        try:
+            text, title = html_to_markdown(decoded)
+        except Exception as exc:  # noqa: BLE001 - one page the parser rejects must not stop the ingest
+            detail = next((line for line in reversed(str(exc).splitlines()) if line.strip()), "")
+            raise _fail(path, f"cannot parse the HTML ({type(exc).__name__}: {detail.strip()})",
+                        "check that the file is valid HTML, or leave it out") from exc
         text = _require_text(path, _clean(text), "HTML page has no visible text (its navigation, "
-                             "footer, page header, scripts and styles are left out)")
+                             "footer, page header, hidden elements, scripts and styles are left out)")
         return text, title, None
     text = _normalise_newlines(decoded).lstrip("\ufeff")
     title = author = None
@@ -556,7 +533,7 @@ def _gutenberg_fields(text: str) -> tuple[str | None, str | None]:
     return fields.get("title"), fields.get("author")
 
 
-# ---------------------------------------------------------------- markdown and HTML
+# ---------------------------------------------------------------- markdown
 
 
 def _split_front_matter(text: str) -> tuple[str, dict | None]:
@@ -589,116 +566,6 @@ def _field_text(value: Any) -> str | None:
     elif not isinstance(value, (str, int, float)) or isinstance(value, bool):
         return None
     return " ".join(str(value).split()) or None
-
-
-def _html_to_markdown(html: str) -> tuple[str, str | None]:
-    """Visible text with headings as ``#`` lines, and the page title."""
-    from bs4 import BeautifulSoup  # parsing HTML is only needed for HTML sources
-
-    soup = BeautifulSoup(html, "html.parser")
-    title = None
-    if soup.title and soup.title.get_text(strip=True):
-        title = " ".join(soup.title.get_text().split())
-    else:
-        first_h1 = soup.find("h1")
-        if first_h1 and first_h1.get_text(strip=True):
-            title = " ".join(first_h1.get_text().split())
-    pieces: list[str] = []
-    # A page that marks its content drops the header and aside outside it (see _HTML_PAGE_LEVEL).
-    _html_walk(soup, pieces, outside_content=soup.find(_HTML_CONTENT) is not None)
-    return _tidy_html_lines("".join(pieces)), title
-
-
-def _tidy_html_lines(text: str) -> str:
-    """Outside code: strip indentation, keep one blank line between blocks, and escape "#"
-    and fence lines that did not come from headings or <pre> blocks. Only the lines the walk
-    marked open or close a code block, so a "```" line in a <pre> block or a paragraph cannot
-    turn the rest of the page into code (or code into text)."""
-    lines: list[str] = []
-    in_code = False
-    for line in text.split("\n"):
-        if line.startswith(_CODE_MARK):
-            in_code = not in_code
-            lines.append(line[len(_CODE_MARK) :])
-            continue
-        if in_code:
-            lines.append(line)
-            continue
-        line = line.strip()
-        if not line and lines and not lines[-1]:
-            continue
-        if line.startswith(_HEADING_MARK):
-            line = line[len(_HEADING_MARK) :]
-        elif _MD_HEADING_LIKE.match(line) or _MD_FENCE.match(line):
-            line = "\\" + line
-        lines.append(line)
-    # Every mark made starts a line and is consumed above; this only makes sure of it.
-    return "\n".join(lines).translate(_NO_MARKS)
-
-
-def _is_furniture(tag: Any, outside_content: bool, in_content: bool = False) -> bool:
-    """Whether an element is site furniture, not page text (see _HTML_FURNITURE): ``in_content``,
-    it is inside an article, the main content or a quote, whose footers are text."""
-    role = str(tag.get("role") or "").strip().lower()
-    if tag.name in _HTML_FURNITURE or role in _HTML_FURNITURE_ROLES:
-        return True
-    if not in_content and (tag.name in _HTML_FOOTER or role in _HTML_FOOTER_ROLES):
-        return True
-    return outside_content and (tag.name in _HTML_PAGE_LEVEL or role in _HTML_PAGE_LEVEL_ROLES)
-
-
-def _code_fence(code: str) -> str:
-    """A backtick fence longer than any run of backticks in ``code``, so no line of the code
-    closes it (the rule section detection follows)."""
-    longest = max((len(run) for run in re.findall(r"`+", code)), default=0)
-    return "`" * max(3, longest + 1)
-
-
-def _html_walk(node: Any, out: list[str], outside_content: bool = False, in_content: bool = False) -> None:
-    from bs4 import Comment, Declaration, Doctype, NavigableString, ProcessingInstruction, Tag
-
-    for child in node.children:
-        if isinstance(child, (Comment, Declaration, Doctype, ProcessingInstruction)):
-            continue
-        if isinstance(child, NavigableString):
-            out.append(re.sub(r"\s+", " ", str(child).translate(_NO_MARKS)))
-            continue
-        if not isinstance(child, Tag) or child.name in _HTML_DROPPED or _is_furniture(child, outside_content, in_content):
-            continue
-        name = child.name
-        inner = outside_content and name not in _HTML_CONTENT
-        held = in_content or name in _HTML_HOLDS_FOOTER
-        if name in _HTML_HEADINGS:
-            heading = " ".join(child.get_text(" ").split())
-            if heading:
-                out.append(f"\n\n{_HEADING_MARK}{'#' * _HTML_HEADINGS[name]} {heading}\n\n")
-        elif name == "br":
-            out.append("\n")
-        elif name == "pre":
-            # Fenced so that "#" lines in code are not taken for headings.
-            code = child.get_text().translate(_NO_MARKS).strip("\n")
-            fence = _code_fence(code)
-            out.append(f"\n\n{_CODE_MARK}{fence}\n{code}\n{_CODE_MARK}{fence}\n\n")
-        elif name == "li":
-            # "- " goes before the item's first text, also when that text is in a <p> of its own;
-            # an item that opens with a heading or code block keeps it at a line start, unbulleted.
-            item: list[str] = []
-            _html_walk(child, item, inner, held)
-            body = "".join(item)
-            first = body.lstrip()
-            if first.startswith(_MARKS):
-                out.append("\n" + body)
-            elif first:
-                out.append("\n- " + first)
-        elif name in ("td", "th"):
-            _html_walk(child, out, inner, held)
-            out.append(" ")
-        elif name in _HTML_BLOCKS:
-            out.append("\n\n")
-            _html_walk(child, out, inner, held)
-            out.append("\n\n")
-        else:
-            _html_walk(child, out, inner, held)
 
 
 # ---------------------------------------------------------------- PDF

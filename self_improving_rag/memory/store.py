@@ -36,6 +36,7 @@ from ..evaluation.calibration import (FEATURES, LOGPROB_FLOOR, NEUTRAL_VALUES, Q
                                       answer_words, complete_weights, sigmoid)
 from ..evaluation.metrics import bin_index
 from ..types import Answer, AttemptRecord
+from . import integrity
 from .migrations import MIGRATIONS, migration_names
 
 log = logging.getLogger(__name__)
@@ -185,6 +186,9 @@ def open_merge_source(path: str | Path) -> MemoryStore:
             why, fix = "it is not a sirag memory store", "only a store sirag wrote can be merged"
         elif "not a SQLite database" in msg:
             why, fix = "it is not a SQLite database or is corrupt", "only a store sirag wrote can be merged"
+        elif "is damaged" in msg:
+            why = "it is damaged (SQLite's integrity check fails)"
+            fix = f"recover what it holds first (`sqlite3 {path} .recover | sqlite3 fixed.db`), then merge fixed.db"
         else:
             why, fix = msg.split(";")[0], "check the file"
         raise MemoryStoreError(f"cannot merge {path}: {why}; {fix}") from exc
@@ -456,6 +460,8 @@ class MemoryStore:
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             conn.execute("PRAGMA foreign_keys = ON")
             _register_functions(conn)
+            if not self.memory:
+                integrity.check(conn, self.path)  # a damaged store is refused before any work is spent on it
             db = Database(conn, execute_plugins=False)
             # Somebody else's database is refused before anything is written to it (the WAL
             # switch below persists in the file).
@@ -588,7 +594,9 @@ class MemoryStore:
 
     def _translate(self, exc: sqlite3.DatabaseError) -> MemoryStoreError | None:
         msg = str(exc).lower()
-        if "file is not a database" in msg or "malformed" in msg:
+        if "malformed" in msg:
+            return integrity.damaged(self.path, str(exc))
+        if "file is not a database" in msg:
             return MemoryStoreError(
                 f"{self.path} is not a SQLite database or is corrupt; move it aside or pass --memory "
                 "with another path"

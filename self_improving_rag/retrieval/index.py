@@ -168,7 +168,9 @@ class EmbeddingCache:
             if write():
                 return
         except sqlite3.OperationalError as exc:
-            if not self._unwritable() and "readonly" not in str(exc):
+            # A full or failing disk too: a cache that cannot save must not cost the answer being made.
+            full = any(s in str(exc) for s in ("disk I/O error", "disk is full"))
+            if not self._unwritable() and "readonly" not in str(exc) and not full:
                 raise
             log.warning("embedding cache %s cannot be written (%s); new vectors are not saved", self.path, exc)
             self.writable = False

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from self_improving_rag.errors import IngestionError
 from self_improving_rag.ingestion.chunkers import make_chunker
-from self_improving_rag.ingestion.loaders import _MARKS, load_document
+from self_improving_rag.ingestion.html_text import MARKS as _MARKS
+from self_improving_rag.ingestion.loaders import load_document
 from self_improving_rag.ingestion.sections import detect_sections
 from self_improving_rag.retrieval.embedder import HashEmbedder
 from tests.ingestion.test_loaders import _pdf_bytes
@@ -87,7 +88,7 @@ _HTML_PIECES = {"<h1>One</h1>": "One", "<h2>Two</h2>": "Two", "<h3>Three</h3>": 
 @settings(max_examples=150, deadline=None)
 @given(pieces=st.lists(st.sampled_from(sorted(_HTML_PIECES)), min_size=1, max_size=10))
 def test_random_pages_never_leak_a_marker_and_keep_every_heading(pieces: list[str]) -> None:
-    from self_improving_rag.ingestion.loaders import _html_to_markdown
+    from self_improving_rag.ingestion.html_text import html_to_markdown as _html_to_markdown
 
     text, _ = _html_to_markdown("<title>Page</title>" + "".join(pieces))
     assert not any(mark in text for mark in _MARKS), repr(text)

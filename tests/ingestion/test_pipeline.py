@@ -755,6 +755,37 @@ def test_an_ingest_may_wait_for_another_to_finish(tmp_path):
     held.close()
 
 
+def test_an_ingest_waiting_on_a_failed_first_one_takes_the_lock_it_made_again(tmp_path):
+    """A failed first ingest removes its folder and lock file: the ingest that waited on that lock
+    makes them again and locks the file that is there, not the removed one (a third ingest would
+    lock a new file beside it and write at the same time)."""
+    import threading
+
+    from self_improving_rag.ingestion.pipeline import _ingest_lock
+
+    root = tmp_path / "new" / "index"
+    inside, raised = threading.Event(), []
+
+    def first() -> None:
+        try:
+            with _ingest_lock(root):
+                inside.set()
+                time.sleep(0.5)  # the second ingest is waiting meanwhile
+                raise RuntimeError("every file failed")
+        except RuntimeError as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert inside.wait(5)
+    with _ingest_lock(root, wait_s=10):
+        assert raised  # the first ingest failed and removed what it made, then this one took the lock
+        with (root / "ingest.lock").open("w") as third:  # the lock held is the file there now
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(third, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    thread.join()
+
+
 def _ingested(tmp_path: Path, middle: dict[str, str], config, embedder) -> Path:
     """A folder of lamp.txt, the ``middle`` file and ferry.txt, ingested into the config's index."""
     folder = tmp_path / "docs"

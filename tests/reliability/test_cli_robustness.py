@@ -477,7 +477,7 @@ def test_the_command_list_shows_each_summary_whole():
     """`sirag --help` gives each command's first paragraph, not its first line cut mid-sentence."""
     r = run(["--help"], Path.cwd())
     text = " ".join(r.stdout.split())
-    assert "export, report; merge other stores into it." in text
+    assert "export, report; merge other stores into it; back it up." in text
     assert "by the policy only with policy.use_labels: true)." in text
 
 
