@@ -423,7 +423,7 @@ def test_an_answer_accepted_despite_a_flag_says_so():
 
     flagged = make_answer("Who built it?", (make_attempt(1, failure="WEAK_RETRIEVAL", confidence=0.9),), confidence=0.9)
     text = _format_answer(flagged.to_json(), verbose=False)
-    assert "(attempt 1 of 1; its checks flagged WEAK_RETRIEVAL: reason for WEAK_RETRIEVAL)" in text
+    assert "note: its checks flagged WEAK_RETRIEVAL: reason for WEAK_RETRIEVAL" in text
     clean = make_answer("Who built it?")
     assert "flagged" not in _format_answer(clean.to_json(), verbose=False)
 
