@@ -1424,6 +1424,24 @@ class MemoryStore:
             (match, min(limit, _SQLITE_MAX_INT)),  # a larger int does not fit SQLite's (OverflowError)
         )
 
+    def recent(self, limit: int = 20, offset: int = 0) -> dict[str, Any]:
+        """A page of outcomes, newest first: ``total`` outcomes, and ``outcomes`` from ``offset``
+        on (at most ``limit``), each with its attempt count and current label (1, 0 or None)."""
+        for name, value, low in (("limit", limit, 1), ("offset", offset, 0)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        rows = self._rows(
+            f"""
+            WITH {self._LATEST_LABEL}
+            SELECT o.id, o.question, o.answer, o.refused, o.confidence, o.query_class, o.n_attempts,
+                   o.created_at, l.label
+            FROM outcomes o LEFT JOIN latest l ON l.outcome_id = o.id AND l.rn = 1
+            ORDER BY o.created_at DESC, o.rowid DESC LIMIT ? OFFSET ?
+            """,
+            (min(limit, _SQLITE_MAX_INT), min(offset, _SQLITE_MAX_INT)),
+        )
+        return {"total": int(self._count("SELECT COUNT(*) AS n FROM outcomes")["n"]), "outcomes": rows}
+
     def _export_rows(self) -> tuple[list[str], list[str], list[dict[str, Any]]]:
         ocols = [r["name"] for r in self._rows("SELECT name FROM pragma_table_info('outcomes') ORDER BY cid")]
         acols = [r["name"] for r in self._rows("SELECT name FROM pragma_table_info('attempts') ORDER BY cid")]

@@ -661,6 +661,18 @@ def test_search_finds_questions_and_answers(store: MemoryStore) -> None:
         store.search("x", limit=0)
 
 
+def test_recent_pages_outcomes_newest_first_with_their_current_label(store: MemoryStore) -> None:
+    ids = [store.record(make_answer(f"Who kept light {i}?", answer="Tobias Lune [1]")) for i in range(5)]
+    store.add_feedback(ids[3], correct=False)
+    page = store.recent(limit=2, offset=1)
+    assert page["total"] == 5 and [o["id"] for o in page["outcomes"]] == [ids[3], ids[2]]
+    assert [o["label"] for o in page["outcomes"]] == [0, None] and page["outcomes"][0]["n_attempts"] == 1
+    assert store.recent(limit=10, offset=5)["outcomes"] == []
+    for bad in ({"limit": 0}, {"offset": -1}, {"limit": True}):
+        with pytest.raises(ValueError):
+            store.recent(**bad)
+
+
 def test_search_counts_a_repeated_word_once_and_refuses_more_words_than_it_reads(store: MemoryStore) -> None:
     """Words past the 64th were dropped without a word: "lighthouse" × 64 + "Martians" found an
     outcome without Martians."""
