@@ -1091,6 +1091,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .batch import add_batch_commands
 
     add_batch_commands(sub, common, COMMANDS, command)
+    from .serve.cli import add_serve_command
+
+    add_serve_command(sub, common, COMMANDS)
     return p
 
 
