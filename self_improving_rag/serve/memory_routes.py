@@ -60,7 +60,9 @@ def add_memory_routes(app: FastAPI, engine) -> None:
             rows = s.search(q, limit=offset + limit + 1)  # one more: whether another page follows
         except InputError as exc:
             raise ApiError(422, str(exc), field="q") from exc
-        return {"q": q, "limit": limit, "offset": offset, "outcomes": rows[offset:offset + limit],
+        page = rows[offset:offset + limit]
+        labels = s.current_labels([r["id"] for r in page])
+        return {"q": q, "limit": limit, "offset": offset, "outcomes": [{**r, "label": labels.get(r["id"])} for r in page],
                 "more": len(rows) > offset + limit}
 
     @app.get("/v1/outcomes/{outcome_id}", tags=["memory"], summary="One outcome with its attempts and labels")

@@ -1013,3 +1013,12 @@ def test_agreement_reaches_the_sql_confidence_and_calibration(store: MemoryStore
     assert passing(sigmoid(-0.5) - 1e-6) == 3 and passing(sigmoid(0.0) - 1e-6) == 2
     assert passing(sigmoid(1.0) - 1e-6) == 1 and passing(sigmoid(1.0) + 1e-6) == 0
     assert {r["outcome_id"]: r["agreement"] for r in store.labelled_attempts()} == rows
+
+
+def test_current_labels_gives_the_label_in_use_of_the_outcomes_asked_for(store: MemoryStore) -> None:
+    a, b, c = (store.record(make_answer(f"Who kept light {i}?", answer="Tobias Lune [1]")) for i in range(3))
+    store.add_feedback(a, correct=True, source="gold")
+    store.add_feedback(a, correct=False)  # a user's label wins over gold
+    store.add_feedback(b, correct=True)
+    assert store.current_labels([a, b, c, a]) == {a: 0, b: 1}
+    assert store.current_labels([]) == {}
