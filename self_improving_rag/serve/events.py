@@ -101,7 +101,7 @@ def ask_job(engine, question: str, loop: bool | None, first_strategy: Strategy |
             state["number"] = number
             job.emit("retrieval", {"attempt": number, "strategy": strategy.to_json(), "strategy_key": strategy.key,
                                    "repair": repair, "query": retrieval.query,
-                                   "ms": round(retrieval.timings_ms.get("total", 0.0), 1),
+                                   "ms": round(sum(retrieval.timings_ms.values()), 1),
                                    "passages": [passage_json(p) for p in retrieval.passages]})
 
         def on_token(piece: str) -> None:

@@ -50,10 +50,13 @@ function onRetrieval(data) {
 // an earlier prompt again is skipped, and the next one comes for the same attempt number.
 function onRepair(data) {
   const before = pending.get(data.attempt);
+  const skipped = data.replaces_skipped && before ? [...before.skipped, before.repair] : [];
   const notes = [];
   if (data.after_failure) notes.push(`after ${data.after_failure}`);
-  if (data.replaces_skipped && before) notes.push(`${before.repair} skipped: it gave an earlier prompt again`);
-  pending.set(data.attempt, {repair: data.repair, note: notes.join("; ")});
+  if (skipped.length) {
+    notes.push(`${skipped.join(" and ")} skipped: ${skipped.length > 1 ? "each" : "it"} gave an earlier prompt again`);
+  }
+  pending.set(data.attempt, {repair: data.repair, skipped, note: notes.join("; ")});
   status(`retrying: ${data.repair}`);
 }
 

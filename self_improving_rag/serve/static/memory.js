@@ -53,15 +53,20 @@ function failures(rows) {
 }
 
 // An SVG chart frame: x and y in [0, 1] mapped to a w x h plot with axes and ticks.
-function frame(w, h, xLabel, yLabel) {
+const QUARTERS = [0, 0.25, 0.5, 0.75, 1].map((t) => [t, t.toFixed(2)]);
+
+// xTicks: [position in [0, 1], label] pairs (default: quarters).
+function frame(w, h, xLabel, yLabel, xTicks = QUARTERS) {
   const m = {l: 44, r: 12, t: 10, b: 36};
   const root = svg("svg", {viewBox: `0 0 ${w} ${h}`, class: "plot", role: "img"});
   const x = (v) => m.l + v * (w - m.l - m.r);
   const y = (v) => h - m.b - v * (h - m.t - m.b);
-  for (const t of [0, 0.25, 0.5, 0.75, 1]) {
+  for (const [t, label] of QUARTERS) {
     root.append(svg("line", {x1: x(0), x2: x(1), y1: y(t), y2: y(t), class: "grid"}));
-    root.append(svg("text", {x: m.l - 6, y: y(t) + 4, class: "tick", "text-anchor": "end"}, t.toFixed(2)));
-    root.append(svg("text", {x: x(t), y: h - m.b + 16, class: "tick", "text-anchor": "middle"}, t.toFixed(2)));
+    root.append(svg("text", {x: m.l - 6, y: y(t) + 4, class: "tick", "text-anchor": "end"}, label));
+  }
+  for (const [t, label] of xTicks) {
+    root.append(svg("text", {x: x(t), y: h - m.b + 16, class: "tick", "text-anchor": "middle"}, label));
   }
   root.append(svg("text", {x: x(0.5), y: h - 4, class: "axis", "text-anchor": "middle"}, xLabel));
   root.append(svg("text", {x: 12, y: y(0.5), class: "axis", "text-anchor": "middle",
@@ -112,7 +117,11 @@ function confidence(data) {
 function learning(points) {
   const box = clear($("learning"));
   if (points.length < 2) return box.append(empty("fewer than two outcomes"));
-  const {root, x, y} = frame(860, 260, "outcomes, oldest first", "rolling share");
+  const last = points.length - 1;
+  const steps = Math.min(5, points.length);
+  const ticks = [...new Set(Array.from({length: steps}, (_, i) => Math.round((i * last) / (steps - 1))))]
+    .map((i) => [i / last, String(i + 1)]);
+  const {root, x, y} = frame(860, 260, "outcomes, oldest first", "rolling share", ticks);
   const line = (key, cls) => svg("polyline", {class: cls, fill: "none",
     points: points.map((p, i) => `${x(i / (points.length - 1)).toFixed(1)},${y(p[key]).toFixed(1)}`).join(" ")});
   root.append(line("rolling_first_success", "line-first"), line("rolling_success", "line-success"));
