@@ -51,7 +51,7 @@ def cmd_serve(args: argparse.Namespace, config) -> int:
                                  loopback_only=is_loopback(args.host))
     except ValueError as exc:
         raise InputError(str(exc)) from None
-    sock = _listen(args.host, args.port)  # a port in use is said before any model loads
+    sock = listen(args.host, args.port)  # a port in use is said before any model loads
     engine = _engine(args, config)
     try:
         app = create_app(engine, settings)
@@ -59,7 +59,9 @@ def cmd_serve(args: argparse.Namespace, config) -> int:
         port = sock.getsockname()[1]
         print(f"serving {engine.corpus} on http://{host}:{port}/ (API docs: /docs; ready when GET /readyz says "
               "so); Ctrl-C stops", file=sys.stderr)
+        # Ctrl-C waits a few seconds for the requests in flight, then stops their loops.
         server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=args.verbose, timeout_keep_alive=30,
+                                               timeout_graceful_shutdown=5,
                                                log_level="info" if args.verbose else "warning"))
         server.run(sockets=[sock])
     finally:
@@ -70,10 +72,13 @@ def cmd_serve(args: argparse.Namespace, config) -> int:
     return 0
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket for uvicorn (``port`` 0: any free one). Made from getaddrinfo's answer,
+    so that it is a TCP socket by protocol too: asyncio turns Nagle's algorithm off only on those,
+    and with it on, a reply written in two parts waits ~40 ms for the client's delayed ACK."""
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        sock = socket.socket(family, kind, proto)
+        sock = socket.socket(family, kind, proto or socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
         sock.listen(128)

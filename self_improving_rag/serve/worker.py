@@ -117,7 +117,10 @@ class Worker:
         self._thread.start()
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Cancel what waits, let the running job stop at its next event, and end the thread."""
+        """Cancel what waits and what runs (it stops at its next event), and end the thread."""
+        running = self.current
+        if running is not None:
+            running.cancel()
         while True:
             try:
                 job = self._queue.get_nowait()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -27,10 +26,10 @@ class LiveServer:
     def __init__(self, app) -> None:
         import uvicorn
 
+        from self_improving_rag.serve.cli import listen
+
         self.app = app
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock = listen("127.0.0.1", 0)  # as `sirag serve` listens
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.server = uvicorn.Server(uvicorn.Config(app, log_config=None, log_level="warning", lifespan="on"))
