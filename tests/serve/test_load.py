@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import httpx
 
@@ -42,9 +43,16 @@ def test_fifty_concurrent_asks(serve):
     async def main():
         limits = httpx.Limits(max_connections=N + 10, max_keepalive_connections=N + 10)
         async with httpx.AsyncClient(base_url=s.url, timeout=120, limits=limits) as client:
-            tasks = [asyncio.create_task(ask(client, i)) for i in range(N)]
-            # Release the engine once every ask beyond its capacity was refused.
-            while sum(1 for t in tasks if t.done()) < N - QUEUE - 1:
+            # The first holds the engine (taken from the queue) before the others arrive, so that the
+            # capacity is exactly one running and QUEUE waiting.
+            tasks = [asyncio.create_task(ask(client, 0))]
+            while worker.current is None:
+                await asyncio.sleep(0.01)
+            tasks += [asyncio.create_task(ask(client, i)) for i in range(1, N)]
+            # Release the engine once every ask beyond its capacity was refused (or after a minute:
+            # the counts below then say what happened).
+            deadline = time.monotonic() + 60
+            while sum(1 for t in tasks if t.done()) < N - QUEUE - 1 and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
             gate.set()
             return await asyncio.gather(*tasks)
