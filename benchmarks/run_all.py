@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHES = ["bench_ingest.py", "bench_retrieval.py", "bench_generation.py", "bench_scoring.py", "bench_calibrate.py"]
+BENCHES = ["bench_ingest.py", "bench_retrieval.py", "bench_generation.py", "bench_scoring.py", "bench_calibrate.py",
+           "bench_serve.py"]
 
 if __name__ == "__main__":
     sys.path.insert(0, str(HERE))

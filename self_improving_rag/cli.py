@@ -494,7 +494,7 @@ def cmd_search(args: argparse.Namespace, config: Config) -> int:
 
     from .engine import check_question, rewrite_query
     from .retrieval.embedder import embedder_from_config
-    from .retrieval.searcher import Searcher
+    from .retrieval.searcher import Searcher, search_json
 
     question = check_question(_read_question(args))
     strategy = config.strategy.to_strategy()
@@ -519,12 +519,10 @@ def cmd_search(args: argparse.Namespace, config: Config) -> int:
         result = searcher.search(question, strategy, query)
     finally:
         searcher.close()
-    hits = [{"rank": h.rank, "doc": h.chunk.doc_id, "section": h.chunk.section, "start": h.chunk.start,
-             "end": h.chunk.end, "chunk_id": h.chunk.chunk_id, "scores": {k: round(v, 4) for k, v in h.scores.items()},
-             "text": h.chunk.text} for h in result.hits]
+    data = search_json(question, query, strategy, result)
+    hits = data["hits"]
     if args.json:
-        _print_json({"question": question, "query": query or question, "strategy": strategy.to_json(), "hits": hits,
-                     "passages": [p.__dict__ for p in result.passages], "timings_ms": result.timings_ms})
+        _print_json(data)
         return 0
     print(f"strategy {strategy.key}")
     if query is not None:
@@ -1144,6 +1142,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .batch import add_batch_commands
 
     add_batch_commands(sub, common, COMMANDS, command)
+    from .serve.cli import add_serve_command
+
+    add_serve_command(sub, common, COMMANDS)
     return p
 
 

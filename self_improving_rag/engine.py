@@ -25,7 +25,7 @@ from .generation.prompts import (REFUSAL_PHRASE, build_messages, drop_unknown_ci
 from .memory.store import Verdicts
 from .retrieval.embedder import Embedder, embedder_from_config
 from .retrieval.searcher import Searcher
-from .types import Answer, AttemptRecord, Generation, Strategy
+from .types import Answer, AttemptRecord, Generation, RetrievalResult, Strategy
 
 log = logging.getLogger(__name__)
 
@@ -247,8 +247,14 @@ class Engine:
 
     def ask(self, question: str, *, loop: bool | None = None, on_token: Callable[[str], None] | None = None,
             on_attempt: Callable[[AttemptRecord], None] | None = None, run_id: str | None = None,
-            item_id: str | None = None, first_strategy: Strategy | None = None) -> Answer:
-        """Answer one question (or refuse), recording every attempt in memory."""
+            item_id: str | None = None, first_strategy: Strategy | None = None,
+            on_retrieval: Callable[[int, Strategy, str | None, RetrievalResult], None] | None = None) -> Answer:
+        """Answer one question (or refuse), recording every attempt in memory.
+
+        ``on_retrieval(number, strategy, repair, retrieval)`` is called once an attempt has its
+        passages, before the model is asked (a repair whose prompt repeats an earlier one is
+        then skipped: the next call has the same number). A callback that raises stops the
+        question there, and nothing of it is recorded."""
         question = check_question(question)
         self.warm_up()
         # The budget starts after the models are loaded: loading is not the question's time.
@@ -267,7 +273,8 @@ class Engine:
         prompts: dict[str, int] = {}  # each prompt sent so far, with its attempt's number
         while True:
             try:
-                attempt = self._attempt(question, strategy, repair, len(attempts) + 1, on_token, prompts)
+                attempt = self._attempt(question, strategy, repair, len(attempts) + 1, on_token, prompts,
+                                        on_retrieval)
             except _SamePrompt as same:
                 # A repair that changes nothing the model reads (a larger budget when every passage
                 # already fits, neighbours of a passage that has none) would get the same reply at
@@ -358,7 +365,7 @@ class Engine:
         return rewrite_query(self.generator, question)
 
     def _attempt(self, question: str, strategy: Strategy, repair: str | None, number: int,
-                 on_token, prompts: dict[str, int] | None = None) -> AttemptRecord:
+                 on_token, prompts: dict[str, int] | None = None, on_retrieval=None) -> AttemptRecord:
         """One attempt with ``strategy``. ``prompts`` maps the prompts sent by earlier attempts of
         this question to their numbers: with a greedy generator (temperature 0) a prompt sent
         again raises :class:`_SamePrompt` before the model is called, since its reply would be
@@ -376,6 +383,8 @@ class Engine:
         t = time.perf_counter()
         retrieval = self.searcher.search(question, strategy, query)
         timings["retrieve"] = (time.perf_counter() - t) * 1000
+        if on_retrieval is not None:
+            on_retrieval(number, strategy, repair, retrieval)
         generation: Generation | None = None
         if retrieval.passages:
             messages = build_messages(strategy.prompt, question, retrieval.passages)

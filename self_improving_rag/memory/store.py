@@ -62,6 +62,7 @@ _POSSESSIVE_RE = re.compile(r"(?<=\w)['’]s\b", re.UNICODE)
 # different words than this are refused: every word must occur, so none may be left out).
 _MAX_SEARCH_TOKENS = 64
 _SQLITE_MAX_INT = 2**63 - 1
+_MAX_LABEL_IDS = 500  # current_labels: ids read at once (SQLite's bound parameters are limited)
 
 
 def question_id(text: str) -> str:
@@ -1431,6 +1432,34 @@ class MemoryStore:
             """,
             (match, min(limit, _SQLITE_MAX_INT)),  # a larger int does not fit SQLite's (OverflowError)
         )
+
+    def recent(self, limit: int = 20, offset: int = 0) -> dict[str, Any]:
+        """A page of outcomes, newest first: ``total`` outcomes, and ``outcomes`` from ``offset``
+        on (at most ``limit``), each with its attempt count and current label (1, 0 or None)."""
+        for name, value, low in (("limit", limit, 1), ("offset", offset, 0)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        rows = self._rows(
+            f"""
+            WITH {self._LATEST_LABEL}
+            SELECT o.id, o.question, o.answer, o.refused, o.confidence, o.query_class, o.n_attempts,
+                   o.created_at, l.label
+            FROM outcomes o LEFT JOIN latest l ON l.outcome_id = o.id AND l.rn = 1
+            ORDER BY o.created_at DESC, o.rowid DESC LIMIT ? OFFSET ?
+            """,
+            (min(limit, _SQLITE_MAX_INT), min(offset, _SQLITE_MAX_INT)),
+        )
+        return {"total": int(self._count("SELECT COUNT(*) AS n FROM outcomes")["n"]), "outcomes": rows}
+
+    def current_labels(self, outcome_ids: list[str]) -> dict[str, int]:
+        """The current label (1 right, 0 wrong) of each of ``outcome_ids`` that has one."""
+        ids = list(dict.fromkeys(outcome_ids))[:_MAX_LABEL_IDS]
+        if not ids:
+            return {}
+        marks = ", ".join("?" for _ in ids)
+        rows = self._rows(f"WITH {self._LATEST_LABEL} SELECT outcome_id, label FROM latest "
+                          f"WHERE rn = 1 AND outcome_id IN ({marks})", tuple(ids))
+        return {r["outcome_id"]: int(r["label"]) for r in rows}
 
     def _export_rows(self) -> tuple[list[str], list[str], list[dict[str, Any]]]:
         ocols = [r["name"] for r in self._rows("SELECT name FROM pragma_table_info('outcomes') ORDER BY cid")]

@@ -248,3 +248,13 @@ class Searcher:
             self._cache.close()
             self._cache = None
 
+
+
+def search_json(question: str, query: str | None, strategy: Strategy, result: RetrievalResult) -> dict:
+    """What ``sirag search --json`` prints (and ``POST /v1/search`` answers): the hits with each
+    retriever's score, and the passages the strategy builds from them."""
+    hits = [{"rank": h.rank, "doc": h.chunk.doc_id, "section": h.chunk.section, "start": h.chunk.start,
+             "end": h.chunk.end, "chunk_id": h.chunk.chunk_id, "scores": {k: round(v, 4) for k, v in h.scores.items()},
+             "text": h.chunk.text} for h in result.hits]
+    return {"question": question, "query": query or question, "strategy": strategy.to_json(), "hits": hits,
+            "passages": [p.__dict__ for p in result.passages], "timings_ms": result.timings_ms}

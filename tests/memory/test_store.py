@@ -661,6 +661,18 @@ def test_search_finds_questions_and_answers(store: MemoryStore) -> None:
         store.search("x", limit=0)
 
 
+def test_recent_pages_outcomes_newest_first_with_their_current_label(store: MemoryStore) -> None:
+    ids = [store.record(make_answer(f"Who kept light {i}?", answer="Tobias Lune [1]")) for i in range(5)]
+    store.add_feedback(ids[3], correct=False)
+    page = store.recent(limit=2, offset=1)
+    assert page["total"] == 5 and [o["id"] for o in page["outcomes"]] == [ids[3], ids[2]]
+    assert [o["label"] for o in page["outcomes"]] == [0, None] and page["outcomes"][0]["n_attempts"] == 1
+    assert store.recent(limit=10, offset=5)["outcomes"] == []
+    for bad in ({"limit": 0}, {"offset": -1}, {"limit": True}):
+        with pytest.raises(ValueError):
+            store.recent(**bad)
+
+
 def test_search_counts_a_repeated_word_once_and_refuses_more_words_than_it_reads(store: MemoryStore) -> None:
     """Words past the 64th were dropped without a word: "lighthouse" × 64 + "Martians" found an
     outcome without Martians."""
@@ -1001,3 +1013,12 @@ def test_agreement_reaches_the_sql_confidence_and_calibration(store: MemoryStore
     assert passing(sigmoid(-0.5) - 1e-6) == 3 and passing(sigmoid(0.0) - 1e-6) == 2
     assert passing(sigmoid(1.0) - 1e-6) == 1 and passing(sigmoid(1.0) + 1e-6) == 0
     assert {r["outcome_id"]: r["agreement"] for r in store.labelled_attempts()} == rows
+
+
+def test_current_labels_gives_the_label_in_use_of_the_outcomes_asked_for(store: MemoryStore) -> None:
+    a, b, c = (store.record(make_answer(f"Who kept light {i}?", answer="Tobias Lune [1]")) for i in range(3))
+    store.add_feedback(a, correct=True, source="gold")
+    store.add_feedback(a, correct=False)  # a user's label wins over gold
+    store.add_feedback(b, correct=True)
+    assert store.current_labels([a, b, c, a]) == {a: 0, b: 1}
+    assert store.current_labels([]) == {}
