@@ -30,8 +30,8 @@ from typing import Any, Callable
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .config import (Config, DuplicateKeyError, _merge, config_from_dict, default_config_text, load_yaml_unique,
-                     no_yes_no_for_numbers, parse_override, pins_strategy, to_yaml)
+from .config import (NO_EFFECT, REMOVED_KEYS, Config, DuplicateKeyError, _merge, config_from_dict, default_config_text,
+                     load_yaml_unique, no_yes_no_for_numbers, parse_override, pins_strategy, to_yaml)
 from .errors import BatchError, ConfigError, SiragError
 from .evaluation.datasets import QAItem, load_qa, squad_contexts
 
@@ -491,13 +491,18 @@ def _changed_settings(run_dir: Path, config: Config) -> str:
     for key in _HOME_EXPANDED:  # expanded since session 26: a stored "~/x" is the same folder
         if isinstance(a.get(key), str):
             a[key] = os.path.expanduser(a[key])
+    # A setting removed since: the run's rows were made as sirag answers now only if it held the
+    # value the code now behaves as.
+    removed = {k: v for k, v in REMOVED_KEYS.items() if k in a and v is not NO_EFFECT}
+    b.update(removed)
     changed = sorted(k for k in a if k in b and k not in _RESUME_FREE and a[k] != b[k])
     if any(k.startswith("strategy.") for k in changed) and False in (a.get("policy.first_from_memory"),
                                                                     b.get("policy.first_from_memory")):
         # Set by sirag itself when a strategy.* setting is given (the pinned strategy goes first):
         # naming it would blame a setting the user never touched.
         changed = [k for k in changed if k != "policy.first_from_memory"]
-    shown = ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in changed[:4])
+    shown = ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" + (" (no longer a setting)" if k in removed else "")
+                      for k in changed[:4])
     return shown + (", ..." if len(changed) > 4 else "")
 
 

@@ -1222,8 +1222,13 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*args.overrides, *([f"paths.memory_db={args.memory}"] if args.memory is not None else [])]
         if pins_strategy(args.overrides):
             args.overrides.append("policy.first_from_memory=false")
+        from .logging_setup import console_handler, setup_logging
+
+        if not logging.getLogger().handlers:
+            # Until setup_logging (which needs the settings' log folder) replaces it: what loading the
+            # settings warns of (a removed setting) reads as the CLI's other warnings do.
+            logging.getLogger().addHandler(console_handler(args.verbose))
         config = load_config(args.config, args.overrides)
-        from .logging_setup import setup_logging
 
         setup_logging(config.paths.log_dir, args.verbose, args.command)
         return COMMANDS[args.command](args, config)

@@ -8,6 +8,7 @@ directories are created, nothing is seeded.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -20,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import ConfigError
 from .types import Strategy
+
+log = logging.getLogger("sirag.config")
 
 
 def no_yes_no_for_numbers(model: type[BaseModel], value: Any, field_name: str) -> Any:
@@ -395,6 +398,18 @@ class Config(_Model):
     strategy: StrategyConfig = StrategyConfig()
 
 
+def config_keys(model: type[BaseModel] = Config, prefix: str = "") -> list[str]:
+    """Every setting's dotted key, in the models' order (a section is not a setting of its own)."""
+    keys: list[str] = []
+    for name, field in model.model_fields.items():
+        kind = field.annotation
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            keys += config_keys(kind, f"{prefix}{name}.")
+        else:
+            keys.append(prefix + name)
+    return keys
+
+
 def default_config_text() -> str:
     """The packaged default YAML."""
     return resources.files("self_improving_rag").joinpath("configs/default.yaml").read_text("utf-8")
@@ -533,8 +548,50 @@ def _describe(exc: ValidationError, source: str) -> str:
     return f"{source}: " + "; ".join(msgs) + more + f"; see {packaged} for valid keys and values"
 
 
+class _NoEffect:
+    """The value of a removed setting that changed nothing sirag answers (see REMOVED_KEYS)."""
+
+    def __repr__(self) -> str:
+        return "NO_EFFECT"
+
+
+#: Stands, in REMOVED_KEYS, for a removed setting that had no effect on answers.
+NO_EFFECT: Any = _NoEffect()
+
+#: Settings sirag no longer has, each with the value its code now behaves as (NO_EFFECT: the
+#: setting changed nothing sirag answers). A user file, a ``--set`` item or a run's saved
+#: config.yaml that still names one loads: the key is dropped with a warning (a key never known,
+#: a typo, is still an error). A resumed run whose config.yaml holds another value than this one
+#: was made with other behaviour, and is refused as for a changed setting (batch.py).
+REMOVED_KEYS: dict[str, Any] = {}
+
+
+def drop_removed(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """``data`` without the settings of :data:`REMOVED_KEYS` it holds, each named in a warning
+    (``data`` itself is left as it is)."""
+    out = data
+    for key in REMOVED_KEYS:
+        *parents, leaf = key.split(".")
+        node = out
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or leaf not in node:
+            continue
+        # Copy the mappings on the way down, so the caller's data keeps the key.
+        out = dict(out)
+        node = out
+        for part in parents:
+            node[part] = dict(node[part])
+            node = node[part]
+        del node[leaf]
+        log.warning("%s is no longer a setting (removed); it is ignored (%s)", key, source)
+    return out
+
+
 def config_from_dict(data: dict[str, Any], source: str = "config") -> Config:
-    """Validate a settings mapping, naming the bad key and its source on failure."""
+    """Validate a settings mapping, naming the bad key and its source on failure. A removed
+    setting (:data:`REMOVED_KEYS`) is dropped with a warning."""
+    data = drop_removed(data, source)
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
@@ -569,12 +626,12 @@ def load_config(path: str | Path | list[str | Path] | tuple[str | Path, ...] | N
             text = raw.decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config file {p} cannot be read ({exc}); check its permissions and encoding") from exc
-        user = _read_yaml(text, str(p))
+        user = drop_removed(_read_yaml(text, str(p)), str(p))
         data = _merge(data, user)
         _record_origin(origin, user, str(p))
         layers.append(str(p))
     for item in overrides:
-        tree = parse_override(item)
+        tree = drop_removed(parse_override(item), f"--set {item}")
         data = _merge(data, tree)
         _record_origin(origin, tree, f"--set {item}")
         layers.append(f"--set {item}")
