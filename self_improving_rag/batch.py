@@ -460,9 +460,6 @@ _RESUME_FREE = ("paths.memory_db", "paths.log_dir", "paths.model_cache", "genera
                 "calibration.auto_refit_after", "calibration.folds")
 
 
-#: Path settings whose "~" the config expands only since session 26 (a run's config.yaml may hold it unexpanded).
-_HOME_EXPANDED = ("retrieval.cross_encoder_dir", "ingestion.gutenberg_dir")
-
 
 def _changed_settings(run_dir: Path, config: Config) -> str:
     """The settings that differ from those the run was made with (``_RESUME_FREE`` aside; the index
@@ -488,9 +485,6 @@ def _changed_settings(run_dir: Path, config: Config) -> str:
     # unless the run now asks for other than what the earlier rows were made with.
     for key, before in _ADDED_SINCE.items():
         a.setdefault(key, before)
-    for key in _HOME_EXPANDED:  # expanded since session 26: a stored "~/x" is the same folder
-        if isinstance(a.get(key), str):
-            a[key] = os.path.expanduser(a[key])
     # A setting removed since: the run's rows were made as sirag answers now only if it held the
     # value the code now behaves as.
     removed = {k: v for k, v in REMOVED_KEYS.items() if k in a and v is not NO_EFFECT}

@@ -504,17 +504,14 @@ def cmd_search(args: argparse.Namespace, config: Config) -> int:
     strategy = replace(strategy, **over)
     embedder = embedder_from_config(config)
     searcher = Searcher(config, embedder, args.index)
-    judged = config.retrieval.llm_judge_top > 0 and strategy.rerank
     generator = None
-    if judged or strategy.query_rewrite == "keywords":
+    if strategy.query_rewrite == "keywords":
         from .generation.factory import make_generator
 
         generator = make_generator(config)
-    if judged:
-        searcher.judge = generator.yes_probability
     try:
         # As an attempt searches: with query_rewrite: keywords, the generator's keywords follow
-        # the question (the relevance judge and the refinement still read the question).
+        # the question (the reranker and the refinement still read the question).
         query = rewrite_query(generator, question)[0] if strategy.query_rewrite == "keywords" else None
         result = searcher.search(question, strategy, query)
     finally:

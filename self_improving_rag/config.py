@@ -130,52 +130,11 @@ class IngestionConfig(_Model):
 class RetrievalConfig(_Model):
     # Weighted fusion leaning on BM25: on sherlock_dev it gave evidence recall@5 0.865 against 0.73
     # for RRF (dense MiniLM alone: 0.57), see docs/results.md.
-    fusion: Literal["rrf", "weighted"] = "weighted"
-    rrf_k: int = Field(60, ge=1)
     dense_weight: float = Field(0.25, ge=0, le=1)
-    candidates: int = Field(30, ge=1, le=1000)
-    ann_threshold: int = Field(200_000, ge=1)  # above this many vectors use HNSW
-    rerank_sentences: int = Field(2, ge=1, le=10)
-    # With rerank on, final score = (1 - w) * fused score (min-max over the pool) + w * relevance:
-    # the embedding judge refines the lexical/dense order instead of replacing it.
-    rerank_weight: float = Field(0.3, ge=0, le=1)
-    # The generator as a relevance judge (yes/no log-probs) of the top N hits after reranking:
-    # score = (1 - w) * reranked score (min-max over those N) + w * P(yes). Off by default: each
-    # judgement reads one passage (~200 prompt tokens, ~3 s on a 2-core CPU).
-    llm_judge_top: int = Field(0, ge=0, le=20)
-    # A local sentence-transformers CrossEncoder directory: when set, it scores the relevance of
-    # every reranked candidate (logit -> sigmoid) in place of the embedding judge; sentence
-    # scores for context refinement still come from the embedder. Nothing is downloaded.
-    cross_encoder_dir: str | None = None
-    llm_judge_weight: float = Field(0.5, ge=0, le=1)
-
-    @field_validator("cross_encoder_dir")
-    @classmethod
-    def _expand_home(cls, value: str | None) -> str | None:
-        return None if value is None else os.path.expanduser(value)
     # Relevance = sigmoid(slope * (cosine - midpoint)); the midpoint is where a question and a
     # sentence turn from unrelated to related for this embedder (0.35 for all-MiniLM-L6-v2).
     relevance_midpoint: float = Field(0.35, ge=-1, le=1)
-    relevance_slope: float = Field(10.0, gt=0, le=100)
     refine: bool = True
-    refine_context_sentences: int = Field(1, ge=0, le=5)
-    # sentences mode: after a kept sentence, the following ones keep joining while they add up to
-    # at most this many word pieces (at least refine_context_sentences of them; 0 = exactly that
-    # many), and with refine_replies a window that ends on a question takes the reply too. On
-    # sherlock_dev this kept 32 of 32 evidence quotes instead of 29 at the same tokens
-    # (docs/results.md, session 16).
-    refine_context_after_tokens: int = Field(35, ge=0, le=400)
-    refine_replies: bool = True
-    # Refinement favours sentences of higher-ranked passages by this much (0 = sentence cosine
-    # only) and first keeps every passage's best sentence; see retrieval/refine.py.
-    refine_rank_weight: float = Field(0.5, ge=0, le=5)
-    refine_every_passage: bool = True
-    # sentences (default): the best sentences anywhere, each with refine_context_sentences
-    # neighbours; windows: one contiguous window per passage grown around its best sentence.
-    # Windows answered sherlock_dev worse end to end (0.467 vs 0.600 correct or rightly refused,
-    # docs/results.md) and, since the token-measured context after a sentence, keep fewer whole
-    # evidence quotes too (29 of 32 against 32).
-    refine_mode: Literal["windows", "sentences"] = "sentences"
 
 
 class GeneratorConfig(_Model):
@@ -563,7 +522,27 @@ NO_EFFECT: Any = _NoEffect()
 #: config.yaml that still names one loads: the key is dropped with a warning (a key never known,
 #: a typo, is still an error). A resumed run whose config.yaml holds another value than this one
 #: was made with other behaviour, and is refused as for a changed setting (batch.py).
-REMOVED_KEYS: dict[str, Any] = {}
+REMOVED_KEYS: dict[str, Any] = {
+    # Experiments that lost (docs/results.md): reciprocal rank fusion, refinement by windows, the
+    # generator as a relevance judge of the top hits, a local cross-encoder (none is packaged).
+    "retrieval.fusion": "weighted",
+    "retrieval.rrf_k": NO_EFFECT,
+    "retrieval.refine_mode": "sentences",
+    "retrieval.llm_judge_top": 0,
+    "retrieval.llm_judge_weight": NO_EFFECT,
+    "retrieval.cross_encoder_dir": None,
+    # Tuning constants, now beside the code that uses them.
+    "retrieval.candidates": 30,
+    "retrieval.ann_threshold": 200_000,
+    "retrieval.rerank_sentences": 2,
+    "retrieval.rerank_weight": 0.3,
+    "retrieval.relevance_slope": 10.0,
+    "retrieval.refine_context_sentences": 1,
+    "retrieval.refine_context_after_tokens": 35,
+    "retrieval.refine_replies": True,
+    "retrieval.refine_rank_weight": 0.5,
+    "retrieval.refine_every_passage": True,
+}
 
 
 def drop_removed(data: dict[str, Any], source: str) -> dict[str, Any]:

@@ -109,8 +109,6 @@ class Engine:
         self.searcher = Searcher(config, self.embedder, index_dir)
         # The corpus this engine answers from, recorded with every outcome: its index folder, absolute.
         self.corpus = str(self.searcher.index.root.resolve())
-        if config.retrieval.llm_judge_top > 0:
-            self.searcher.judge = lambda messages: self.generator.yes_probability(messages)
         self._policy: StrategyPolicy | None = None
         self._scorer: SignalScorer | None = None
         #: What the automatic calibration at start stored (its one-line report), else None: new
@@ -185,10 +183,8 @@ class Engine:
                                 self.config.loop.retry_margin, self.config.thresholds.confidence,
                                 self.config.thresholds.dates_unstated, own or None)
         policy = StrategyPolicy(self.config.policy, default, self.memory, available, verdicts, corpus=self.corpus)
-        r = self.config.retrieval
         self._scorer = SignalScorer(self.config.scoring, self.searcher.embed_cached, self.generator, weights,
-                                    relevance_slope=r.relevance_slope, relevance_midpoint=r.relevance_midpoint,
-                                    weights_note=note)
+                                    relevance_midpoint=self.config.retrieval.relevance_midpoint, weights_note=note)
         # Set last: it marks the engine as ready, so a failure above (a locked store, say) is
         # retried by the next call instead of leaving an engine without a scorer.
         self._policy = policy

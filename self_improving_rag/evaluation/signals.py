@@ -19,7 +19,7 @@ from ..errors import GenerationError, GeneratorUnavailableError
 from ..generation.prompts import (_CITATION, build_judge_messages, build_question_read_messages, is_refusal,
                                   parse_citations, strip_citations)
 from ..ingestion.sentences import split_sentences
-from ..retrieval.reranker import sigmoid
+from ..retrieval.reranker import RELEVANCE_SLOPE, sigmoid
 from ..text import QUESTION_WORDS, STOP_WORDS, capitalised_terms, claim_terms, content_terms, stemmer, term_words
 from ..types import Generation, Passage, RetrievalResult, Signal, Signals
 from .calibration import QUESTION_FIT_FLOOR, answer_words
@@ -580,7 +580,7 @@ class SignalScorer:
     """Scores an attempt: embeddings from the searcher's cache, judgements from the generator."""
 
     def __init__(self, config: ScoringConfig, embed: Callable[[list[str]], np.ndarray], generator=None,
-                 weights: dict[str, float] | None = None, relevance_slope: float = 10.0,
+                 weights: dict[str, float] | None = None, relevance_slope: float = RELEVANCE_SLOPE,
                  relevance_midpoint: float = 0.35, weights_note: str | None = None) -> None:
         self.config = config
         # Which weights the confidence uses, for its reason: "fitted weights" or "default weights"

@@ -62,7 +62,7 @@ class Template:
 @lru_cache(maxsize=None)
 def load_template(name: str) -> Template:
     """A packaged template by name."""
-    known = (*PROMPTS, "judge", "keywords", "relevance_judge")
+    known = (*PROMPTS, "judge", "keywords")
     if name not in known:
         raise ValueError(f"unknown prompt {name!r}; choose one of {', '.join(PROMPTS)}")
     data = yaml.safe_load(resources.files("self_improving_rag").joinpath(f"prompts/{name}.yaml").read_text("utf-8"))
@@ -134,17 +134,6 @@ def build_question_read_messages(answer_prompt: str, question: str, passages,
     user = (head + format_passages(passages) + "\n\n"
             + QUESTION_READ.format(answer=" ".join(strip_citations(answer).split())) + span)
     return [{"role": "system", "content": t.system}, {"role": "user", "content": user}], span
-
-
-def build_relevance_messages(question: str, passage_text: str) -> list[dict[str, str]]:
-    """Does this passage help answer the question? (yes/no, for the generator as a reranker).
-
-    The question precedes the passage, so judgements of one question's passages share a prefix.
-    """
-    t = load_template("relevance_judge")
-    body = quote_passage_text(passage_text).replace(">>>", "> > >").replace("<<<", "< < <")
-    return [{"role": "system", "content": t.system},
-            {"role": "user", "content": t.user.format(question=" ".join(question.split()), passage=body)}]
 
 
 def parse_citations(text: str, n_passages: int | None = None) -> tuple[int, ...]:

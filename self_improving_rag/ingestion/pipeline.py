@@ -21,7 +21,7 @@ from .. import __version__
 from ..config import Config
 from ..errors import IngestionError, InterruptedAfterCommit, NoTextError, SiragError
 from ..retrieval.embedder import Embedder
-from ..retrieval.index import FORMAT_VERSION, CorpusIndex, EmbeddingCache
+from ..retrieval.index import ANN_THRESHOLD, FORMAT_VERSION, CorpusIndex, EmbeddingCache
 from ..types import Chunk
 from .chunkers import make_chunker
 from .chunkers.base import CHUNKING_VERSION
@@ -516,7 +516,7 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
                 "chunkers": params,
                 "files": files_meta,
                 "sources": [str(Path(p).resolve()) for p in paths],
-                "ann_threshold": config.retrieval.ann_threshold,
+                "ann_threshold": ANN_THRESHOLD,
                 "versions": _versions(),  # an upgraded sirag, FAISS or bm25s writes its files again
             }
             if (prev_manifest is not None and report.reused_documents == len(files_meta)
@@ -549,7 +549,7 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
                         vecs = pooled_vectors(cs, embed_cached, embedder.dim, cache)
                     else:
                         vecs = embed_cached([c.embed_text for c in cs])
-                    index.write_chunker(gen, n, cs, vecs, config.retrieval.ann_threshold)
+                    index.write_chunker(gen, n, cs, vecs, ANN_THRESHOLD)
                     report.timings_ms[f"embed_index_{n}"] = (time.perf_counter() - t_e) * 1000
                     report.chunks[n] = len(cs)
                 ebar.close()

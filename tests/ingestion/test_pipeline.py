@@ -157,7 +157,8 @@ def test_changing_the_vector_mode_rebuilds_that_chunker(tmp_path: Path, corpus_d
 # ---------------------------------------------------------------- incremental re-ingest
 
 
-def test_reingest_unchanged_embeds_nothing(fake_config, built_index: Path, corpus_dir: Path, hash_embedder) -> None:
+def test_reingest_unchanged_embeds_nothing(fake_config, built_index: Path, corpus_dir: Path, hash_embedder,
+                                           monkeypatch) -> None:
     before = _chunks(built_index)
     live = CorpusIndex(built_index).current_dir()
     embedder = CountingEmbedder(hash_embedder)
@@ -170,8 +171,10 @@ def test_reingest_unchanged_embeds_nothing(fake_config, built_index: Path, corpu
     assert report.unchanged and CorpusIndex(built_index).current_dir() == live
     assert report.chunks == CorpusIndex(built_index).manifest()["counts"] and len(report.documents) == 2
     # A setting the index is built with (the size at which FAISS would switch to an approximate index) writes a new one.
-    cfg = fake_config.model_copy(update={"retrieval": fake_config.retrieval.model_copy(update={"ann_threshold": 1000})})
-    again = ingest([corpus_dir], cfg, embedder, progress=False)
+    from self_improving_rag.ingestion import pipeline
+
+    monkeypatch.setattr(pipeline, "ANN_THRESHOLD", 1000)
+    again = ingest([corpus_dir], fake_config, embedder, progress=False)
     assert not again.unchanged and CorpusIndex(built_index).current_dir() != live
     assert _chunks(built_index) == before and embedder.calls == []
 

@@ -180,7 +180,7 @@ def test_explicit_strategy_keys_pin_the_first_attempt():
     assert pins_strategy(["strategy.top_k=8"])
     assert pins_strategy({"strategy.chunker": "fixed"})
     assert not pins_strategy(["strategy.top_k=8", "policy.first_from_memory=true"])
-    assert not pins_strategy(["retrieval.rrf_k=30", "paths.memory_db=x.db"])
+    assert not pins_strategy(["retrieval.dense_weight=0.3", "paths.memory_db=x.db"])
     # A policy mapping says where the first strategy comes from only if it holds first_from_memory.
     assert pins_strategy([("strategy.chunker", "section"), ("policy", {"seed": 0})])
     assert pins_strategy(["strategy.chunker=section", 'policy={"explore": 0.0}'])
