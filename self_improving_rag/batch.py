@@ -440,7 +440,8 @@ def point_label(point: dict[str, Any]) -> str:
 
 # -- results file -----------------------------------------------------------------------
 
-# Settings added after runs were made, with the behaviour those runs had.
+# Settings added after runs were made, with the behaviour those runs had (a setting removed since
+# is then compared with the value of REMOVED_KEYS, the behaviour sirag has now).
 # A run's own engines never fit the confidence weights (run_batch settles them before the runs).
 _ADDED_SINCE = {"policy.first_from_memory": True, "loop.retry_margin": 0.0, "calibration.auto_fit": False,
                "policy.rejudge": False, "scoring.question_check": False, "scoring.question_prior": False,
@@ -482,9 +483,13 @@ def _changed_settings(run_dir: Path, config: Config) -> str:
 
     a, b = flat(stored), flat(config.model_dump(mode="json"))
     # A setting the stored file lacks is one added to sirag since: it does not block a resume,
-    # unless the run now asks for other than what the earlier rows were made with.
+    # unless the run now asks for other than what the earlier rows were made with. A file that
+    # names no removed setting was written since they were removed: it lacks those as every file
+    # sirag writes now does.
+    written_before_removal = any(k in a for k in REMOVED_KEYS)
     for key, before in _ADDED_SINCE.items():
-        a.setdefault(key, before)
+        if written_before_removal or key not in REMOVED_KEYS:
+            a.setdefault(key, before)
     # A setting removed since: the run's rows were made as sirag answers now only if it held the
     # value the code now behaves as.
     removed = {k: v for k, v in REMOVED_KEYS.items() if k in a and v is not NO_EFFECT}

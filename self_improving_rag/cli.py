@@ -417,10 +417,6 @@ def _format_answer(ans: dict, verbose: bool) -> str:
         lines.append(f"     diagnosis {a['failure']}: {a['failure_reason']}")
         for k in ("coverage", "grounding", "faithfulness"):
             lines.append(f"       {k}: {sig[k]['reason']}")
-        agreement = (sig["confidence"].get("detail") or {}).get("agreement")
-        if agreement:  # scoring.agreement_samples: the replies drawn again
-            lines.append(f"       agreement: {agreement['reason']}: "
-                         + "; ".join(repr(textwrap.shorten(r, 60, placeholder=" …")) for r in agreement["samples"]))
         lines.append(f"     tokens: prompt {a['prompt_tokens']} completion {a['completion_tokens']}; "
                      + " ".join(f"{k} {v / 1000:.2f}s" for k, v in a["timings_ms"].items()))
     if verbose:

@@ -170,26 +170,6 @@ class GeneratorConfig(_Model):
 
 class ScoringConfig(_Model):
     judge: Literal["llm", "none"] = "llm"
-    judge_max_claims: int = Field(4, ge=0, le=20)
-    relevance_threshold: float = Field(0.5, ge=0, le=1)
-    redundancy_threshold: float = Field(0.92, ge=0, le=1)
-    claim_support_threshold: float = Field(0.5, ge=0, le=1)
-    # After the claims are judged, read the question after the passages and the answer: the
-    # question_fit confidence feature (docs/signals.md). Off by default: it raised calibrated
-    # AUROC on SQuAD from 0.738 to 0.776 (not on sherlock_dev) but adds ~0.5 s per attempt, which
-    # takes scoring past 15% of the generator's time on the worst attempts.
-    question_check: bool = False
-    # question_prior confidence feature: the same reading of the question where the answer prompt
-    # holds it (before the answer), taken while the generator evaluates that prompt, so it costs
-    # a row of logits per content-word token (llama.cpp; the other backends cannot read it).
-    question_prior: bool = True
-    # agreement confidence feature: after the answer, draw this many more replies to the same
-    # prompt at temperature 0.7, decoded together from the prompt's KV cache and cut at the
-    # answer's length, and take the share that agree with the answer (llama.cpp only; 0: off).
-    # Off by default: its weight is 0 until a fit, the fitted confidence was no better with it on
-    # SQuAD or sherlock_dev, and the draws took a median 15% of the generator's time
-    # (docs/results.md, session 29).
-    agreement_samples: int = Field(0, ge=0, le=8)
 
 
 class ThresholdsConfig(_Model):
@@ -542,6 +522,17 @@ REMOVED_KEYS: dict[str, Any] = {
     "retrieval.refine_replies": True,
     "retrieval.refine_rank_weight": 0.5,
     "retrieval.refine_every_passage": True,
+    # Confidence features that lost: the question read back after the answer (question_fit: better
+    # ranking on SQuAD only, for ~0.5 s more per attempt) and replies sampled again (agreement: the
+    # fitted confidence was no better with it, for a median 15% of the generator's time). The
+    # question read in the answer prompt (question_prior) is always on where the backend reads it.
+    "scoring.question_check": False,
+    "scoring.agreement_samples": 0,
+    "scoring.question_prior": True,
+    "scoring.judge_max_claims": 4,
+    "scoring.relevance_threshold": 0.5,
+    "scoring.redundancy_threshold": 0.92,
+    "scoring.claim_support_threshold": 0.5,
 }
 
 

@@ -146,12 +146,6 @@ class Engine:
                         "re-ingest with ingestion.chunkers including %s)", default.chunker, available[0],
                         default.chunker)
             default = replace(default, chunker=available[0])
-        k = self.config.scoring.agreement_samples
-        can_sample = getattr(self.generator, "can_sample", None)
-        if k and not (can_sample is not None and can_sample(k)):
-            log.warning("scoring.agreement_samples is %d, but this generator (backend %s) cannot draw that many "
-                        "replies from its prompt: the agreement feature stays undefined (the llama_cpp backend, made "
-                        "from this config, can)", k, self.config.generator.backend)
         weights = fit = note = None
         if self.memory is not None:
             if self.config.calibration.auto_fit and self.record:
@@ -168,7 +162,7 @@ class Engine:
             weights = shipped.weights(self.config.loop.target_precision)
             note = "shipped weights" if weights is not None else note
         prior_weight = (weights or {}).get("question_prior") or 0.0
-        if self.config.scoring.question_prior and prior_weight and not getattr(self.generator, "reads_prompt", False):
+        if prior_weight and not getattr(self.generator, "reads_prompt", False):
             # Undefined, the feature takes its neutral value: the fit's say for it is lost unseen.
             log.warning("the confidence weights in use give question_prior the weight %.3g, but this generator "
                         "(backend %s) cannot read its prompt as it generates: question_prior stays undefined and "
@@ -382,7 +376,7 @@ class Engine:
                 prompts[sent] = number
             t = time.perf_counter()
             # The question's tokens are read while the prompt is evaluated (question_prior).
-            read = (question_span(question), question_prior_needs) if self.config.scoring.question_prior else None
+            read = (question_span(question), question_prior_needs)
             generation = self.generator.generate(messages, on_token=on_token, read=read)
             timings["generate"] = (time.perf_counter() - t) * 1000
             raw = generation.text

@@ -577,9 +577,8 @@ def test_the_engine_does_not_calibrate_on_too_few_labels_or_when_it_records_noth
 
 
 def test_the_engine_reads_the_question_while_the_answer_prompt_is_evaluated(make_engine, fake_config):
-    """With scoring.question_prior on (the default) the engine asks the generator to read the
-    question as it evaluates the answer prompt, and the confidence keeps the result; off, it asks
-    for nothing."""
+    """The engine asks the generator to read the question as it evaluates the answer prompt
+    (question_prior), and the confidence keeps the result."""
     import re
 
     from self_improving_rag.generation.prompts import question_span
@@ -591,14 +590,9 @@ def test_the_engine_reads_the_question_while_the_answer_prompt_is_evaluated(make
     engine, gen, _ = make_engine([GOOD])
     gen.reader = reader
     detail = engine.ask(question, loop=False).attempts[0].signals.confidence.detail
-    assert gen.prompt_reads == [question_span(question)] and gen.read_history == []
+    assert gen.prompt_reads == [question_span(question)]
     # "saved", "sailors" and "Greyling" are the answer's own words: "storm" is the one that tells.
     assert detail["features"]["question_prior"] == -4.0 and detail["question_prior_token"] == "storm"
-    off = fake_config.model_copy(update={"scoring": fake_config.scoring.model_copy(update={"question_prior": False})})
-    engine, gen, _ = make_engine([GOOD], config=off)
-    gen.reader = reader
-    detail = engine.ask(question, loop=False).attempts[0].signals.confidence.detail
-    assert gen.prompt_reads == [] and detail["features"]["question_prior"] is None
 
 
 @pytest.mark.parametrize("per_corpus", [True, False])

@@ -17,18 +17,18 @@ log(1 + words in the answer without its citations), None for a refusal (the prom
 an answer in a few words: a long answer is usually a sentence copied in place of an answer);
 ``question_fit`` is the lowest log-probability of a content word of the question, read after
 the passages and the answer, among the words the answer does not repeat
-(≤ 0, clipped below at :data:`QUESTION_FIT_FLOOR`; None for a refusal, with the check off, for a
-backend that cannot score a span of its prompt, or when the answer repeats every content word);
+(≤ 0, clipped below at :data:`QUESTION_FIT_FLOOR`; the engine no longer reads it, which cost
+~0.5 s per attempt, so it is None but in the answers of older stores);
 ``question_prior`` is the same minimum read where the answer prompt holds the question, after
 the passages and before any answer (read while the prompt is evaluated: almost free; None for a
-refusal, with ``scoring.question_prior`` off, for a backend that cannot score its prompt, or when
+refusal, for a backend that cannot score its prompt, or when
 the answer repeats every content word); ``dates_unstated`` is the share of the question's
 dates (years, decades, centuries, spans) that the answer's evidence does not state, in [0, 1]
 (None for a question without a date, a refusal, or no passages); ``explanation`` is 1.0 when
 the question asks why, or how followed by a verb ("how did", not "how many"), else 0.0;
 ``agreement`` is the share of replies sampled from the answer prompt that agree with the answer,
-in [0, 1] (None for a refusal, with ``scoring.agreement_samples`` 0, the default, or for a backend
-that cannot sample from its last prompt).
+in [0, 1] (the engine no longer samples replies, which cost a median 15% of the generator's time
+for no better confidence, so it is None but in the answers of older stores).
 """
 
 from __future__ import annotations
@@ -255,7 +255,7 @@ def fit_weights(
     Missing features are imputed as in :func:`confidence` before fitting. A feature missing from
     every row keeps its prior weight: its imputed column is a constant, and fitting a weight to it
     would only move the bias into it, a weight that would act on real values once they appear
-    (say, after ``scoring.question_check`` is turned on).
+    (say, ``question_fit`` or ``agreement`` in a store whose answers never had them).
     """
     if not (isinstance(l2, (int, float)) and math.isfinite(l2) and l2 > 0):
         raise ValueError(f"l2 must be a positive finite number (it keeps the fit well posed), got {l2!r}")

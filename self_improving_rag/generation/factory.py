@@ -26,8 +26,7 @@ def make_generator(config: Config):
 
         path = resolve_model(g.model, config.paths.model_cache)
         return LlamaCppGenerator(str(path), n_ctx=g.n_ctx, n_threads=g.n_threads, n_batch=g.n_batch, seed=g.seed,
-                                 temperature=g.temperature, max_tokens=g.max_tokens, name=g.model,
-                                 parallel=1 + config.scoring.agreement_samples)
+                                 temperature=g.temperature, max_tokens=g.max_tokens, name=g.model)
     if g.backend == "scripted":
         from .scripted import ScriptedGenerator
 

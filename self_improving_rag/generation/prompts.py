@@ -112,28 +112,10 @@ def build_judge_messages(answer_prompt: str, question: str, passages, claim: str
     return [{"role": "system", "content": t.system}, {"role": "user", "content": user}]
 
 
-QUESTION_READ = "Answer: {answer}\nQuestion it answers:"
-
-
 def question_span(question: str) -> str:
     """The question as the prompts place it, with the space before it (which the tokenizer
     joins to its first word): the text whose tokens the question reads score."""
     return " " + " ".join(question.split())
-
-
-def build_question_read_messages(answer_prompt: str, question: str, passages,
-                                 answer: str) -> tuple[list[dict[str, str]], str]:
-    """The answer prompt's system message and passages, then the answer (without citations) and
-    the question it answers, and the question's text as placed there (with the space before it,
-    which the tokenizer joins to the first word). The log-probabilities of that span's tokens
-    give ``question_fit``. The passages are the prefix the answer prompt and the judge share,
-    so the backend reuses its KV cache for them."""
-    t = load_template(answer_prompt)
-    head, _, _ = t.user.partition("{passages}")
-    span = question_span(question)
-    user = (head + format_passages(passages) + "\n\n"
-            + QUESTION_READ.format(answer=" ".join(strip_citations(answer).split())) + span)
-    return [{"role": "system", "content": t.system}, {"role": "user", "content": user}], span
 
 
 def parse_citations(text: str, n_passages: int | None = None) -> tuple[int, ...]:

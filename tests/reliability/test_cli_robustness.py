@@ -303,20 +303,31 @@ def test_a_resumed_run_made_before_the_retry_margin_is_not_judged_with_it(tmp_pa
     assert _changed_settings(tmp_path, as_made) == ""
 
 
-def test_a_resumed_run_made_before_question_prior_is_not_scored_with_it(tmp_path):
-    """A run made before scoring.question_prior existed recorded no such feature: resuming it with
-    the new default would give its later answers a feature (and, under a fit, a confidence) its
-    earlier ones lack, so it is refused unless the setting is turned off as the run had it."""
+def test_a_resumed_run_made_without_question_prior_is_not_scored_with_it(tmp_path):
+    """A run made before scoring.question_prior existed (or with it off, before the setting was
+    removed and the feature always read) recorded no such feature: resuming it would give its later
+    answers a feature (and, under a fit, a confidence) its earlier ones lack, so it is refused; a
+    run made with it on resumes, as does one written since the setting was removed."""
+    from pathlib import Path
+
+    import yaml
+
     from self_improving_rag.batch import _changed_settings
     from self_improving_rag.config import Config, to_yaml
 
     now = Config()
-    stored = to_yaml(now).replace("  question_prior: true\n", "")
-    assert "question_prior" not in stored
-    (tmp_path / "config.yaml").write_text(stored, encoding="utf-8")
-    assert "scoring.question_prior: False -> True" in _changed_settings(tmp_path, now)
-    as_made = now.model_copy(update={"scoring": now.scoring.model_copy(update={"question_prior": False})})
-    assert _changed_settings(tmp_path, as_made) == ""
+    (tmp_path / "config.yaml").write_text(to_yaml(now), encoding="utf-8")
+    assert _changed_settings(tmp_path, now) == ""
+    old = yaml.safe_load((Path(__file__).parents[1] / "data" / "run-config-106-keys.yaml").read_text(encoding="utf-8"))
+    old["paths"]["model_cache"] = now.paths.model_cache
+    for before, refused in ((True, False), (None, True), (False, True)):
+        if before is None:
+            del old["scoring"]["question_prior"]  # written before the setting existed
+        else:
+            old["scoring"]["question_prior"] = before
+        (tmp_path / "config.yaml").write_text(yaml.safe_dump(old), encoding="utf-8")
+        changed = _changed_settings(tmp_path, now)
+        assert changed == ("scoring.question_prior: False -> True (no longer a setting)" if refused else ""), before
 
 
 def test_a_resumed_run_made_before_the_dates_rule_and_the_chosen_l2_is_not_judged_with_them(tmp_path):
