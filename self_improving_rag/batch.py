@@ -1645,8 +1645,7 @@ def _archive_memory_leftovers(memory_db: str, run_name: str, todo: list[QAItem])
 
 
 def _record_gold(config: Config, run_name: str, rows: list[dict]) -> None:
-    """Gold labels become feedback in memory (for calibration, and for the policy with
-    policy.use_labels), once per outcome: a re-run adds nothing, a user's label is never
+    """Gold labels become feedback in memory (for calibration), once per outcome: a re-run adds nothing, a user's label is never
     overridden, a changed verdict updates."""
     from .memory import MemoryStore
 

@@ -702,14 +702,11 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
         for k, v in data.items():
             _print_item(k, v)
     if action in ("stats", "strategies", "failures") and data and not args.json:
-        uses = ("which the strategy policy prefers where they exist" if config.policy.use_labels
-                else "which the strategy policy counts only through the confidence weights a calibration "
-                     "fits on them (policy.use_labels is false)")
-        rejudged = ("; the policy judges each attempt again under the confidence weights in use now "
-                    "(policy.rejudge), so its counts can differ from these" if config.policy.rejudge else "")
         print("(successes and success rates are the engine's own verdict when the attempt ran: the answer passed "
-              f"its checks, over every index folder in this memory; feedback and labelled_* count labels, "
-              f"{uses}{rejudged}; the policy counts each index folder's own record first)")
+              "its checks, over every index folder in this memory; feedback and labelled_* count labels, which the "
+              "strategy policy counts only through the confidence weights a calibration fits on them; the policy "
+              "judges each attempt again under the confidence weights in use now, so its counts can differ from "
+              "these, and counts each index folder's own record first)")
     return 0
 
 
@@ -829,8 +826,8 @@ def _short(v: Any) -> str:
 
 @command
 def cmd_feedback(args: argparse.Namespace, config: Config) -> int:
-    """Label an answer in memory as correct or wrong (used by `sirag calibrate`; by the policy only with
-    policy.use_labels: true).
+    """Label an answer in memory as correct or wrong (used by `sirag calibrate`, whose fit the policy's
+    counts then follow).
 
     Example: sirag feedback 3f2a9c1b --correct
     A different label replaces the outcome's earlier one; the same label again (without a new
@@ -855,8 +852,8 @@ def cmd_feedback(args: argparse.Namespace, config: Config) -> int:
     elif written and same:
         notes.append("the outcome already had this label; the new note is kept with it")
     if outcome["refused"]:
-        notes.append("this outcome is a refusal: the label is kept and counted, but calibration (and the strategy "
-                     "policy, with policy.use_labels: true) learns only from labelled answers")
+        notes.append("this outcome is a refusal: the label is kept and counted, but calibration learns only from "
+                     "labelled answers")
     if args.json:
         _print_json({"outcome_id": oid, "correct": bool(args.correct), "source": "user", "note": args.note or "",
                      "replaced": before if written and not same else None, "written": written,

@@ -233,40 +233,14 @@ class PolicyConfig(_Model):
     method: Literal["thompson", "greedy", "ucb", "fixed"] = "greedy"
     explore: float = Field(0.1, ge=0, le=1)
     seed: int = Field(0, ge=0, le=2**32 - 1)
-    min_history: int = Field(3, ge=0)  # counted attempts of a query class before memory overrides the default
-    # What the first-strategy choice learns from: every attempt (a strategy that succeeded as a
-    # repair becomes a candidate first choice for its query class) or first attempts only (then
-    # only strategies that were once chosen first can ever be chosen first again).
-    learn_from: Literal["all_attempts", "first_attempts"] = "all_attempts"
     # False: every question's first attempt uses `strategy` as configured, memory choosing only
     # the repairs. Set for you when a command line (--set), a batch file's overrides or a grid
     # point sets a strategy.* key: an explicit strategy is honoured, not replaced by memory.
     first_from_memory: bool = True
-    # true: the attempt a labelled outcome answered with (gold from `sirag eval`, `sirag
-    # feedback`) counts by its label, every other attempt by its checks. Off by default: one count
-    # then mixes two measures, and where labels are strict (LiteraryQA) every strategy's record
-    # looks equally bad; labels reach the checks through the calibrated confidence anyway.
-    use_labels: bool = False
-    # Judge recorded attempts by the confidence weights and answer bars in use now, not by the
-    # diagnosis stored when they ran: after a calibration fit the stored verdicts were made by
-    # another confidence model (docs/memory.md). The verdicts stored stay as they were.
-    rejudge: bool = True
-    # Prior of the first-strategy choice (greedy's posterior mean and Thompson's draw): every
-    # strategy of a query class starts at Beta(κ·m, κ·(1 − m)), m = the pooled success rate of
-    # the class's other non-default strategies, at most the default's own, κ = prior_strength
-    # pseudo-attempts, so one lucky success of a rarely tried strategy does not outweigh a long record.
-    prior_strength: float = Field(4.0, ge=0, le=1000)
-    # Stop retrying a failure type once memory shows its repairs rarely work: after at least
-    # stop_min_evidence repairs in memory (after any failure), if the smoothed success rate
-    # (s + 1) / (n + 2) is below stop_below, the loop ends there (0 turns this off). The rate is
-    # the question's class's own when it has stop_min_evidence repairs after that failure, else
-    # its counts shrunk toward the failure type's rate, itself shrunk toward the rate of all
-    # repairs when the failure type has fewer than stop_min_evidence (docs/memory.md). A seeded
-    # share stop_explore of such questions retries anyway, so the record that stopped the loop
-    # can still change.
+    # Stop retrying a failure type once memory shows its repairs rarely work: when the smoothed
+    # success rate of its repairs (docs/memory.md) is below this, the loop ends there (0 turns
+    # this off).
     stop_below: float = Field(0.1, ge=0, le=1)
-    stop_min_evidence: int = Field(20, ge=1)
-    stop_explore: float = Field(0.1, ge=0, le=1)
 
 
 class CalibrationConfig(_Model):
@@ -533,6 +507,17 @@ REMOVED_KEYS: dict[str, Any] = {
     "scoring.relevance_threshold": 0.5,
     "scoring.redundancy_threshold": 0.92,
     "scoring.claim_support_threshold": 0.5,
+    # The policy's alternatives that lost: learning from first attempts only (strategies that only
+    # ever ran as repairs could never be chosen first), labels counted in place of the checks (one
+    # count mixed two measures), memory judged by the diagnoses stored (made by another confidence
+    # model after a fit). Its tuning constants are in feedback/policy.py.
+    "policy.learn_from": "all_attempts",
+    "policy.use_labels": False,
+    "policy.rejudge": True,
+    "policy.min_history": 3,
+    "policy.prior_strength": 4.0,
+    "policy.stop_min_evidence": 20,
+    "policy.stop_explore": 0.1,
 }
 
 

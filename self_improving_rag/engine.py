@@ -168,14 +168,14 @@ class Engine:
                         "(backend %s) cannot read its prompt as it generates: question_prior stays undefined and "
                         "takes its neutral value (the llama_cpp backend reads it; a fit on this backend's own "
                         "answers, `sirag calibrate`, gives it no weight)", prior_weight, self.config.generator.backend)
-        verdicts = None
-        if self.config.policy.rejudge:
-            own = ({c: f["weights"] for c, f in fit.get("corpus_fits", {}).items()}
-                   if fit and self.config.calibration.per_corpus else {})
-            verdicts = Verdicts(fit.get("weights") if fit else shipped.weights(self.config.loop.target_precision),
-                                self.config.loop.answer_threshold,
-                                self.config.loop.retry_margin, self.config.thresholds.confidence,
-                                self.config.thresholds.dates_unstated, own or None)
+        # Memory's attempts are judged by the confidence weights and bars in use now, not by the
+        # diagnoses stored with them (made by another confidence model after a fit).
+        own = ({c: f["weights"] for c, f in fit.get("corpus_fits", {}).items()}
+               if fit and self.config.calibration.per_corpus else {})
+        verdicts = Verdicts(fit.get("weights") if fit else shipped.weights(self.config.loop.target_precision),
+                            self.config.loop.answer_threshold,
+                            self.config.loop.retry_margin, self.config.thresholds.confidence,
+                            self.config.thresholds.dates_unstated, own or None)
         policy = StrategyPolicy(self.config.policy, default, self.memory, available, verdicts, corpus=self.corpus)
         self._scorer = SignalScorer(self.config.scoring, self.searcher.embed_cached, self.generator, weights,
                                     relevance_midpoint=self.config.retrieval.relevance_midpoint, weights_note=note)

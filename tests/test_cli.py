@@ -299,11 +299,14 @@ def test_feedback_calibrate_and_memory_analysis_commands(tmp_path):
     r = run(["memory", "strategies", "--json"], tmp_path, ov)
     rows = json.loads(r.stdout)
     assert rows[0]["attempts"] == 6 and 0 <= rows[0]["success_rate"] <= 1
-    # The footnote says whether the policy counts labels, as the config has it.
+    # The footnote says how the policy counts labels.
     r = run(["memory", "strategies"], tmp_path, ov)
     assert r.returncode == 0 and "only through the confidence weights a calibration fits" in r.stdout, r.stdout
+    # A removed setting is named in a warning and ignored.
     r = run(["memory", "strategies"], tmp_path, ov + ["policy.use_labels=true"])
-    assert r.returncode == 0 and "prefers where they exist" in r.stdout, r.stdout
+    assert r.returncode == 0 and "only through the confidence weights a calibration fits" in r.stdout, r.stdout
+    assert ("warning: policy.use_labels is no longer a setting (removed); it is ignored (--set policy.use_labels=true)"
+            in r.stderr.splitlines()), r.stderr
     r = run(["memory", "failures", "--json"], tmp_path, ov)
     assert r.returncode == 0 and isinstance(json.loads(r.stdout), list)
     r = run(["memory", "export", "--csv", str(tmp_path / "o.csv"), "--json-file", str(tmp_path / "o.json")], tmp_path, ov)

@@ -489,7 +489,7 @@ def test_the_command_list_shows_each_summary_whole():
     r = run(["--help"], Path.cwd())
     text = " ".join(r.stdout.split())
     assert "export, report; merge other stores into it; back it up." in text
-    assert "by the policy only with policy.use_labels: true)." in text
+    assert "(used by `sirag calibrate`, whose fit the policy's counts then follow)." in text
 
 
 def test_an_option_of_another_command_is_named_with_the_command_it_belongs_to(tmp_path):
