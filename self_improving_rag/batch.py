@@ -456,9 +456,8 @@ _ADDED_SINCE = {"policy.first_from_memory": True, "loop.retry_margin": 0.0, "cal
 
 # Settings that do not change what a run answers: a resume may change them.
 _RESUME_FREE = ("paths.memory_db", "paths.log_dir", "paths.model_cache", "generator.n_threads", "generator.timeout_s",
-                "generator.retries", "generator.api_key_env", "embedder.batch_size", "ingestion.gutenberg_mirror",
-                "ingestion.gutenberg_dir", "ingestion.max_file_mb", "calibration.auto_min_labels",
-                "calibration.auto_refit_after", "calibration.folds")
+                "ingestion.gutenberg_mirror", "ingestion.gutenberg_dir", "ingestion.max_file_mb",
+                "calibration.auto_min_labels", "calibration.auto_refit_after")
 
 
 

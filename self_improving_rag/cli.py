@@ -875,13 +875,12 @@ def cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
 
     Example: sirag calibrate   (labels come from `sirag feedback` and from `sirag eval` gold)
     A fit either rescales the default weights' score (two numbers; their ranking of answers kept) or
-    refits every weight, whichever scores the labels better held out (calibration.model: auto, full
-    or scaled).
+    refits every weight, whichever scores the labels better held out.
     The engine also fits by itself at start once enough new labels arrive (calibration.auto_fit;
     `sirag memory stats` shows the weights in use and when the next fit is due). With labels from
     several corpora (index folders), each corpus with enough of them, right and wrong, also gets a
     fit of its own, which questions on it use, unless that fit scores a worse held-out Brier than
-    the shared one (calibration.per_corpus).
+    the shared one.
     """
     from .evaluation.calibrate import calibrate_from_memory, calibration_status, reset_calibration
 
@@ -906,10 +905,8 @@ def cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
             return 0
         result = calibrate_from_memory(store, min_labels=20 if args.min_labels is None else args.min_labels,
                                        seed=config.policy.seed,
-                                       save=not args.dry_run, force=args.force, folds=config.calibration.folds,
-                                       l2=config.calibration.l2, per_corpus=config.calibration.per_corpus,
-                                       answer_threshold=config.loop.answer_threshold,
-                                       model=config.calibration.model)
+                                       save=not args.dry_run, force=args.force,
+                                       answer_threshold=config.loop.answer_threshold)
     finally:
         store.close()
     if args.json:
@@ -965,7 +962,7 @@ def _print_calibration(result: dict) -> None:
                 print(f"    {what:42s} {fmt(m['auroc'])}  {fmt(m['ece'])}  {fmt(m['brier'])}  {fmt(m.get('ece_floor'))}"
                       + span(m))
             if corpus in own:
-                chose = "; each held-out fold chose its own" if result.get("l2_chosen") else ", set by calibration.l2"
+                chose = "; each held-out fold chose its own" if result.get("l2_chosen") else ", fixed"
                 print(f"    its weights (l2 {own[corpus]['l2']:g}{chose}): "
                       + ", ".join(f"{k} {v:+.2f}" for k, v in own[corpus]["weights"].items()))
             else:
@@ -987,11 +984,11 @@ def _print_calibration(result: dict) -> None:
             what = "full, every weight refitted"
         how = ("chosen from the labels: the lower cross-fitted Brier score; each held-out fold chose its own"
                if result.get("model_chosen")
-               else "set by calibration.model")
+               else "fixed")
         print(f"model: {what} ({how})")
     if result.get("l2") is not None:
         how = ("chosen from the labels: the lowest cross-fitted Brier score; each held-out fold chose its own"
-               if result.get("l2_chosen") else "set by calibration.l2")
+               if result.get("l2_chosen") else "fixed")
         print(f"pull toward the default weights: l2 {result['l2']:g} ({how})")
     if "at_threshold" in result:
         t = result["at_threshold"]
@@ -1121,8 +1118,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = add("calibrate", cmd_calibrate)
     sp.add_argument("--min-labels", type=int_at_least(2), default=None,
-                    help="labelled outcomes needed to fit (default 20); also what a corpus needs for a fit of its own "
-                         "(calibration.per_corpus)")
+                    help="labelled outcomes needed to fit (default 20); also what a corpus needs for a fit of its own")
     sp.add_argument("--dry-run", action="store_true",
                     help="report the fit, and whether a real run would store it, without storing it (a store of an "
                          "older schema is upgraded first, as `sirag memory` does)")
@@ -1173,7 +1169,7 @@ _NO_INDEX = {
               "lists them under corpora)",
     "feedback": "it labels an answer in the memory store by its outcome id, whatever index folder it came from",
     "calibrate": "it fits on the labels of every index folder in the memory store, and gives each one with enough "
-                 "labels a fit of its own (calibration.per_corpus)",
+                 "labels a fit of its own",
 }
 
 

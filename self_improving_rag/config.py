@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import re
 from importlib import resources
@@ -72,7 +71,6 @@ class EmbedderConfig(_Model):
     # onnx-int8: ONNX Runtime with int8 weights, exported once into paths.model_cache (~1.7x faster);
     # torch: sentence-transformers in float32. Indexes record the choice; switching needs a re-ingest.
     backend: Literal["onnx-int8", "torch"] = "onnx-int8"
-    batch_size: int = Field(64, ge=1, le=4096)
     max_tokens: int = Field(256, ge=16, le=8192)
 
 
@@ -103,17 +101,12 @@ class SectionChunkerConfig(_MinMaxTokens):
 
 class SemanticChunkerConfig(_MinMaxTokens):
     percentile: float = Field(90.0, gt=0, lt=100)
-    window: int = Field(1, ge=1, le=10)
     min_tokens: int = Field(40, ge=0, le=8192)
     max_tokens: int = Field(220, ge=16, le=8192)
 
 
 class IngestionConfig(_Model):
     chunkers: list[Literal["fixed", "section", "semantic"]] = Field(["fixed", "section", "semantic"], min_length=1)
-    # Chunkers whose chunk vectors are pooled from their sentences' embeddings (one shared
-    # sentence pass) instead of embedding each chunk's text: ingest is ~2x faster. The others
-    # embed breadcrumb + chunk text. Measured trade-off in docs/results.md.
-    pooled_vectors: list[Literal["fixed", "section", "semantic"]] = ["fixed", "semantic"]
     max_file_mb: float = Field(64, gt=0, le=4096)
     gutenberg_mirror: str = "https://www.gutenberg.org/cache/epub/{id}/pg{id}.txt"
     gutenberg_dir: str = Field("downloads/gutenberg", min_length=1)
@@ -142,21 +135,11 @@ class GeneratorConfig(_Model):
     model: str = "qwen2.5-coder-1.5b-instruct-q4_k_m"
     n_ctx: int = Field(4096, ge=256)
     n_threads: int = Field(2, ge=1)
-    n_batch: int = Field(512, ge=8)
-    seed: int = Field(0, ge=0, le=2**32 - 1)  # llama.cpp's -1 ("random") is not offered: runs are reproducible
     temperature: float = Field(0.0, ge=0, le=2)
     max_tokens: int = Field(160, ge=1, le=4096)
     timeout_s: float = Field(300.0, gt=0)
-    # OpenAI-compatible HTTP backend
+    # OpenAI-compatible HTTP backend (the key, if the server wants one, is read from $OPENAI_API_KEY)
     base_url: str = "http://127.0.0.1:8000/v1"
-    api_key_env: str = "OPENAI_API_KEY"
-    retries: int = Field(2, ge=0, le=10)
-    # transformers backend
-    compute_dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
-    load_in_4bit: bool = True
-    device_map: str = "auto"
-    max_memory: dict[str, str] | None = None
-    gguf_file: str | None = None
     # scripted backend (tests): replies returned in order
     replies: list[str] = []
 
@@ -253,34 +236,6 @@ class CalibrationConfig(_Model):
     auto_fit: bool = True
     auto_min_labels: int = Field(50, ge=2)
     auto_refit_after: int = Field(20, ge=1)
-    # Held-out figures and the keep-or-drop rule of every fit cross-fit the labels in this many
-    # folds: each label is scored by weights fitted on the others (one question in one fold).
-    folds: int = Field(5, ge=2, le=20)
-    # How hard a fit pulls the weights toward their defaults: "auto" picks, from 0.01 to 10, the
-    # strength whose cross-fitted Brier score is lowest on the labels at hand (labels that agree
-    # with the defaults keep the fit near them; many that disagree let it move); a number fixes
-    # it (1 was the only strength before session 23).
-    l2: Literal["auto"] | float = "auto"
-    # What a fit changes (docs/signals.md): "full" refits every weight; "scaled" keeps the default
-    # weights' ranking of answers and fits only how their score maps to a probability (a slope and
-    # a shift); "auto" takes the one whose cross-fitted (held-out) Brier score is lower, "scaled" on
-    # a tie (docs/results.md, session 32). l2 concerns full refits alone: this one's, and a corpus's
-    # own fit (per_corpus), always a full refit pulled toward the fit on all labels, whatever its model.
-    model: Literal["auto", "full", "scaled"] = "auto"
-    # Answers from different corpora (index folders) sharing one memory store need not share one
-    # confidence model: with this on, a corpus holding as many labelled answers as a fit needs
-    # (auto_min_labels for the automatic fit, --min-labels for `sirag calibrate`), right and wrong
-    # ones among them, gets a fit of its own, pulled toward the fit on all labels, unless that fit
-    # scores a worse held-out Brier than the shared one; questions on it use that fit. Off: one fit
-    # serves every corpus (as before session 24).
-    per_corpus: bool = True
-
-    @field_validator("l2")
-    @classmethod
-    def check_l2(cls, v: Any) -> Any:
-        if v != "auto" and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-            raise ValueError("must be 'auto' or a positive number (the penalty strength of the fit)")
-        return v
 
 
 class StrategyConfig(_Model):
@@ -518,6 +473,26 @@ REMOVED_KEYS: dict[str, Any] = {
     "policy.prior_strength": 4.0,
     "policy.stop_min_evidence": 20,
     "policy.stop_explore": 0.1,
+    # How a fit is made: constants in evaluation/calibrate.py. One fit for every corpus
+    # (per_corpus false) is gone: a corpus with enough labels gets its own fit when it scores better.
+    "calibration.folds": NO_EFFECT,
+    "calibration.l2": "auto",
+    "calibration.model": "auto",
+    "calibration.per_corpus": True,
+    # Tuning constants beside the code that uses them, and the transformers backend's loading
+    # options (it loads in 4 bits, bfloat16, device_map auto; a .gguf path is given as the model).
+    "embedder.batch_size": NO_EFFECT,
+    "ingestion.pooled_vectors": ["fixed", "semantic"],
+    "ingestion.semantic.window": 1,
+    "generator.seed": 0,
+    "generator.n_batch": 512,
+    "generator.retries": NO_EFFECT,
+    "generator.api_key_env": NO_EFFECT,
+    "generator.compute_dtype": "bfloat16",
+    "generator.load_in_4bit": True,
+    "generator.device_map": "auto",
+    "generator.max_memory": None,
+    "generator.gguf_file": None,
 }
 
 

@@ -151,8 +151,8 @@ class Engine:
             if self.config.calibration.auto_fit and self.record:
                 self._auto_calibrate()
             fit = self._stored_fit()
-            # This corpus's own fit when the stored fit made one (calibration.per_corpus).
-            weights = weights_for(fit, self.corpus if self.config.calibration.per_corpus else None)
+            # This corpus's own fit when the stored fit made one.
+            weights = weights_for(fit, self.corpus)
             if fit and weights is not fit.get("weights"):
                 note = "fitted weights of this corpus"
             elif fit and (fit.get("metrics") or {}).get("reset_to_defaults"):
@@ -170,8 +170,7 @@ class Engine:
                         "answers, `sirag calibrate`, gives it no weight)", prior_weight, self.config.generator.backend)
         # Memory's attempts are judged by the confidence weights and bars in use now, not by the
         # diagnoses stored with them (made by another confidence model after a fit).
-        own = ({c: f["weights"] for c, f in fit.get("corpus_fits", {}).items()}
-               if fit and self.config.calibration.per_corpus else {})
+        own = {c: f["weights"] for c, f in fit.get("corpus_fits", {}).items()} if fit else {}
         verdicts = Verdicts(fit.get("weights") if fit else shipped.weights(self.config.loop.target_precision),
                             self.config.loop.answer_threshold,
                             self.config.loop.retry_margin, self.config.thresholds.confidence,

@@ -591,16 +591,13 @@ def test_the_engine_reads_the_question_while_the_answer_prompt_is_evaluated(make
     assert detail["features"]["question_prior"] == -4.0 and detail["question_prior_token"] == "storm"
 
 
-@pytest.mark.parametrize("per_corpus", [True, False])
-def test_the_engine_records_its_corpus_and_answers_with_that_corpus_fit(tmp_path, make_engine, per_corpus):
+def test_the_engine_records_its_corpus_and_answers_with_that_corpus_fit(tmp_path, make_engine):
     """Every outcome is recorded with the engine's index folder; a stored fit with a fit of its
-    own for that corpus gives the engine (and the policy's verdicts) those weights, unless
-    calibration.per_corpus is off."""
+    own for that corpus gives the engine (and the policy's verdicts) those weights."""
     from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS
     from self_improving_rag.memory import MemoryStore
 
-    cfg = load_config(None, fake_overrides(tmp_path) + ["calibration.auto_fit=false",
-                                                        f"calibration.per_corpus={str(per_corpus).lower()}"])
+    cfg = load_config(None, fake_overrides(tmp_path) + ["calibration.auto_fit=false"])
     corpus = str((tmp_path / "index").resolve())
     pooled, own, other = ({**DEFAULT_WEIGHTS, "bias": b} for b in (0.5, 3.0, -3.0))
     path = tmp_path / "memory" / "memory.db"
@@ -615,12 +612,8 @@ def test_the_engine_records_its_corpus_and_answers_with_that_corpus_fit(tmp_path
     verdicts = engine.policy.verdicts
     assert verdicts.weights == pooled
     reason = ans.attempts[0].signals.confidence.reason
-    if per_corpus:
-        assert engine._scorer.weights == own and reason.endswith("(fitted weights of this corpus)")
-        assert verdicts.corpus_weights == {corpus: own, "/elsewhere": other}
-    else:
-        assert engine._scorer.weights == pooled and verdicts.corpus_weights is None
-        assert reason.endswith("(fitted weights)")
+    assert engine._scorer.weights == own and reason.endswith("(fitted weights of this corpus)")
+    assert verdicts.corpus_weights == {corpus: own, "/elsewhere": other}
 
 
 def test_after_a_reset_the_confidence_says_it_uses_the_default_weights(tmp_path, make_engine):

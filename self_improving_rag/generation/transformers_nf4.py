@@ -53,7 +53,7 @@ class TransformersGenerator:
                     "not installed; install it with: pip install 'gguf>=0.10.0' (or use generator.backend=llama_cpp, "
                     "which runs GGUF files natively)") from exc
             if self.load_in_4bit:
-                log.info("a GGUF file is dequantised to %s by transformers: generator.load_in_4bit does not apply",
+                log.info("a GGUF file is dequantised to %s by transformers: loading in 4 bits does not apply",
                          self.compute_dtype)
         if self.n_threads:
             torch.set_num_threads(self.n_threads)  # generator.n_threads, as for llama.cpp (CPU runs)

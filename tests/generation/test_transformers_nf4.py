@@ -190,10 +190,9 @@ def test_registry_names_and_gguf_paths_load_through_the_registry(tmp_path, monke
                                                         f"paths.model_cache={cache}"]))
         assert (gen.model_id, gen.gguf_file) == (str(gguf.parent), "tiny.gguf")
     assert [n for n, _ in resolved] == ["smollm2-135m-instruct", "qwen2.5-coder-1.5b-instruct-q4_k_m", str(gguf)]
-    # A model folder, or a folder with its gguf_file named, is passed on as it is.
-    gen = factory.make_generator(load_config(None, ["generator.backend=transformers", f"generator.model={tmp_path}",
-                                                    "generator.gguf_file=x.gguf"]))
-    assert (gen.model_id, gen.gguf_file) == (str(tmp_path), "x.gguf")
+    # A model folder is passed on as it is.
+    gen = factory.make_generator(load_config(None, ["generator.backend=transformers", f"generator.model={tmp_path}"]))
+    assert (gen.model_id, gen.gguf_file) == (str(tmp_path), None)
     assert len(resolved) == 3
 
 
