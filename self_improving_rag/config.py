@@ -45,10 +45,16 @@ class _Model(BaseModel):
 
 
 class PathsConfig(_Model):
-    index_dir: str = Field("index/default", min_length=1)
-    memory_db: str = Field("memory/memory.db", min_length=1)
-    log_dir: str = Field("logs", min_length=1)
-    model_cache: str = Field("~/.cache/self_improving_rag/models", validate_default=True)
+    """Where sirag keeps its files. A leading "~" is the home folder."""
+
+    index_dir: str = Field("index/default", min_length=1,
+                           description="The index folder (`--index` sets it for one command).")
+    memory_db: str = Field("memory/memory.db", min_length=1,
+                           description="The memory store: every answer, its attempts, labels and calibration fits "
+                                       "(`--memory` sets it for one command).")
+    log_dir: str = Field("logs", min_length=1, description="Where each day's JSON-lines log is written.")
+    model_cache: str = Field("~/.cache/self_improving_rag/models", validate_default=True,
+                             description="Where downloaded and converted model files are kept.")
 
     @field_validator("index_dir", "memory_db", "log_dir", "model_cache", mode="before")
     @classmethod
@@ -67,16 +73,25 @@ class PathsConfig(_Model):
 
 
 class EmbedderConfig(_Model):
-    name: str = "all-minilm-l6-v2"  # or "hash" (deterministic, for tests), or a local sentence-transformers dir
-    # onnx-int8: ONNX Runtime with int8 weights, exported once into paths.model_cache (~1.7x faster);
-    # torch: sentence-transformers in float32. Indexes record the choice; switching needs a re-ingest.
-    backend: Literal["onnx-int8", "torch"] = "onnx-int8"
-    max_tokens: int = Field(256, ge=16, le=8192)
+    """The sentence embedder used for dense retrieval, reranking and the checks. An index records
+    the embedder it was built with; changing it needs a re-ingest."""
+
+    name: str = Field("all-minilm-l6-v2",
+                      description="all-minilm-l6-v2 (packaged), a local sentence-transformers folder, or hash or "
+                                  "hash-N (N dimensions; deterministic, for tests).")
+    # ONNX int8 is ~1.7x faster than float32 PyTorch, its vectors at cosine 0.991 to them (docs/results.md).
+    backend: Literal["onnx-int8", "torch"] = Field(
+        "onnx-int8", description="onnx-int8: ONNX Runtime with int8 weights, exported once into paths.model_cache; "
+                                 "torch: sentence-transformers in float32.")
+    max_tokens: int = Field(256, ge=16, le=8192,
+                            description="The embedder's input window in word pieces; chunks are sized to fit it.")
 
 
 class FixedChunkerConfig(_Model):
-    size: int = Field(200, ge=16, le=8192)
-    overlap: int = Field(30, ge=0, le=4096)
+    """The fixed chunker: windows of embedder tokens, snapped to sentence ends."""
+
+    size: int = Field(200, ge=16, le=8192, description="Tokens per chunk.")
+    overlap: int = Field(30, ge=0, le=4096, description="Tokens a chunk repeats from the one before (below size).")
 
     @model_validator(mode="after")
     def _overlap_below_size(self):
@@ -95,21 +110,35 @@ class _MinMaxTokens(_Model):
 
 
 class SectionChunkerConfig(_MinMaxTokens):
-    max_tokens: int = Field(220, ge=16, le=8192)
-    min_tokens: int = Field(40, ge=0, le=8192)
+    """The section chunker: chunks stay inside a section; long ones split at paragraphs, then sentences."""
+
+    max_tokens: int = Field(220, ge=16, le=8192, description="The most tokens in a chunk.")
+    min_tokens: int = Field(40, ge=0, le=8192,
+                            description="A section with fewer tokens joins the next one of the same parent.")
 
 
 class SemanticChunkerConfig(_MinMaxTokens):
-    percentile: float = Field(90.0, gt=0, lt=100)
-    min_tokens: int = Field(40, ge=0, le=8192)
-    max_tokens: int = Field(220, ge=16, le=8192)
+    """The semantic chunker: breaks where adjacent sentences drift apart in meaning."""
+
+    percentile: float = Field(90.0, gt=0, lt=100,
+                              description="A gap between sentences whose cosine distance is above this percentile of "
+                                          "the document's gaps is a break.")
+    min_tokens: int = Field(40, ge=0, le=8192, description="The fewest tokens in a chunk (no break before).")
+    max_tokens: int = Field(220, ge=16, le=8192, description="The most tokens in a chunk.")
 
 
 class IngestionConfig(_Model):
-    chunkers: list[Literal["fixed", "section", "semantic"]] = Field(["fixed", "section", "semantic"], min_length=1)
-    max_file_mb: float = Field(64, gt=0, le=4096)
-    gutenberg_mirror: str = "https://www.gutenberg.org/cache/epub/{id}/pg{id}.txt"
-    gutenberg_dir: str = Field("downloads/gutenberg", min_length=1)
+    """How documents are read and chunked (`sirag ingest`, `sirag fetch-gutenberg`)."""
+
+    chunkers: list[Literal["fixed", "section", "semantic"]] = Field(
+        ["fixed", "section", "semantic"], min_length=1,
+        description="The chunkers an index is built with; strategy.chunker and the repairs choose among them.")
+    max_file_mb: float = Field(64, gt=0, le=4096, description="A larger file is left out of the index, with a note.")
+    gutenberg_mirror: str = Field("https://www.gutenberg.org/cache/epub/{id}/pg{id}.txt",
+                                  description="Where fetch-gutenberg downloads a book ({id} is the book's id).")
+    gutenberg_dir: str = Field("downloads/gutenberg", min_length=1,
+                               description="Where fetch-gutenberg keeps the books it downloads; every book there is "
+                                           "indexed.")
     fixed: FixedChunkerConfig = FixedChunkerConfig()
     section: SectionChunkerConfig = SectionChunkerConfig()
     semantic: SemanticChunkerConfig = SemanticChunkerConfig()
@@ -121,27 +150,39 @@ class IngestionConfig(_Model):
 
 
 class RetrievalConfig(_Model):
+    """How hits are fused, judged for relevance and cut down to the context the model reads."""
+
     # Weighted fusion leaning on BM25: on sherlock_dev it gave evidence recall@5 0.865 against 0.73
     # for RRF (dense MiniLM alone: 0.57), see docs/results.md.
-    dense_weight: float = Field(0.25, ge=0, le=1)
-    # Relevance = sigmoid(slope * (cosine - midpoint)); the midpoint is where a question and a
-    # sentence turn from unrelated to related for this embedder (0.35 for all-MiniLM-L6-v2).
-    relevance_midpoint: float = Field(0.35, ge=-1, le=1)
-    refine: bool = True
+    dense_weight: float = Field(0.25, ge=0, le=1,
+                                description="The dense retriever's share of a hybrid score; BM25 has the rest.")
+    relevance_midpoint: float = Field(
+        0.35, ge=-1, le=1,
+        description="The question-sentence cosine at which relevance is 0.5 (0.35 for all-MiniLM-L6-v2; lower for a "
+                    "weaker embedder such as hash).")
+    refine: bool = Field(True, description="Keep only the passages' sentences that best match the question, within "
+                                           "strategy.context_budget; false: the hits' whole text.")
 
 
 class GeneratorConfig(_Model):
-    backend: Literal["llama_cpp", "transformers", "openai", "scripted"] = "llama_cpp"
-    model: str = "qwen2.5-coder-1.5b-instruct-q4_k_m"
-    n_ctx: int = Field(4096, ge=256)
-    n_threads: int = Field(2, ge=1)
-    temperature: float = Field(0.0, ge=0, le=2)
-    max_tokens: int = Field(160, ge=1, le=4096)
-    timeout_s: float = Field(300.0, gt=0)
-    # OpenAI-compatible HTTP backend (the key, if the server wants one, is read from $OPENAI_API_KEY)
-    base_url: str = "http://127.0.0.1:8000/v1"
-    # scripted backend (tests): replies returned in order
-    replies: list[str] = []
+    """The language model that answers, and judges the answer's claims."""
+
+    backend: Literal["llama_cpp", "transformers", "openai", "scripted"] = Field(
+        "llama_cpp", description="llama_cpp (a GGUF file), transformers (4-bit NF4), openai (an OpenAI-compatible "
+                                 "server), or scripted (tests).")
+    model: str = Field("qwen2.5-coder-1.5b-instruct-q4_k_m",
+                       description="A packaged model's name, a path to a .gguf file, a transformers model folder, or "
+                                   "the server's model name.")
+    n_ctx: int = Field(4096, ge=256, description="The context window in tokens (llama_cpp).")
+    n_threads: int = Field(2, ge=1, description="CPU threads (llama_cpp, transformers).")
+    temperature: float = Field(0.0, ge=0, le=2,
+                               description="0: greedy; above, replies are sampled (with a fixed seed, reproducible).")
+    max_tokens: int = Field(160, ge=1, le=4096, description="The most tokens of a reply.")
+    timeout_s: float = Field(300.0, gt=0, description="How long a reply from the server may take (openai).")
+    base_url: str = Field("http://127.0.0.1:8000/v1",
+                          description="The server's URL (openai); a key, if it wants one, is read from "
+                                      "$OPENAI_API_KEY.")
+    replies: list[str] = Field([], description="The scripted backend's replies, in order (tests).")
 
     @field_validator("base_url")
     @classmethod
@@ -152,35 +193,53 @@ class GeneratorConfig(_Model):
 
 
 class ScoringConfig(_Model):
-    judge: Literal["llm", "none"] = "llm"
+    """How an answer is checked (docs/signals.md)."""
+
+    judge: Literal["llm", "none"] = Field(
+        "llm", description="llm: the generator judges whether the passages support each claim (~0.5 s a claim); "
+                           "none: claims are checked by their words and vectors alone.")
 
 
 class ThresholdsConfig(_Model):
-    coverage: float = Field(0.45, ge=0, le=1)
-    grounding: float = Field(0.2, ge=0, le=1)
-    faithfulness: float = Field(0.8, ge=0, le=1)
-    redundancy: float = Field(0.5, ge=0, le=1)
-    confidence: float = Field(0.5, ge=0, le=1)
-    # An answer whose evidence leaves more than this share of the question's dates unstated is
-    # WEAK_RETRIEVAL (0: any date unstated; 1 turns the rule off).
-    dates_unstated: float = Field(0.0, ge=0, le=1)
+    """The bars of the diagnosis: the first failing check names the failure and its repairs
+    (docs/signals.md, "Attribution")."""
+
+    coverage: float = Field(0.45, ge=0, le=1,
+                            description="Below: WEAK_RETRIEVAL (the passages miss the question's terms).")
+    grounding: float = Field(0.2, ge=0, le=1,
+                             description="Below: WEAK_RETRIEVAL (too few passages are relevant).")
+    faithfulness: float = Field(0.8, ge=0, le=1,
+                                description="Below: HALLUCINATION_RISK (claims the passages do not support).")
+    redundancy: float = Field(0.5, ge=0, le=1,
+                              description="Above: REDUNDANT_CONTEXT (the passages repeat each other).")
+    confidence: float = Field(0.5, ge=0, le=1,
+                              description="Below: LOW_CONFIDENCE (an answer needs at least this, whatever the answer "
+                                          "bar).")
+    dates_unstated: float = Field(0.0, ge=0, le=1,
+                                  description="A share of the question's dates above this left unstated by the "
+                                              "answer's evidence: WEAK_RETRIEVAL (1 turns the rule off).")
 
 
 class LoopConfig(_Model):
-    enabled: bool = True
-    max_attempts: int = Field(3, ge=1, le=20)
-    max_seconds: float = Field(180.0, gt=0)
-    # The share of returned answers that should be right, on documents the confidence model never
-    # saw: the answer bar is read off the shipped model's held-out curve (docs/results.md). null:
-    # the hand-set confidence weights, and answer_threshold as a raw bar.
-    target_precision: float | None = Field(0.8, gt=0, lt=1)
-    # A raw bar on the confidence, instead of the one target_precision gives; left unset, it is
-    # filled in from target_precision (0.5 when that is null).
-    answer_threshold: float | None = Field(None, ge=0, le=1)
-    # Attempt n must reach answer_threshold + retry_margin * (n - 1): the best of several tries
-    # clears a fixed bar more often by luck than one try does.
-    retry_margin: float = Field(0.1, ge=0, le=1)
-    show_passages_on_refusal: int = Field(3, ge=0, le=20)
+    """The self-correcting loop: retry with a repaired strategy, or refuse."""
+
+    enabled: bool = Field(True, description="false: one attempt per question (`--no-retry` for one command).")
+    max_attempts: int = Field(3, ge=1, le=20, description="The most attempts per question.")
+    max_seconds: float = Field(180.0, gt=0,
+                               description="No retry that would end past this many seconds for the question.")
+    # The answer bar is read off the shipped model's held-out curve (docs/results.md).
+    target_precision: float | None = Field(
+        0.8, gt=0, lt=1,
+        description="The share of returned answers that should be right, on documents the confidence model never "
+                    "saw; null: the hand-set confidence weights, answer_threshold a raw bar.")
+    answer_threshold: float | None = Field(
+        None, ge=0, le=1,
+        description="A raw bar on the confidence instead of the one target_precision gives; unset, it is filled in "
+                    "from target_precision (0.5 when that is null).")
+    # The best of several tries clears a fixed bar more often by luck than one try does.
+    retry_margin: float = Field(0.1, ge=0, le=1,
+                                description="Attempt n must reach answer_threshold + retry_margin * (n - 1).")
+    show_passages_on_refusal: int = Field(3, ge=0, le=20, description="Passages shown with a refusal.")
 
     @model_validator(mode="after")
     def _bar_from_target(self) -> "LoopConfig":
@@ -210,43 +269,54 @@ def pins_strategy(items) -> bool:
 
 
 class PolicyConfig(_Model):
-    # thompson: each candidate's success rate is drawn from its posterior and the best draw wins;
-    # greedy: the best posterior mean wins, and a seeded share `explore` of questions draws as
-    # thompson does (so records can still change); ucb: UCB1; fixed: memory is not used.
-    method: Literal["thompson", "greedy", "ucb", "fixed"] = "greedy"
-    explore: float = Field(0.1, ge=0, le=1)
-    seed: int = Field(0, ge=0, le=2**32 - 1)
-    # False: every question's first attempt uses `strategy` as configured, memory choosing only
-    # the repairs. Set for you when a command line (--set), a batch file's overrides or a grid
-    # point sets a strategy.* key: an explicit strategy is honoured, not replaced by memory.
-    first_from_memory: bool = True
-    # Stop retrying a failure type once memory shows its repairs rarely work: when the smoothed
-    # success rate of its repairs (docs/memory.md) is below this, the loop ends there (0 turns
-    # this off).
-    stop_below: float = Field(0.1, ge=0, le=1)
+    """How memory chooses the first strategy and orders the repairs (docs/memory.md)."""
+
+    method: Literal["thompson", "greedy", "ucb", "fixed"] = Field(
+        "greedy", description="greedy: the best posterior mean, an `explore` share drawn as thompson does; "
+                              "thompson: the best draw from each posterior; ucb: UCB1; fixed: memory is not used.")
+    explore: float = Field(0.1, ge=0, le=1,
+                           description="greedy: the seeded share of questions whose first strategy and repair order "
+                                       "are drawn, so records can still change.")
+    seed: int = Field(0, ge=0, le=2**32 - 1,
+                      description="Seeds the policy's draws and the calibration's folds, so runs repeat.")
+    first_from_memory: bool = Field(
+        True, description="false: the first attempt uses strategy as set, memory choosing only the repairs; set for "
+                          "you when --set, a batch file's overrides or a grid point set a strategy.* key.")
+    stop_below: float = Field(0.1, ge=0, le=1,
+                              description="Stop retrying a failure type when memory's smoothed success rate of its "
+                                          "repairs is below this (0: never).")
 
 
 class CalibrationConfig(_Model):
-    # Fit the confidence weights from memory's labels without being asked: when the engine starts
-    # with a store holding at least `auto_min_labels` labelled answers, `auto_refit_after` of them
-    # new to the weights in use (a fit or a reset: labelled or merged in since), it fits as `sirag
-    # calibrate` does and stores the fit only if it scores no worse than the default weights held out;
-    # a fit kept out is recorded, and the next waits for `auto_refit_after` labelled answers new to it.
-    # A batch or eval fits once before its runs; the runs themselves do not.
-    auto_fit: bool = True
-    auto_min_labels: int = Field(50, ge=2)
-    auto_refit_after: int = Field(20, ge=1)
+    """The automatic fit of the confidence weights to memory's labels. When the engine starts with
+    enough labelled answers new to the weights in use (a fit or a reset: labelled or merged in
+    since), it fits as `sirag calibrate` does and stores the fit only if it scores no worse than
+    the default weights held out; a fit kept out is recorded, and the next waits for as many
+    labelled answers new to it. A batch or eval fits once before its runs; the runs do not."""
+
+    auto_fit: bool = Field(True, description="Fit the confidence weights from memory's labels at start.")
+    auto_min_labels: int = Field(50, ge=2, description="Labelled answers needed before the first automatic fit.")
+    auto_refit_after: int = Field(20, ge=1,
+                                  description="Labelled answers new to the weights in use (or to a fit kept out) "
+                                              "before the next automatic fit.")
 
 
 class StrategyConfig(_Model):
-    chunker: Literal["fixed", "section", "semantic"] = "section"
-    retriever: Literal["dense", "bm25", "hybrid"] = "hybrid"
-    top_k: int = Field(5, ge=1, le=100)
-    rerank: bool = True
-    prompt: Literal["base", "cite_then_answer", "strict"] = "cite_then_answer"
-    neighbors: int = Field(0, ge=0, le=5)
-    query_rewrite: Literal["none", "keywords"] = "none"
-    context_budget: int = Field(440, ge=32, le=32000)
+    """The strategy of a question's first attempt (memory may choose another: policy.first_from_memory)."""
+
+    chunker: Literal["fixed", "section", "semantic"] = Field("section", description="The chunks searched.")
+    retriever: Literal["dense", "bm25", "hybrid"] = Field("hybrid",
+                                                          description="Dense vectors, BM25, or both fused.")
+    top_k: int = Field(5, ge=1, le=100, description="Passages given to the model.")
+    rerank: bool = Field(True, description="Reorder the hits by question-sentence relevance blended with the "
+                                           "fused score.")
+    prompt: Literal["base", "cite_then_answer", "strict"] = Field("cite_then_answer",
+                                                                  description="The answer prompt.")
+    neighbors: int = Field(0, ge=0, le=5, description="Adjacent chunks of the same section joined to each hit.")
+    query_rewrite: Literal["none", "keywords"] = Field(
+        "none", description="keywords: the generator rewrites the question into search keywords.")
+    context_budget: int = Field(440, ge=32, le=32000,
+                                description="Word pieces of passage text the prompt holds after refinement.")
 
     def to_strategy(self) -> Strategy:
         return Strategy(**self.model_dump())
