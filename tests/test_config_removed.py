@@ -132,3 +132,10 @@ def _set(tree: dict, key: str, value) -> None:
     for part in parents:
         tree = tree[part]
     tree[leaf] = value
+
+
+def test_the_shipped_config_files_name_no_removed_setting(caplog) -> None:
+    repo = Path(__file__).resolve().parents[1]
+    with caplog.at_level(logging.WARNING):
+        assert load_config(repo / "configs" / "gpu-7b.yaml").generator.backend == "transformers"
+    assert _removed_warnings(caplog) == []

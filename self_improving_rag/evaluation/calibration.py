@@ -305,7 +305,7 @@ def _penalised_logistic(X: np.ndarray, y: np.ndarray, w0: np.ndarray, l2: float,
     return w
 
 
-#: The confidence models a fit chooses from (``calibration.model``): ``full`` refits every weight
+#: The confidence models a fit chooses from (``MODEL`` in calibrate.py): ``full`` refits every weight
 #: (:func:`fit_weights`); ``scaled`` keeps the default weights' ranking and fits only how their
 #: score maps to a probability (:func:`fit_scaled`); ``auto`` takes the one with the lower
 #: cross-fitted Brier score, ``scaled`` on a tie (:func:`choose_model`).
@@ -473,7 +473,7 @@ def _best_l2(rows, labels, groups, folds: int, seed: int, grid: Sequence[float] 
 def choose_model(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], groups: Sequence[Any] | None = None,
                  folds: int = 5, seed: int = 0, l2: float | str = "auto",
                  prior: Mapping[str, float] | None = None) -> str:
-    """``"scaled"`` or ``"full"`` for these labels (``calibration.model: auto``).
+    """``"scaled"`` or ``"full"`` for these labels (the model ``"auto"``).
 
     Both models are cross-fitted on the labels (:func:`cross_fit`, ``folds`` folds seeded by
     ``seed``, ``groups`` kept whole), and the one with the lower held-out Brier score wins,
