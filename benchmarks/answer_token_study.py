@@ -54,8 +54,8 @@ def _instrument(trace_path: Path) -> None:
     def generate(self, messages, max_tokens=None, on_token=None, read=None):
         self._study_steps = []
         try:
-            # No read while generating: its first step's logits would not pass through _logits.
-            # (run() turns question_prior off, so the stored runs say so.)
+            # No read while generating: its first step's logits would not pass through _logits
+            # (so question_prior is undefined in these runs).
             gen = original_generate(self, messages, max_tokens=max_tokens, on_token=on_token)
         finally:
             steps, self._study_steps = self._study_steps, None
@@ -80,7 +80,7 @@ def run(argv: list[str], name: str) -> int:
     out = REPO / "runs" / name
     out.mkdir(parents=True, exist_ok=True)
     _instrument(out / TRACE_NAME)
-    return main(["eval", *argv, "--set", "scoring.question_prior=false", "--name", name])
+    return main(["eval", *argv, "--name", name])
 
 
 # -- analysis ---------------------------------------------------------------------------------

@@ -6,11 +6,8 @@ inside the generation's time: it is measured apart (the prompt's tail from the q
 evaluated with and without the rows of logits the read needs, best of three each), moved from
 the generation's time to the scoring's, and reported as ``question_prior_ms_total``.
 
-    python benchmarks/bench_scoring.py                                   # the default configuration
-    python benchmarks/bench_scoring.py --set scoring.question_check=false  # a setting changed
-
-``agreement_ms_total`` is what drawing the sampled replies took (with ``--set
-scoring.agreement_samples=K``), part of the scoring's time.
+    python benchmarks/bench_scoring.py                          # the default configuration
+    python benchmarks/bench_scoring.py --set scoring.judge=none  # a setting changed
 """
 
 from __future__ import annotations
@@ -32,23 +29,20 @@ def main() -> None:
     cfg = load_config(None, [f"paths.index_dir={ensure_sherlock_index()}", *args.set])
     engine = Engine(cfg, record=False)
     items = [q for q in load_qa(SHARED / "data" / "qa" / "sherlock_dev.jsonl") if q.answerable][:6]
-    gen_ms = score_ms = prior_ms = agreement_ms = 0.0
+    gen_ms = score_ms = prior_ms = 0.0
     ratios = []
     for it in items:
         ans = engine.ask(it.question, loop=False)
         a = ans.attempts[0]
-        prior = prior_read_ms(engine, it.question, a) if cfg.scoring.question_prior else 0.0
+        prior = prior_read_ms(engine, it.question, a)
         g, s = a.timings_ms.get("generate", 0.0) - prior, a.timings_ms.get("score", 0.0) + prior
         gen_ms += g
         score_ms += s
         prior_ms += prior
-        agreement_ms += ((a.signals.confidence.detail or {}).get("agreement") or {}).get("ms", 0.0)
         if g:
             ratios.append(s / g)
     engine.close()
-    report("scoring", {"settings": args.set, "question_check": cfg.scoring.question_check,
-                       "question_prior": cfg.scoring.question_prior, "question_prior_ms_total": prior_ms,
-                       "agreement_samples": cfg.scoring.agreement_samples, "agreement_ms_total": agreement_ms,
+    report("scoring", {"settings": args.set, "question_prior_ms_total": prior_ms,
                        "attempts": len(items), "generate_ms_total": gen_ms, "score_ms_total": score_ms,
                        "score_share_of_generation": score_ms / gen_ms if gen_ms else None,
                        "max_share_per_attempt": max(ratios) if ratios else None},

@@ -24,7 +24,8 @@ agree when one's words contain the other's, or their token F1 is at least 0.5):
   refuse_share share of samples that decline
 
 `--fit RUN_DIR...` reads runs made with the engine's own feature (`sirag eval ... --set
-scoring.agreement_samples=4`, session 29): every attempt that gave an answer, graded against gold
+scoring.agreement_samples=4`, session 29; the setting and its sampling were removed since, so such
+runs come from a checkout of that time): every attempt that gave an answer, graded against gold
 with its stored features, cross-fitted by the project's `cross_fit` (penalty chosen in each fold,
 5 folds grouped by question, five seeds; for the first seed also AUROC's 95% interval over the
 questions) with and without `agreement`, and what the draws cost beside the generator. Runs
@@ -44,8 +45,8 @@ measured on the other" with no TEST label in the fit:
 
 (`--exclude ID,...` leaves questions out of both sets: xpg3289_08 was taken out of
 data/qa/holmes_extra.jsonl after session 31's run for sharing a passage with sherlock_dev's d020.)
-Besides the default weights and the full refit it scores the scaled model (`calibration.model:
-scaled`: the default score's slope and shift fitted) and names the model `auto` would store.
+Besides the default weights and the full refit it scores the scaled model (the default
+score's slope and shift fitted) and names the model `auto` would store.
 
 `--pooled TRAIN TEST` cross-fits TEST by question (5 folds, seeds 0-2), each fold scored by a fit on
 all of TRAIN and TEST's other folds, so the fit holds labels of TEST's own kind; it also says how
@@ -345,8 +346,8 @@ def _load_runs(spec: str, exclude: frozenset[str], option: str) -> list[dict]:
 
 def _measure(train_all: list[dict], test_all: list[dict], train_name: str, test_name: str) -> None:
     """Fit on ``train_all``'s labels, score ``test_all``: the default weights, the full refit
-    (penalty chosen on the training labels), the scaled model, and the one ``calibration.model:
-    auto`` would store (chosen on the training labels alone)."""
+    (penalty chosen on the training labels), the scaled model, and the one the model
+    "auto" would store (chosen on the training labels alone)."""
     from self_improving_rag.evaluation.calibration import (choose_l2, choose_model, evaluate_fit, fit_scaled,
                                                            fit_weights, scaled_params)
 
@@ -374,7 +375,7 @@ def _measure(train_all: list[dict], test_all: list[dict], train_name: str, test_
               f"{line(evaluate_fit(test, y_te, weights, groups=groups_te))}")
         print(f"  scaled ({slope:.2f}, {shift:+.2f}):{' ' * max(1, 8 - len(f'{slope:.2f}{shift:+.2f}') + 5)}"
               f"{line(evaluate_fit(test, y_te, fit_scaled(train, y_tr), groups=groups_te))}")
-        print(f"  calibration.model auto stores: {choose_model(train, y_tr, groups_tr)}")
+        print(f"  the model auto (sirag's) stores: {choose_model(train, y_tr, groups_tr)}")
         print("  full refit's weights: " + ", ".join(f"{k} {v:+.2f}" for k, v in weights.items()))
 
 
@@ -475,7 +476,7 @@ def parse(argv: list[str] | None = None):
     p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7)")
     p.add_argument("--sample-tokens", type=int, default=32, help="longest sampled reply, in tokens (default 32)")
     p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--fit", nargs="+", metavar="RUN_DIR", help="runs made with scoring.agreement_samples ('+' pools)")
+    p.add_argument("--fit", nargs="+", metavar="RUN_DIR", help="runs made with scoring.agreement_samples, a removed setting ('+' pools)")
     p.add_argument("--transfer", nargs=2, metavar=("TRAIN", "TEST"),
                    help="fit on the TRAIN runs, measure on the TEST runs ('+' pools)")
     p.add_argument("--halves", metavar="RUN_DIR",

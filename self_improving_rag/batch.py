@@ -30,8 +30,8 @@ from typing import Any, Callable
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .config import (Config, DuplicateKeyError, _merge, config_from_dict, default_config_text, load_yaml_unique,
-                     no_yes_no_for_numbers, parse_override, pins_strategy, to_yaml)
+from .config import (NO_EFFECT, REMOVED_KEYS, Config, DuplicateKeyError, _merge, config_from_dict, default_config_text,
+                     load_yaml_unique, no_yes_no_for_numbers, parse_override, pins_strategy, to_yaml)
 from .errors import BatchError, ConfigError, SiragError
 from .evaluation.datasets import QAItem, load_qa, squad_contexts
 
@@ -440,7 +440,8 @@ def point_label(point: dict[str, Any]) -> str:
 
 # -- results file -----------------------------------------------------------------------
 
-# Settings added after runs were made, with the behaviour those runs had.
+# Settings added after runs were made, with the behaviour those runs had (a setting removed since
+# is then compared with the value of REMOVED_KEYS, the behaviour sirag has now).
 # A run's own engines never fit the confidence weights (run_batch settles them before the runs).
 _ADDED_SINCE = {"policy.first_from_memory": True, "loop.retry_margin": 0.0, "calibration.auto_fit": False,
                "policy.rejudge": False, "scoring.question_check": False, "scoring.question_prior": False,
@@ -455,13 +456,9 @@ _ADDED_SINCE = {"policy.first_from_memory": True, "loop.retry_margin": 0.0, "cal
 
 # Settings that do not change what a run answers: a resume may change them.
 _RESUME_FREE = ("paths.memory_db", "paths.log_dir", "paths.model_cache", "generator.n_threads", "generator.timeout_s",
-                "generator.retries", "generator.api_key_env", "embedder.batch_size", "ingestion.gutenberg_mirror",
-                "ingestion.gutenberg_dir", "ingestion.max_file_mb", "calibration.auto_min_labels",
-                "calibration.auto_refit_after", "calibration.folds")
+                "ingestion.gutenberg_mirror", "ingestion.gutenberg_dir", "ingestion.max_file_mb",
+                "calibration.auto_min_labels", "calibration.auto_refit_after")
 
-
-#: Path settings whose "~" the config expands only since session 26 (a run's config.yaml may hold it unexpanded).
-_HOME_EXPANDED = ("retrieval.cross_encoder_dir", "ingestion.gutenberg_dir")
 
 
 def _changed_settings(run_dir: Path, config: Config) -> str:
@@ -485,19 +482,25 @@ def _changed_settings(run_dir: Path, config: Config) -> str:
 
     a, b = flat(stored), flat(config.model_dump(mode="json"))
     # A setting the stored file lacks is one added to sirag since: it does not block a resume,
-    # unless the run now asks for other than what the earlier rows were made with.
+    # unless the run now asks for other than what the earlier rows were made with. A file that
+    # names no removed setting was written since they were removed: it lacks those as every file
+    # sirag writes now does.
+    written_before_removal = any(k in a for k in REMOVED_KEYS)
     for key, before in _ADDED_SINCE.items():
-        a.setdefault(key, before)
-    for key in _HOME_EXPANDED:  # expanded since session 26: a stored "~/x" is the same folder
-        if isinstance(a.get(key), str):
-            a[key] = os.path.expanduser(a[key])
+        if written_before_removal or key not in REMOVED_KEYS:
+            a.setdefault(key, before)
+    # A setting removed since: the run's rows were made as sirag answers now only if it held the
+    # value the code now behaves as.
+    removed = {k: v for k, v in REMOVED_KEYS.items() if k in a and v is not NO_EFFECT}
+    b.update(removed)
     changed = sorted(k for k in a if k in b and k not in _RESUME_FREE and a[k] != b[k])
     if any(k.startswith("strategy.") for k in changed) and False in (a.get("policy.first_from_memory"),
                                                                     b.get("policy.first_from_memory")):
         # Set by sirag itself when a strategy.* setting is given (the pinned strategy goes first):
         # naming it would blame a setting the user never touched.
         changed = [k for k in changed if k != "policy.first_from_memory"]
-    shown = ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in changed[:4])
+    shown = ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" + (" (no longer a setting)" if k in removed else "")
+                      for k in changed[:4])
     return shown + (", ..." if len(changed) > 4 else "")
 
 
@@ -1641,8 +1644,7 @@ def _archive_memory_leftovers(memory_db: str, run_name: str, todo: list[QAItem])
 
 
 def _record_gold(config: Config, run_name: str, rows: list[dict]) -> None:
-    """Gold labels become feedback in memory (for calibration, and for the policy with
-    policy.use_labels), once per outcome: a re-run adds nothing, a user's label is never
+    """Gold labels become feedback in memory (for calibration), once per outcome: a re-run adds nothing, a user's label is never
     overridden, a changed verdict updates."""
     from .memory import MemoryStore
 

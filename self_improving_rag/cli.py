@@ -417,10 +417,6 @@ def _format_answer(ans: dict, verbose: bool) -> str:
         lines.append(f"     diagnosis {a['failure']}: {a['failure_reason']}")
         for k in ("coverage", "grounding", "faithfulness"):
             lines.append(f"       {k}: {sig[k]['reason']}")
-        agreement = (sig["confidence"].get("detail") or {}).get("agreement")
-        if agreement:  # scoring.agreement_samples: the replies drawn again
-            lines.append(f"       agreement: {agreement['reason']}: "
-                         + "; ".join(repr(textwrap.shorten(r, 60, placeholder=" …")) for r in agreement["samples"]))
         lines.append(f"     tokens: prompt {a['prompt_tokens']} completion {a['completion_tokens']}; "
                      + " ".join(f"{k} {v / 1000:.2f}s" for k, v in a["timings_ms"].items()))
     if verbose:
@@ -504,17 +500,14 @@ def cmd_search(args: argparse.Namespace, config: Config) -> int:
     strategy = replace(strategy, **over)
     embedder = embedder_from_config(config)
     searcher = Searcher(config, embedder, args.index)
-    judged = config.retrieval.llm_judge_top > 0 and strategy.rerank
     generator = None
-    if judged or strategy.query_rewrite == "keywords":
+    if strategy.query_rewrite == "keywords":
         from .generation.factory import make_generator
 
         generator = make_generator(config)
-    if judged:
-        searcher.judge = generator.yes_probability
     try:
         # As an attempt searches: with query_rewrite: keywords, the generator's keywords follow
-        # the question (the relevance judge and the refinement still read the question).
+        # the question (the reranker and the refinement still read the question).
         query = rewrite_query(generator, question)[0] if strategy.query_rewrite == "keywords" else None
         result = searcher.search(question, strategy, query)
     finally:
@@ -707,14 +700,11 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
         for k, v in data.items():
             _print_item(k, v)
     if action in ("stats", "strategies", "failures") and data and not args.json:
-        uses = ("which the strategy policy prefers where they exist" if config.policy.use_labels
-                else "which the strategy policy counts only through the confidence weights a calibration "
-                     "fits on them (policy.use_labels is false)")
-        rejudged = ("; the policy judges each attempt again under the confidence weights in use now "
-                    "(policy.rejudge), so its counts can differ from these" if config.policy.rejudge else "")
         print("(successes and success rates are the engine's own verdict when the attempt ran: the answer passed "
-              f"its checks, over every index folder in this memory; feedback and labelled_* count labels, "
-              f"{uses}{rejudged}; the policy counts each index folder's own record first)")
+              "its checks, over every index folder in this memory; feedback and labelled_* count labels, which the "
+              "strategy policy counts only through the confidence weights a calibration fits on them; the policy "
+              "judges each attempt again under the confidence weights in use now, so its counts can differ from "
+              "these, and counts each index folder's own record first)")
     return 0
 
 
@@ -834,8 +824,8 @@ def _short(v: Any) -> str:
 
 @command
 def cmd_feedback(args: argparse.Namespace, config: Config) -> int:
-    """Label an answer in memory as correct or wrong (used by `sirag calibrate`; by the policy only with
-    policy.use_labels: true).
+    """Label an answer in memory as correct or wrong (used by `sirag calibrate`, whose fit the policy's
+    counts then follow).
 
     Example: sirag feedback 3f2a9c1b --correct
     A different label replaces the outcome's earlier one; the same label again (without a new
@@ -860,8 +850,8 @@ def cmd_feedback(args: argparse.Namespace, config: Config) -> int:
     elif written and same:
         notes.append("the outcome already had this label; the new note is kept with it")
     if outcome["refused"]:
-        notes.append("this outcome is a refusal: the label is kept and counted, but calibration (and the strategy "
-                     "policy, with policy.use_labels: true) learns only from labelled answers")
+        notes.append("this outcome is a refusal: the label is kept and counted, but calibration learns only from "
+                     "labelled answers")
     if args.json:
         _print_json({"outcome_id": oid, "correct": bool(args.correct), "source": "user", "note": args.note or "",
                      "replaced": before if written and not same else None, "written": written,
@@ -883,13 +873,12 @@ def cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
 
     Example: sirag calibrate   (labels come from `sirag feedback` and from `sirag eval` gold)
     A fit either rescales the default weights' score (two numbers; their ranking of answers kept) or
-    refits every weight, whichever scores the labels better held out (calibration.model: auto, full
-    or scaled).
+    refits every weight, whichever scores the labels better held out.
     The engine also fits by itself at start once enough new labels arrive (calibration.auto_fit;
     `sirag memory stats` shows the weights in use and when the next fit is due). With labels from
     several corpora (index folders), each corpus with enough of them, right and wrong, also gets a
     fit of its own, which questions on it use, unless that fit scores a worse held-out Brier than
-    the shared one (calibration.per_corpus).
+    the shared one.
     """
     from .evaluation.calibrate import calibrate_from_memory, calibration_status, reset_calibration
 
@@ -914,10 +903,8 @@ def cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
             return 0
         result = calibrate_from_memory(store, min_labels=20 if args.min_labels is None else args.min_labels,
                                        seed=config.policy.seed,
-                                       save=not args.dry_run, force=args.force, folds=config.calibration.folds,
-                                       l2=config.calibration.l2, per_corpus=config.calibration.per_corpus,
-                                       answer_threshold=config.loop.answer_threshold,
-                                       model=config.calibration.model)
+                                       save=not args.dry_run, force=args.force,
+                                       answer_threshold=config.loop.answer_threshold)
     finally:
         store.close()
     if args.json:
@@ -973,7 +960,7 @@ def _print_calibration(result: dict) -> None:
                 print(f"    {what:42s} {fmt(m['auroc'])}  {fmt(m['ece'])}  {fmt(m['brier'])}  {fmt(m.get('ece_floor'))}"
                       + span(m))
             if corpus in own:
-                chose = "; each held-out fold chose its own" if result.get("l2_chosen") else ", set by calibration.l2"
+                chose = "; each held-out fold chose its own" if result.get("l2_chosen") else ", fixed"
                 print(f"    its weights (l2 {own[corpus]['l2']:g}{chose}): "
                       + ", ".join(f"{k} {v:+.2f}" for k, v in own[corpus]["weights"].items()))
             else:
@@ -995,11 +982,11 @@ def _print_calibration(result: dict) -> None:
             what = "full, every weight refitted"
         how = ("chosen from the labels: the lower cross-fitted Brier score; each held-out fold chose its own"
                if result.get("model_chosen")
-               else "set by calibration.model")
+               else "fixed")
         print(f"model: {what} ({how})")
     if result.get("l2") is not None:
         how = ("chosen from the labels: the lowest cross-fitted Brier score; each held-out fold chose its own"
-               if result.get("l2_chosen") else "set by calibration.l2")
+               if result.get("l2_chosen") else "fixed")
         print(f"pull toward the default weights: l2 {result['l2']:g} ({how})")
     if "at_threshold" in result:
         t = result["at_threshold"]
@@ -1129,8 +1116,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = add("calibrate", cmd_calibrate)
     sp.add_argument("--min-labels", type=int_at_least(2), default=None,
-                    help="labelled outcomes needed to fit (default 20); also what a corpus needs for a fit of its own "
-                         "(calibration.per_corpus)")
+                    help="labelled outcomes needed to fit (default 20); also what a corpus needs for a fit of its own")
     sp.add_argument("--dry-run", action="store_true",
                     help="report the fit, and whether a real run would store it, without storing it (a store of an "
                          "older schema is upgraded first, as `sirag memory` does)")
@@ -1184,7 +1170,7 @@ _NO_INDEX = {
               "lists them under corpora)",
     "feedback": "it labels an answer in the memory store by its outcome id, whatever index folder it came from",
     "calibrate": "it fits on the labels of every index folder in the memory store, and gives each one with enough "
-                 "labels a fit of its own (calibration.per_corpus)",
+                 "labels a fit of its own",
 }
 
 
@@ -1223,8 +1209,13 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*args.overrides, *([f"paths.memory_db={args.memory}"] if args.memory is not None else [])]
         if pins_strategy(args.overrides):
             args.overrides.append("policy.first_from_memory=false")
+        from .logging_setup import console_handler, setup_logging
+
+        if not logging.getLogger().handlers:
+            # Until setup_logging (which needs the settings' log folder) replaces it: what loading the
+            # settings warns of (a removed setting) reads as the CLI's other warnings do.
+            logging.getLogger().addHandler(console_handler(args.verbose))
         config = load_config(args.config, args.overrides)
-        from .logging_setup import setup_logging
 
         setup_logging(config.paths.log_dir, args.verbose, args.command)
         return COMMANDS[args.command](args, config)

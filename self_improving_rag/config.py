@@ -8,7 +8,7 @@ directories are created, nothing is seeded.
 from __future__ import annotations
 
 import json
-import math
+import logging
 import os
 import re
 from importlib import resources
@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import ConfigError
 from .types import Strategy
+
+log = logging.getLogger("sirag.config")
 
 
 def no_yes_no_for_numbers(model: type[BaseModel], value: Any, field_name: str) -> Any:
@@ -43,10 +45,16 @@ class _Model(BaseModel):
 
 
 class PathsConfig(_Model):
-    index_dir: str = Field("index/default", min_length=1)
-    memory_db: str = Field("memory/memory.db", min_length=1)
-    log_dir: str = Field("logs", min_length=1)
-    model_cache: str = Field("~/.cache/self_improving_rag/models", validate_default=True)
+    """Where sirag keeps its files. A leading "~" is the home folder."""
+
+    index_dir: str = Field("index/default", min_length=1,
+                           description="The index folder (`--index` sets it for one command).")
+    memory_db: str = Field("memory/memory.db", min_length=1,
+                           description="The memory store: every answer, its attempts, labels and calibration fits "
+                                       "(`--memory` sets it for one command).")
+    log_dir: str = Field("logs", min_length=1, description="Where each day's JSON-lines log is written.")
+    model_cache: str = Field("~/.cache/self_improving_rag/models", validate_default=True,
+                             description="Where downloaded and converted model files are kept.")
 
     @field_validator("index_dir", "memory_db", "log_dir", "model_cache", mode="before")
     @classmethod
@@ -65,17 +73,25 @@ class PathsConfig(_Model):
 
 
 class EmbedderConfig(_Model):
-    name: str = "all-minilm-l6-v2"  # or "hash" (deterministic, for tests), or a local sentence-transformers dir
-    # onnx-int8: ONNX Runtime with int8 weights, exported once into paths.model_cache (~1.7x faster);
-    # torch: sentence-transformers in float32. Indexes record the choice; switching needs a re-ingest.
-    backend: Literal["onnx-int8", "torch"] = "onnx-int8"
-    batch_size: int = Field(64, ge=1, le=4096)
-    max_tokens: int = Field(256, ge=16, le=8192)
+    """The sentence embedder used for dense retrieval, reranking and the checks. An index records
+    the embedder it was built with; changing it needs a re-ingest."""
+
+    name: str = Field("all-minilm-l6-v2",
+                      description="all-minilm-l6-v2 (packaged), a local sentence-transformers folder, or hash or "
+                                  "hash-N (N dimensions; deterministic, for tests).")
+    # ONNX int8 is ~1.7x faster than float32 PyTorch, its vectors at cosine 0.991 to them (docs/results.md).
+    backend: Literal["onnx-int8", "torch"] = Field(
+        "onnx-int8", description="onnx-int8: ONNX Runtime with int8 weights, exported once into paths.model_cache; "
+                                 "torch: sentence-transformers in float32.")
+    max_tokens: int = Field(256, ge=16, le=8192,
+                            description="The embedder's input window in word pieces; chunks are sized to fit it.")
 
 
 class FixedChunkerConfig(_Model):
-    size: int = Field(200, ge=16, le=8192)
-    overlap: int = Field(30, ge=0, le=4096)
+    """The fixed chunker: windows of embedder tokens, snapped to sentence ends."""
+
+    size: int = Field(200, ge=16, le=8192, description="Tokens per chunk.")
+    overlap: int = Field(30, ge=0, le=4096, description="Tokens a chunk repeats from the one before (below size).")
 
     @model_validator(mode="after")
     def _overlap_below_size(self):
@@ -94,26 +110,35 @@ class _MinMaxTokens(_Model):
 
 
 class SectionChunkerConfig(_MinMaxTokens):
-    max_tokens: int = Field(220, ge=16, le=8192)
-    min_tokens: int = Field(40, ge=0, le=8192)
+    """The section chunker: chunks stay inside a section; long ones split at paragraphs, then sentences."""
+
+    max_tokens: int = Field(220, ge=16, le=8192, description="The most tokens in a chunk.")
+    min_tokens: int = Field(40, ge=0, le=8192,
+                            description="A section with fewer tokens joins the next one of the same parent.")
 
 
 class SemanticChunkerConfig(_MinMaxTokens):
-    percentile: float = Field(90.0, gt=0, lt=100)
-    window: int = Field(1, ge=1, le=10)
-    min_tokens: int = Field(40, ge=0, le=8192)
-    max_tokens: int = Field(220, ge=16, le=8192)
+    """The semantic chunker: breaks where adjacent sentences drift apart in meaning."""
+
+    percentile: float = Field(90.0, gt=0, lt=100,
+                              description="A gap between sentences whose cosine distance is above this percentile of "
+                                          "the document's gaps is a break.")
+    min_tokens: int = Field(40, ge=0, le=8192, description="The fewest tokens in a chunk (no break before).")
+    max_tokens: int = Field(220, ge=16, le=8192, description="The most tokens in a chunk.")
 
 
 class IngestionConfig(_Model):
-    chunkers: list[Literal["fixed", "section", "semantic"]] = Field(["fixed", "section", "semantic"], min_length=1)
-    # Chunkers whose chunk vectors are pooled from their sentences' embeddings (one shared
-    # sentence pass) instead of embedding each chunk's text: ingest is ~2x faster. The others
-    # embed breadcrumb + chunk text. Measured trade-off in docs/results.md.
-    pooled_vectors: list[Literal["fixed", "section", "semantic"]] = ["fixed", "semantic"]
-    max_file_mb: float = Field(64, gt=0, le=4096)
-    gutenberg_mirror: str = "https://www.gutenberg.org/cache/epub/{id}/pg{id}.txt"
-    gutenberg_dir: str = Field("downloads/gutenberg", min_length=1)
+    """How documents are read and chunked (`sirag ingest`, `sirag fetch-gutenberg`)."""
+
+    chunkers: list[Literal["fixed", "section", "semantic"]] = Field(
+        ["fixed", "section", "semantic"], min_length=1,
+        description="The chunkers an index is built with; strategy.chunker and the repairs choose among them.")
+    max_file_mb: float = Field(64, gt=0, le=4096, description="A larger file is left out of the index, with a note.")
+    gutenberg_mirror: str = Field("https://www.gutenberg.org/cache/epub/{id}/pg{id}.txt",
+                                  description="Where fetch-gutenberg downloads a book ({id} is the book's id).")
+    gutenberg_dir: str = Field("downloads/gutenberg", min_length=1,
+                               description="Where fetch-gutenberg keeps the books it downloads; every book there is "
+                                           "indexed.")
     fixed: FixedChunkerConfig = FixedChunkerConfig()
     section: SectionChunkerConfig = SectionChunkerConfig()
     semantic: SemanticChunkerConfig = SemanticChunkerConfig()
@@ -125,78 +150,39 @@ class IngestionConfig(_Model):
 
 
 class RetrievalConfig(_Model):
+    """How hits are fused, judged for relevance and cut down to the context the model reads."""
+
     # Weighted fusion leaning on BM25: on sherlock_dev it gave evidence recall@5 0.865 against 0.73
     # for RRF (dense MiniLM alone: 0.57), see docs/results.md.
-    fusion: Literal["rrf", "weighted"] = "weighted"
-    rrf_k: int = Field(60, ge=1)
-    dense_weight: float = Field(0.25, ge=0, le=1)
-    candidates: int = Field(30, ge=1, le=1000)
-    ann_threshold: int = Field(200_000, ge=1)  # above this many vectors use HNSW
-    rerank_sentences: int = Field(2, ge=1, le=10)
-    # With rerank on, final score = (1 - w) * fused score (min-max over the pool) + w * relevance:
-    # the embedding judge refines the lexical/dense order instead of replacing it.
-    rerank_weight: float = Field(0.3, ge=0, le=1)
-    # The generator as a relevance judge (yes/no log-probs) of the top N hits after reranking:
-    # score = (1 - w) * reranked score (min-max over those N) + w * P(yes). Off by default: each
-    # judgement reads one passage (~200 prompt tokens, ~3 s on a 2-core CPU).
-    llm_judge_top: int = Field(0, ge=0, le=20)
-    # A local sentence-transformers CrossEncoder directory: when set, it scores the relevance of
-    # every reranked candidate (logit -> sigmoid) in place of the embedding judge; sentence
-    # scores for context refinement still come from the embedder. Nothing is downloaded.
-    cross_encoder_dir: str | None = None
-    llm_judge_weight: float = Field(0.5, ge=0, le=1)
-
-    @field_validator("cross_encoder_dir")
-    @classmethod
-    def _expand_home(cls, value: str | None) -> str | None:
-        return None if value is None else os.path.expanduser(value)
-    # Relevance = sigmoid(slope * (cosine - midpoint)); the midpoint is where a question and a
-    # sentence turn from unrelated to related for this embedder (0.35 for all-MiniLM-L6-v2).
-    relevance_midpoint: float = Field(0.35, ge=-1, le=1)
-    relevance_slope: float = Field(10.0, gt=0, le=100)
-    refine: bool = True
-    refine_context_sentences: int = Field(1, ge=0, le=5)
-    # sentences mode: after a kept sentence, the following ones keep joining while they add up to
-    # at most this many word pieces (at least refine_context_sentences of them; 0 = exactly that
-    # many), and with refine_replies a window that ends on a question takes the reply too. On
-    # sherlock_dev this kept 32 of 32 evidence quotes instead of 29 at the same tokens
-    # (docs/results.md, session 16).
-    refine_context_after_tokens: int = Field(35, ge=0, le=400)
-    refine_replies: bool = True
-    # Refinement favours sentences of higher-ranked passages by this much (0 = sentence cosine
-    # only) and first keeps every passage's best sentence; see retrieval/refine.py.
-    refine_rank_weight: float = Field(0.5, ge=0, le=5)
-    refine_every_passage: bool = True
-    # sentences (default): the best sentences anywhere, each with refine_context_sentences
-    # neighbours; windows: one contiguous window per passage grown around its best sentence.
-    # Windows answered sherlock_dev worse end to end (0.467 vs 0.600 correct or rightly refused,
-    # docs/results.md) and, since the token-measured context after a sentence, keep fewer whole
-    # evidence quotes too (29 of 32 against 32).
-    refine_mode: Literal["windows", "sentences"] = "sentences"
+    dense_weight: float = Field(0.25, ge=0, le=1,
+                                description="The dense retriever's share of a hybrid score; BM25 has the rest.")
+    relevance_midpoint: float = Field(
+        0.35, ge=-1, le=1,
+        description="The question-sentence cosine at which relevance is 0.5 (0.35 for all-MiniLM-L6-v2; lower for a "
+                    "weaker embedder such as hash).")
+    refine: bool = Field(True, description="Keep only the passages' sentences that best match the question, within "
+                                           "strategy.context_budget; false: the hits' whole text.")
 
 
 class GeneratorConfig(_Model):
-    backend: Literal["llama_cpp", "transformers", "openai", "scripted"] = "llama_cpp"
-    model: str = "qwen2.5-coder-1.5b-instruct-q4_k_m"
-    n_ctx: int = Field(4096, ge=256)
-    n_threads: int = Field(2, ge=1)
-    n_batch: int = Field(512, ge=8)
-    seed: int = Field(0, ge=0, le=2**32 - 1)  # llama.cpp's -1 ("random") is not offered: runs are reproducible
-    temperature: float = Field(0.0, ge=0, le=2)
-    max_tokens: int = Field(160, ge=1, le=4096)
-    timeout_s: float = Field(300.0, gt=0)
-    # OpenAI-compatible HTTP backend
-    base_url: str = "http://127.0.0.1:8000/v1"
-    api_key_env: str = "OPENAI_API_KEY"
-    retries: int = Field(2, ge=0, le=10)
-    # transformers backend
-    compute_dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
-    load_in_4bit: bool = True
-    device_map: str = "auto"
-    max_memory: dict[str, str] | None = None
-    gguf_file: str | None = None
-    # scripted backend (tests): replies returned in order
-    replies: list[str] = []
+    """The language model that answers, and judges the answer's claims."""
+
+    backend: Literal["llama_cpp", "transformers", "openai", "scripted"] = Field(
+        "llama_cpp", description="llama_cpp (a GGUF file), transformers (4-bit NF4), openai (an OpenAI-compatible "
+                                 "server), or scripted (tests).")
+    model: str = Field("qwen2.5-coder-1.5b-instruct-q4_k_m",
+                       description="A packaged model's name, a path to a .gguf file, a transformers model folder, or "
+                                   "the server's model name.")
+    n_ctx: int = Field(4096, ge=256, description="The context window in tokens (llama_cpp).")
+    n_threads: int = Field(2, ge=1, description="CPU threads (llama_cpp, transformers).")
+    temperature: float = Field(0.0, ge=0, le=2,
+                               description="0: greedy; above, replies are sampled (with a fixed seed, reproducible).")
+    max_tokens: int = Field(160, ge=1, le=4096, description="The most tokens of a reply.")
+    timeout_s: float = Field(300.0, gt=0, description="How long a reply from the server may take (openai).")
+    base_url: str = Field("http://127.0.0.1:8000/v1",
+                          description="The server's URL (openai); a key, if it wants one, is read from "
+                                      "$OPENAI_API_KEY.")
+    replies: list[str] = Field([], description="The scripted backend's replies, in order (tests).")
 
     @field_validator("base_url")
     @classmethod
@@ -207,55 +193,53 @@ class GeneratorConfig(_Model):
 
 
 class ScoringConfig(_Model):
-    judge: Literal["llm", "none"] = "llm"
-    judge_max_claims: int = Field(4, ge=0, le=20)
-    relevance_threshold: float = Field(0.5, ge=0, le=1)
-    redundancy_threshold: float = Field(0.92, ge=0, le=1)
-    claim_support_threshold: float = Field(0.5, ge=0, le=1)
-    # After the claims are judged, read the question after the passages and the answer: the
-    # question_fit confidence feature (docs/signals.md). Off by default: it raised calibrated
-    # AUROC on SQuAD from 0.738 to 0.776 (not on sherlock_dev) but adds ~0.5 s per attempt, which
-    # takes scoring past 15% of the generator's time on the worst attempts.
-    question_check: bool = False
-    # question_prior confidence feature: the same reading of the question where the answer prompt
-    # holds it (before the answer), taken while the generator evaluates that prompt, so it costs
-    # a row of logits per content-word token (llama.cpp; the other backends cannot read it).
-    question_prior: bool = True
-    # agreement confidence feature: after the answer, draw this many more replies to the same
-    # prompt at temperature 0.7, decoded together from the prompt's KV cache and cut at the
-    # answer's length, and take the share that agree with the answer (llama.cpp only; 0: off).
-    # Off by default: its weight is 0 until a fit, the fitted confidence was no better with it on
-    # SQuAD or sherlock_dev, and the draws took a median 15% of the generator's time
-    # (docs/results.md, session 29).
-    agreement_samples: int = Field(0, ge=0, le=8)
+    """How an answer is checked (docs/signals.md)."""
+
+    judge: Literal["llm", "none"] = Field(
+        "llm", description="llm: the generator judges whether the passages support each claim (~0.5 s a claim); "
+                           "none: claims are checked by their words and vectors alone.")
 
 
 class ThresholdsConfig(_Model):
-    coverage: float = Field(0.45, ge=0, le=1)
-    grounding: float = Field(0.2, ge=0, le=1)
-    faithfulness: float = Field(0.8, ge=0, le=1)
-    redundancy: float = Field(0.5, ge=0, le=1)
-    confidence: float = Field(0.5, ge=0, le=1)
-    # An answer whose evidence leaves more than this share of the question's dates unstated is
-    # WEAK_RETRIEVAL (0: any date unstated; 1 turns the rule off).
-    dates_unstated: float = Field(0.0, ge=0, le=1)
+    """The bars of the diagnosis: the first failing check names the failure and its repairs
+    (docs/signals.md, "Attribution")."""
+
+    coverage: float = Field(0.45, ge=0, le=1,
+                            description="Below: WEAK_RETRIEVAL (the passages miss the question's terms).")
+    grounding: float = Field(0.2, ge=0, le=1,
+                             description="Below: WEAK_RETRIEVAL (too few passages are relevant).")
+    faithfulness: float = Field(0.8, ge=0, le=1,
+                                description="Below: HALLUCINATION_RISK (claims the passages do not support).")
+    redundancy: float = Field(0.5, ge=0, le=1,
+                              description="Above: REDUNDANT_CONTEXT (the passages repeat each other).")
+    confidence: float = Field(0.5, ge=0, le=1,
+                              description="Below: LOW_CONFIDENCE (an answer needs at least this, whatever the answer "
+                                          "bar).")
+    dates_unstated: float = Field(0.0, ge=0, le=1,
+                                  description="A share of the question's dates above this left unstated by the "
+                                              "answer's evidence: WEAK_RETRIEVAL (1 turns the rule off).")
 
 
 class LoopConfig(_Model):
-    enabled: bool = True
-    max_attempts: int = Field(3, ge=1, le=20)
-    max_seconds: float = Field(180.0, gt=0)
-    # The share of returned answers that should be right, on documents the confidence model never
-    # saw: the answer bar is read off the shipped model's held-out curve (docs/results.md). null:
-    # the hand-set confidence weights, and answer_threshold as a raw bar.
-    target_precision: float | None = Field(0.8, gt=0, lt=1)
-    # A raw bar on the confidence, instead of the one target_precision gives; left unset, it is
-    # filled in from target_precision (0.5 when that is null).
-    answer_threshold: float | None = Field(None, ge=0, le=1)
-    # Attempt n must reach answer_threshold + retry_margin * (n - 1): the best of several tries
-    # clears a fixed bar more often by luck than one try does.
-    retry_margin: float = Field(0.1, ge=0, le=1)
-    show_passages_on_refusal: int = Field(3, ge=0, le=20)
+    """The self-correcting loop: retry with a repaired strategy, or refuse."""
+
+    enabled: bool = Field(True, description="false: one attempt per question (`--no-retry` for one command).")
+    max_attempts: int = Field(3, ge=1, le=20, description="The most attempts per question.")
+    max_seconds: float = Field(180.0, gt=0,
+                               description="No retry that would end past this many seconds for the question.")
+    # The answer bar is read off the shipped model's held-out curve (docs/results.md).
+    target_precision: float | None = Field(
+        0.8, gt=0, lt=1,
+        description="The share of returned answers that should be right, on documents the confidence model never "
+                    "saw; null: the hand-set confidence weights, answer_threshold a raw bar.")
+    answer_threshold: float | None = Field(
+        None, ge=0, le=1,
+        description="A raw bar on the confidence instead of the one target_precision gives; unset, it is filled in "
+                    "from target_precision (0.5 when that is null).")
+    # The best of several tries clears a fixed bar more often by luck than one try does.
+    retry_margin: float = Field(0.1, ge=0, le=1,
+                                description="Attempt n must reach answer_threshold + retry_margin * (n - 1).")
+    show_passages_on_refusal: int = Field(3, ge=0, le=20, description="Passages shown with a refusal.")
 
     @model_validator(mode="after")
     def _bar_from_target(self) -> "LoopConfig":
@@ -285,97 +269,54 @@ def pins_strategy(items) -> bool:
 
 
 class PolicyConfig(_Model):
-    # thompson: each candidate's success rate is drawn from its posterior and the best draw wins;
-    # greedy: the best posterior mean wins, and a seeded share `explore` of questions draws as
-    # thompson does (so records can still change); ucb: UCB1; fixed: memory is not used.
-    method: Literal["thompson", "greedy", "ucb", "fixed"] = "greedy"
-    explore: float = Field(0.1, ge=0, le=1)
-    seed: int = Field(0, ge=0, le=2**32 - 1)
-    min_history: int = Field(3, ge=0)  # counted attempts of a query class before memory overrides the default
-    # What the first-strategy choice learns from: every attempt (a strategy that succeeded as a
-    # repair becomes a candidate first choice for its query class) or first attempts only (then
-    # only strategies that were once chosen first can ever be chosen first again).
-    learn_from: Literal["all_attempts", "first_attempts"] = "all_attempts"
-    # False: every question's first attempt uses `strategy` as configured, memory choosing only
-    # the repairs. Set for you when a command line (--set), a batch file's overrides or a grid
-    # point sets a strategy.* key: an explicit strategy is honoured, not replaced by memory.
-    first_from_memory: bool = True
-    # true: the attempt a labelled outcome answered with (gold from `sirag eval`, `sirag
-    # feedback`) counts by its label, every other attempt by its checks. Off by default: one count
-    # then mixes two measures, and where labels are strict (LiteraryQA) every strategy's record
-    # looks equally bad; labels reach the checks through the calibrated confidence anyway.
-    use_labels: bool = False
-    # Judge recorded attempts by the confidence weights and answer bars in use now, not by the
-    # diagnosis stored when they ran: after a calibration fit the stored verdicts were made by
-    # another confidence model (docs/memory.md). The verdicts stored stay as they were.
-    rejudge: bool = True
-    # Prior of the first-strategy choice (greedy's posterior mean and Thompson's draw): every
-    # strategy of a query class starts at Beta(κ·m, κ·(1 − m)), m = the pooled success rate of
-    # the class's other non-default strategies, at most the default's own, κ = prior_strength
-    # pseudo-attempts, so one lucky success of a rarely tried strategy does not outweigh a long record.
-    prior_strength: float = Field(4.0, ge=0, le=1000)
-    # Stop retrying a failure type once memory shows its repairs rarely work: after at least
-    # stop_min_evidence repairs in memory (after any failure), if the smoothed success rate
-    # (s + 1) / (n + 2) is below stop_below, the loop ends there (0 turns this off). The rate is
-    # the question's class's own when it has stop_min_evidence repairs after that failure, else
-    # its counts shrunk toward the failure type's rate, itself shrunk toward the rate of all
-    # repairs when the failure type has fewer than stop_min_evidence (docs/memory.md). A seeded
-    # share stop_explore of such questions retries anyway, so the record that stopped the loop
-    # can still change.
-    stop_below: float = Field(0.1, ge=0, le=1)
-    stop_min_evidence: int = Field(20, ge=1)
-    stop_explore: float = Field(0.1, ge=0, le=1)
+    """How memory chooses the first strategy and orders the repairs (docs/memory.md)."""
+
+    method: Literal["thompson", "greedy", "ucb", "fixed"] = Field(
+        "greedy", description="greedy: the best posterior mean, an `explore` share drawn as thompson does; "
+                              "thompson: the best draw from each posterior; ucb: UCB1; fixed: memory is not used.")
+    explore: float = Field(0.1, ge=0, le=1,
+                           description="greedy: the seeded share of questions whose first strategy and repair order "
+                                       "are drawn, so records can still change.")
+    seed: int = Field(0, ge=0, le=2**32 - 1,
+                      description="Seeds the policy's draws and the calibration's folds, so runs repeat.")
+    first_from_memory: bool = Field(
+        True, description="false: the first attempt uses strategy as set, memory choosing only the repairs; set for "
+                          "you when --set, a batch file's overrides or a grid point set a strategy.* key.")
+    stop_below: float = Field(0.1, ge=0, le=1,
+                              description="Stop retrying a failure type when memory's smoothed success rate of its "
+                                          "repairs is below this (0: never).")
 
 
 class CalibrationConfig(_Model):
-    # Fit the confidence weights from memory's labels without being asked: when the engine starts
-    # with a store holding at least `auto_min_labels` labelled answers, `auto_refit_after` of them
-    # new to the weights in use (a fit or a reset: labelled or merged in since), it fits as `sirag
-    # calibrate` does and stores the fit only if it scores no worse than the default weights held out;
-    # a fit kept out is recorded, and the next waits for `auto_refit_after` labelled answers new to it.
-    # A batch or eval fits once before its runs; the runs themselves do not.
-    auto_fit: bool = True
-    auto_min_labels: int = Field(50, ge=2)
-    auto_refit_after: int = Field(20, ge=1)
-    # Held-out figures and the keep-or-drop rule of every fit cross-fit the labels in this many
-    # folds: each label is scored by weights fitted on the others (one question in one fold).
-    folds: int = Field(5, ge=2, le=20)
-    # How hard a fit pulls the weights toward their defaults: "auto" picks, from 0.01 to 10, the
-    # strength whose cross-fitted Brier score is lowest on the labels at hand (labels that agree
-    # with the defaults keep the fit near them; many that disagree let it move); a number fixes
-    # it (1 was the only strength before session 23).
-    l2: Literal["auto"] | float = "auto"
-    # What a fit changes (docs/signals.md): "full" refits every weight; "scaled" keeps the default
-    # weights' ranking of answers and fits only how their score maps to a probability (a slope and
-    # a shift); "auto" takes the one whose cross-fitted (held-out) Brier score is lower, "scaled" on
-    # a tie (docs/results.md, session 32). l2 concerns full refits alone: this one's, and a corpus's
-    # own fit (per_corpus), always a full refit pulled toward the fit on all labels, whatever its model.
-    model: Literal["auto", "full", "scaled"] = "auto"
-    # Answers from different corpora (index folders) sharing one memory store need not share one
-    # confidence model: with this on, a corpus holding as many labelled answers as a fit needs
-    # (auto_min_labels for the automatic fit, --min-labels for `sirag calibrate`), right and wrong
-    # ones among them, gets a fit of its own, pulled toward the fit on all labels, unless that fit
-    # scores a worse held-out Brier than the shared one; questions on it use that fit. Off: one fit
-    # serves every corpus (as before session 24).
-    per_corpus: bool = True
+    """The automatic fit of the confidence weights to memory's labels. When the engine starts with
+    enough labelled answers new to the weights in use (a fit or a reset: labelled or merged in
+    since), it fits as `sirag calibrate` does and stores the fit only if it scores no worse than
+    the default weights held out; a fit kept out is recorded, and the next waits for as many
+    labelled answers new to it. A batch or eval fits once before its runs; the runs do not."""
 
-    @field_validator("l2")
-    @classmethod
-    def check_l2(cls, v: Any) -> Any:
-        if v != "auto" and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-            raise ValueError("must be 'auto' or a positive number (the penalty strength of the fit)")
-        return v
+    auto_fit: bool = Field(True, description="Fit the confidence weights from memory's labels at start.")
+    auto_min_labels: int = Field(50, ge=2, description="Labelled answers needed before the first automatic fit.")
+    auto_refit_after: int = Field(20, ge=1,
+                                  description="Labelled answers new to the weights in use (or to a fit kept out) "
+                                              "before the next automatic fit.")
 
 
 class StrategyConfig(_Model):
-    chunker: Literal["fixed", "section", "semantic"] = "section"
-    retriever: Literal["dense", "bm25", "hybrid"] = "hybrid"
-    top_k: int = Field(5, ge=1, le=100)
-    rerank: bool = True
-    prompt: Literal["base", "cite_then_answer", "strict"] = "cite_then_answer"
-    neighbors: int = Field(0, ge=0, le=5)
-    query_rewrite: Literal["none", "keywords"] = "none"
-    context_budget: int = Field(440, ge=32, le=32000)
+    """The strategy of a question's first attempt (memory may choose another: policy.first_from_memory)."""
+
+    chunker: Literal["fixed", "section", "semantic"] = Field("section", description="The chunks searched.")
+    retriever: Literal["dense", "bm25", "hybrid"] = Field("hybrid",
+                                                          description="Dense vectors, BM25, or both fused.")
+    top_k: int = Field(5, ge=1, le=100, description="Passages given to the model.")
+    rerank: bool = Field(True, description="Reorder the hits by question-sentence relevance blended with the "
+                                           "fused score.")
+    prompt: Literal["base", "cite_then_answer", "strict"] = Field("cite_then_answer",
+                                                                  description="The answer prompt.")
+    neighbors: int = Field(0, ge=0, le=5, description="Adjacent chunks of the same section joined to each hit.")
+    query_rewrite: Literal["none", "keywords"] = Field(
+        "none", description="keywords: the generator rewrites the question into search keywords.")
+    context_budget: int = Field(440, ge=32, le=32000,
+                                description="Word pieces of passage text the prompt holds after refinement.")
 
     def to_strategy(self) -> Strategy:
         return Strategy(**self.model_dump())
@@ -393,6 +334,18 @@ class Config(_Model):
     policy: PolicyConfig = PolicyConfig()
     calibration: CalibrationConfig = CalibrationConfig()
     strategy: StrategyConfig = StrategyConfig()
+
+
+def config_keys(model: type[BaseModel] = Config, prefix: str = "") -> list[str]:
+    """Every setting's dotted key, in the models' order (a section is not a setting of its own)."""
+    keys: list[str] = []
+    for name, field in model.model_fields.items():
+        kind = field.annotation
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            keys += config_keys(kind, f"{prefix}{name}.")
+        else:
+            keys.append(prefix + name)
+    return keys
 
 
 def default_config_text() -> str:
@@ -533,8 +486,112 @@ def _describe(exc: ValidationError, source: str) -> str:
     return f"{source}: " + "; ".join(msgs) + more + f"; see {packaged} for valid keys and values"
 
 
+class _NoEffect:
+    """The value of a removed setting that changed nothing sirag answers (see REMOVED_KEYS)."""
+
+    def __repr__(self) -> str:
+        return "NO_EFFECT"
+
+
+#: Stands, in REMOVED_KEYS, for a removed setting that had no effect on answers.
+NO_EFFECT: Any = _NoEffect()
+
+#: Settings sirag no longer has, each with the value its code now behaves as (NO_EFFECT: the
+#: setting changed nothing sirag answers). A user file, a ``--set`` item or a run's saved
+#: config.yaml that still names one loads: the key is dropped with a warning (a key never known,
+#: a typo, is still an error). A resumed run whose config.yaml holds another value than this one
+#: was made with other behaviour, and is refused as for a changed setting (batch.py).
+REMOVED_KEYS: dict[str, Any] = {
+    # Experiments that lost (docs/results.md): reciprocal rank fusion, refinement by windows, the
+    # generator as a relevance judge of the top hits, a local cross-encoder (none is packaged).
+    "retrieval.fusion": "weighted",
+    "retrieval.rrf_k": NO_EFFECT,
+    "retrieval.refine_mode": "sentences",
+    "retrieval.llm_judge_top": 0,
+    "retrieval.llm_judge_weight": NO_EFFECT,
+    "retrieval.cross_encoder_dir": None,
+    # Tuning constants, now beside the code that uses them.
+    "retrieval.candidates": 30,
+    "retrieval.ann_threshold": 200_000,
+    "retrieval.rerank_sentences": 2,
+    "retrieval.rerank_weight": 0.3,
+    "retrieval.relevance_slope": 10.0,
+    "retrieval.refine_context_sentences": 1,
+    "retrieval.refine_context_after_tokens": 35,
+    "retrieval.refine_replies": True,
+    "retrieval.refine_rank_weight": 0.5,
+    "retrieval.refine_every_passage": True,
+    # Confidence features that lost: the question read back after the answer (question_fit: better
+    # ranking on SQuAD only, for ~0.5 s more per attempt) and replies sampled again (agreement: the
+    # fitted confidence was no better with it, for a median 15% of the generator's time). The
+    # question read in the answer prompt (question_prior) is always on where the backend reads it.
+    "scoring.question_check": False,
+    "scoring.agreement_samples": 0,
+    "scoring.question_prior": True,
+    "scoring.judge_max_claims": 4,
+    "scoring.relevance_threshold": 0.5,
+    "scoring.redundancy_threshold": 0.92,
+    "scoring.claim_support_threshold": 0.5,
+    # The policy's alternatives that lost: learning from first attempts only (strategies that only
+    # ever ran as repairs could never be chosen first), labels counted in place of the checks (one
+    # count mixed two measures), memory judged by the diagnoses stored (made by another confidence
+    # model after a fit). Its tuning constants are in feedback/policy.py.
+    "policy.learn_from": "all_attempts",
+    "policy.use_labels": False,
+    "policy.rejudge": True,
+    "policy.min_history": 3,
+    "policy.prior_strength": 4.0,
+    "policy.stop_min_evidence": 20,
+    "policy.stop_explore": 0.1,
+    # How a fit is made: constants in evaluation/calibrate.py. One fit for every corpus
+    # (per_corpus false) is gone: a corpus with enough labels gets its own fit when it scores better.
+    "calibration.folds": NO_EFFECT,
+    "calibration.l2": "auto",
+    "calibration.model": "auto",
+    "calibration.per_corpus": True,
+    # Tuning constants beside the code that uses them, and the transformers backend's loading
+    # options (it loads in 4 bits, bfloat16, device_map auto; a .gguf path is given as the model).
+    "embedder.batch_size": NO_EFFECT,
+    "ingestion.pooled_vectors": ["fixed", "semantic"],
+    "ingestion.semantic.window": 1,
+    "generator.seed": 0,
+    "generator.n_batch": 512,
+    "generator.retries": NO_EFFECT,
+    "generator.api_key_env": NO_EFFECT,
+    "generator.compute_dtype": "bfloat16",
+    "generator.load_in_4bit": True,
+    "generator.device_map": "auto",
+    "generator.max_memory": None,
+    "generator.gguf_file": None,
+}
+
+
+def drop_removed(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """``data`` without the settings of :data:`REMOVED_KEYS` it holds, each named in a warning
+    (``data`` itself is left as it is)."""
+    out = data
+    for key in REMOVED_KEYS:
+        *parents, leaf = key.split(".")
+        node = out
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or leaf not in node:
+            continue
+        # Copy the mappings on the way down, so the caller's data keeps the key.
+        out = dict(out)
+        node = out
+        for part in parents:
+            node[part] = dict(node[part])
+            node = node[part]
+        del node[leaf]
+        log.warning("%s is no longer a setting (removed); it is ignored (%s)", key, source)
+    return out
+
+
 def config_from_dict(data: dict[str, Any], source: str = "config") -> Config:
-    """Validate a settings mapping, naming the bad key and its source on failure."""
+    """Validate a settings mapping, naming the bad key and its source on failure. A removed
+    setting (:data:`REMOVED_KEYS`) is dropped with a warning."""
+    data = drop_removed(data, source)
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
@@ -569,12 +626,12 @@ def load_config(path: str | Path | list[str | Path] | tuple[str | Path, ...] | N
             text = raw.decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config file {p} cannot be read ({exc}); check its permissions and encoding") from exc
-        user = _read_yaml(text, str(p))
+        user = drop_removed(_read_yaml(text, str(p)), str(p))
         data = _merge(data, user)
         _record_origin(origin, user, str(p))
         layers.append(str(p))
     for item in overrides:
-        tree = parse_override(item)
+        tree = drop_removed(parse_override(item), f"--set {item}")
         data = _merge(data, tree)
         _record_origin(origin, tree, f"--set {item}")
         layers.append(f"--set {item}")

@@ -109,8 +109,6 @@ class Engine:
         self.searcher = Searcher(config, self.embedder, index_dir)
         # The corpus this engine answers from, recorded with every outcome: its index folder, absolute.
         self.corpus = str(self.searcher.index.root.resolve())
-        if config.retrieval.llm_judge_top > 0:
-            self.searcher.judge = lambda messages: self.generator.yes_probability(messages)
         self._policy: StrategyPolicy | None = None
         self._scorer: SignalScorer | None = None
         #: What the automatic calibration at start stored (its one-line report), else None: new
@@ -148,19 +146,13 @@ class Engine:
                         "re-ingest with ingestion.chunkers including %s)", default.chunker, available[0],
                         default.chunker)
             default = replace(default, chunker=available[0])
-        k = self.config.scoring.agreement_samples
-        can_sample = getattr(self.generator, "can_sample", None)
-        if k and not (can_sample is not None and can_sample(k)):
-            log.warning("scoring.agreement_samples is %d, but this generator (backend %s) cannot draw that many "
-                        "replies from its prompt: the agreement feature stays undefined (the llama_cpp backend, made "
-                        "from this config, can)", k, self.config.generator.backend)
         weights = fit = note = None
         if self.memory is not None:
             if self.config.calibration.auto_fit and self.record:
                 self._auto_calibrate()
             fit = self._stored_fit()
-            # This corpus's own fit when the stored fit made one (calibration.per_corpus).
-            weights = weights_for(fit, self.corpus if self.config.calibration.per_corpus else None)
+            # This corpus's own fit when the stored fit made one.
+            weights = weights_for(fit, self.corpus)
             if fit and weights is not fit.get("weights"):
                 note = "fitted weights of this corpus"
             elif fit and (fit.get("metrics") or {}).get("reset_to_defaults"):
@@ -170,25 +162,22 @@ class Engine:
             weights = shipped.weights(self.config.loop.target_precision)
             note = "shipped weights" if weights is not None else note
         prior_weight = (weights or {}).get("question_prior") or 0.0
-        if self.config.scoring.question_prior and prior_weight and not getattr(self.generator, "reads_prompt", False):
+        if prior_weight and not getattr(self.generator, "reads_prompt", False):
             # Undefined, the feature takes its neutral value: the fit's say for it is lost unseen.
             log.warning("the confidence weights in use give question_prior the weight %.3g, but this generator "
                         "(backend %s) cannot read its prompt as it generates: question_prior stays undefined and "
                         "takes its neutral value (the llama_cpp backend reads it; a fit on this backend's own "
                         "answers, `sirag calibrate`, gives it no weight)", prior_weight, self.config.generator.backend)
-        verdicts = None
-        if self.config.policy.rejudge:
-            own = ({c: f["weights"] for c, f in fit.get("corpus_fits", {}).items()}
-                   if fit and self.config.calibration.per_corpus else {})
-            verdicts = Verdicts(fit.get("weights") if fit else shipped.weights(self.config.loop.target_precision),
-                                self.config.loop.answer_threshold,
-                                self.config.loop.retry_margin, self.config.thresholds.confidence,
-                                self.config.thresholds.dates_unstated, own or None)
+        # Memory's attempts are judged by the confidence weights and bars in use now, not by the
+        # diagnoses stored with them (made by another confidence model after a fit).
+        own = {c: f["weights"] for c, f in fit.get("corpus_fits", {}).items()} if fit else {}
+        verdicts = Verdicts(fit.get("weights") if fit else shipped.weights(self.config.loop.target_precision),
+                            self.config.loop.answer_threshold,
+                            self.config.loop.retry_margin, self.config.thresholds.confidence,
+                            self.config.thresholds.dates_unstated, own or None)
         policy = StrategyPolicy(self.config.policy, default, self.memory, available, verdicts, corpus=self.corpus)
-        r = self.config.retrieval
         self._scorer = SignalScorer(self.config.scoring, self.searcher.embed_cached, self.generator, weights,
-                                    relevance_slope=r.relevance_slope, relevance_midpoint=r.relevance_midpoint,
-                                    weights_note=note)
+                                    relevance_midpoint=self.config.retrieval.relevance_midpoint, weights_note=note)
         # Set last: it marks the engine as ready, so a failure above (a locked store, say) is
         # retried by the next call instead of leaving an engine without a scorer.
         self._policy = policy
@@ -395,7 +384,7 @@ class Engine:
                 prompts[sent] = number
             t = time.perf_counter()
             # The question's tokens are read while the prompt is evaluated (question_prior).
-            read = (question_span(question), question_prior_needs) if self.config.scoring.question_prior else None
+            read = (question_span(question), question_prior_needs)
             generation = self.generator.generate(messages, on_token=on_token, read=read)
             timings["generate"] = (time.perf_counter() - t) * 1000
             raw = generation.text

@@ -43,17 +43,23 @@ class JsonLinesFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False)
 
 
+def console_handler(verbose: bool = False) -> logging.Handler:
+    """The terminal's handler: warnings and errors as one line each (progress lines with --verbose)."""
+    console = logging.StreamHandler()
+    console.setLevel(logging.INFO if verbose else logging.WARNING)
+    console.setFormatter(OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
+    # Records marked file_only (e.g. the traceback of an unexpected error) stay out of the terminal.
+    console.addFilter(lambda record: not getattr(record, "file_only", False))
+    return console
+
+
 def setup_logging(log_dir: str | None, verbose: bool = False, command: str = "sirag") -> Path | None:
     """Configure the root logger; returns the JSON-lines file, or None when it cannot be written."""
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
-    console = logging.StreamHandler()
-    console.setLevel(logging.INFO if verbose else logging.WARNING)
-    console.setFormatter(OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
-    # Records marked file_only (e.g. the traceback of an unexpected error) stay out of the terminal.
-    console.addFilter(lambda record: not getattr(record, "file_only", False))
+    console = console_handler(verbose)
     root.addHandler(console)
     for noisy in ("sentence_transformers", "transformers", "urllib3", "httpx", "faiss", "bm25s", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

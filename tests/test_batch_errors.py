@@ -583,22 +583,6 @@ def test_a_policy_mapping_in_the_overrides_keeps_the_set_strategy_first(tmp_path
     assert saved["policy"]["first_from_memory"] is False and saved["strategy"]["chunker"] == "semantic"
 
 
-def test_a_run_made_with_an_unexpanded_home_folder_resumes(tmp_path, monkeypatch):
-    """Since session 26 the config expands "~" in retrieval.cross_encoder_dir; a run whose
-    config.yaml holds "~/ce" is the same setting, not a change that refuses the resume."""
-    from self_improving_rag.batch import _changed_settings
-    from self_improving_rag.config import load_config, to_yaml
-
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    config = load_config(None, ["retrieval.cross_encoder_dir=~/ce"])
-    stored = yaml.safe_load(to_yaml(config))
-    stored["retrieval"]["cross_encoder_dir"] = "~/ce"  # as sirag wrote it before
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(stored))
-    assert _changed_settings(tmp_path, config) == ""
-    other = load_config(None, ["retrieval.cross_encoder_dir=~/other"])
-    assert "retrieval.cross_encoder_dir" in _changed_settings(tmp_path, other)
-
-
 def test_a_refused_resume_leaves_memory_as_it_was(tmp_path):
     """The answers a killed run recorded but did not write are moved aside only once the run goes
     ahead: a resume refused for other settings changes nothing in memory."""

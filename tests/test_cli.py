@@ -288,22 +288,17 @@ def test_feedback_calibrate_and_memory_analysis_commands(tmp_path):
     assert model, r.stdout
     # The full refit's penalty is said only where the stored fit is a full refit.
     assert ("pull toward the default weights: l2 " in r.stdout) == (model.group(1) == "full"), r.stdout
-    r = run(["calibrate", "--min-labels", "4", "--dry-run"], tmp_path,
-            ov + ["calibration.l2=2.5", "calibration.model=full"])
-    assert r.returncode == 0 and "pull toward the default weights: l2 2.5 (set by calibration.l2)" in r.stdout, r.stdout
-    assert "model: full, every weight refitted (set by calibration.model)" in r.stdout, r.stdout
-    r = run(["calibrate", "--min-labels", "4", "--dry-run"], tmp_path, ov + ["calibration.model=scaled"])
-    assert r.returncode == 0 and re.search(r"^model: scaled, the default weights' score times \d+\.\d\d and shifted by "
-                                           r"[+-]\d+\.\d\d: .*\(set by calibration\.model\)$", r.stdout, re.M), r.stdout
-    assert "pull toward the default weights" not in r.stdout
     r = run(["memory", "strategies", "--json"], tmp_path, ov)
     rows = json.loads(r.stdout)
     assert rows[0]["attempts"] == 6 and 0 <= rows[0]["success_rate"] <= 1
-    # The footnote says whether the policy counts labels, as the config has it.
+    # The footnote says how the policy counts labels.
     r = run(["memory", "strategies"], tmp_path, ov)
     assert r.returncode == 0 and "only through the confidence weights a calibration fits" in r.stdout, r.stdout
+    # A removed setting is named in a warning and ignored.
     r = run(["memory", "strategies"], tmp_path, ov + ["policy.use_labels=true"])
-    assert r.returncode == 0 and "prefers where they exist" in r.stdout, r.stdout
+    assert r.returncode == 0 and "only through the confidence weights a calibration fits" in r.stdout, r.stdout
+    assert ("warning: policy.use_labels is no longer a setting (removed); it is ignored (--set policy.use_labels=true)"
+            in r.stderr.splitlines()), r.stderr
     r = run(["memory", "failures", "--json"], tmp_path, ov)
     assert r.returncode == 0 and isinstance(json.loads(r.stdout), list)
     r = run(["memory", "export", "--csv", str(tmp_path / "o.csv"), "--json-file", str(tmp_path / "o.json")], tmp_path, ov)

@@ -141,9 +141,8 @@ def test_a_malformed_config_file_gives_the_parsers_reason(tmp_path):
 
 
 def test_tilde_in_the_other_path_settings_is_the_home_folder(home: Path) -> None:
-    config = load_config(None, ["ingestion.gutenberg_dir=~/books", "retrieval.cross_encoder_dir=~/ce"])
+    config = load_config(None, ["ingestion.gutenberg_dir=~/books"])
     assert config.ingestion.gutenberg_dir == str(home / "books")
-    assert config.retrieval.cross_encoder_dir == str(home / "ce")
 
 
 def test_layers_are_validated_together_so_a_later_one_can_mend_an_earlier_one(tmp_path: Path) -> None:
@@ -182,7 +181,7 @@ def test_a_hash_in_a_set_value_is_part_of_it_not_a_comment(tmp_path: Path) -> No
     with pytest.raises(ConfigError, match="'#' after a space starts a YAML comment"):
         load_config(None, ["generator.replies=[a, b] #c"])
     with pytest.raises(ConfigError, match="'#' after a space starts a YAML comment"):
-        load_config(None, ["retrieval.cross_encoder_dir=null # off"])  # not the folder "null # off"
+        load_config(None, ["loop.answer_threshold=null # off"])  # not the text "null # off"
     # A '#' inside quotes, or inside a word, is no comment: read as before.
     assert load_config(None, ['generator.replies=["Built in 1852 [1]. #1", "b"]']).generator.replies == [
         "Built in 1852 [1]. #1", "b"]

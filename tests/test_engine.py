@@ -6,6 +6,7 @@ import pytest
 
 from self_improving_rag.config import load_config
 from self_improving_rag.errors import InputError
+from self_improving_rag.feedback import policy as policy_module
 from tests.conftest import fake_overrides
 
 REFUSE = "I cannot answer this from the documents."
@@ -198,16 +199,13 @@ def test_policy_learns_a_first_strategy_from_successful_repairs(make_engine):
     seen: list[bool] = []
     engine.policy.memory = History(seen)
     picks = [engine.policy.first(f"Who kept the light {i}?", feats) for i in range(20)]
-    assert sum(p.key == good.key for p in picks) >= 16 and seen[-1] is False
-    # With learn_from=first_attempts the repair's record is invisible: always the default.
-    engine.policy.config = engine.policy.config.model_copy(update={"learn_from": "first_attempts"})
-    picks = [engine.policy.first(f"Who kept the light {i}?", feats) for i in range(20)]
-    assert all(p.key == default.key for p in picks) and seen[-1] is True
+    assert sum(p.key == good.key for p in picks) >= 16 and set(seen) == {False}
 
 
-def test_memory_stops_retrying_a_failure_whose_repairs_keep_failing(tmp_path, make_engine):
+def test_memory_stops_retrying_a_failure_whose_repairs_keep_failing(tmp_path, make_engine, monkeypatch):
     """After enough failed repairs of one failure type, the loop stops at the first attempt."""
-    cfg = load_config(None, fake_overrides(tmp_path) + ["policy.stop_explore=0"])
+    monkeypatch.setattr(policy_module, "STOP_EXPLORE", 0.0)
+    cfg = load_config(None, fake_overrides(tmp_path))
     engine, gen, store = make_engine([REFUSE], config=cfg)
     question = "What colour was the harbour master's umbrella?"
     attempts = []
@@ -218,8 +216,8 @@ def test_memory_stops_retrying_a_failure_whose_repairs_keep_failing(tmp_path, ma
     assert attempts[0] == engine.config.loop.max_attempts
     assert attempts[-1] == 1, attempts
     first_stop = attempts.index(1)
-    # Up to the first stop, every question ran its repairs: at least stop_min_evidence of them.
-    assert sum(a - 1 for a in attempts[:first_stop]) >= engine.config.policy.stop_min_evidence
+    # Up to the first stop, every question ran its repairs: at least STOP_MIN_EVIDENCE of them.
+    assert sum(a - 1 for a in attempts[:first_stop]) >= policy_module.STOP_MIN_EVIDENCE
     assert all(a == 1 for a in attempts[first_stop:])
     assert "no retry: memory shows repairs after" in ans.refusal_reason
 
@@ -261,8 +259,9 @@ def evidence(stop):
     return None if stop is None else (stop.successes, stop.repairs)
 
 
-def test_futile_needs_evidence_and_a_low_rate(tmp_path, make_engine):
-    cfg = load_config(None, fake_overrides(tmp_path) + ["policy.stop_explore=0"])
+def test_futile_needs_evidence_and_a_low_rate(tmp_path, make_engine, monkeypatch):
+    monkeypatch.setattr(policy_module, "STOP_EXPLORE", 0.0)
+    cfg = load_config(None, fake_overrides(tmp_path))
     engine, gen, store = make_engine([GOOD], config=cfg)
     Counts = RepairCounts
     policy = engine.policy
@@ -277,9 +276,10 @@ def test_futile_needs_evidence_and_a_low_rate(tmp_path, make_engine):
     assert policy.futile("LOW_CONFIDENCE") is None
 
 
-def test_futile_borrows_other_failures_record_for_a_failure_with_little_of_its_own(tmp_path, make_engine):
+def test_futile_borrows_other_failures_record_for_a_failure_with_little_of_its_own(tmp_path, make_engine, monkeypatch):
     """A failure type never repaired yet starts from the record of repairs after other failures."""
-    cfg = load_config(None, fake_overrides(tmp_path) + ["policy.stop_explore=0"])
+    monkeypatch.setattr(policy_module, "STOP_EXPLORE", 0.0)
+    cfg = load_config(None, fake_overrides(tmp_path))
     engine, gen, store = make_engine([GOOD], config=cfg)
     policy = engine.policy
     # Repairs after WEAK_RETRIEVAL worked 1 time in 27: (1 + 1) / (27 + 2) < 0.1.
@@ -307,10 +307,11 @@ def test_futile_borrows_other_failures_record_for_a_failure_with_little_of_its_o
     assert policy.futile("LOW_CONFIDENCE") is None
 
 
-def test_futile_reads_the_query_class_when_it_has_evidence_of_its_own(tmp_path, make_engine):
+def test_futile_reads_the_query_class_when_it_has_evidence_of_its_own(tmp_path, make_engine, monkeypatch):
     from self_improving_rag.feedback.policy import query_features
 
-    cfg = load_config(None, fake_overrides(tmp_path) + ["policy.stop_explore=0"])
+    monkeypatch.setattr(policy_module, "STOP_EXPLORE", 0.0)
+    cfg = load_config(None, fake_overrides(tmp_path))
     engine, gen, store = make_engine([GOOD], config=cfg)
     policy = engine.policy
     who, when = "Who rang the bell?", "When did the bell ring?"
@@ -340,7 +341,7 @@ def test_futile_lets_a_seeded_share_of_questions_retry(tmp_path, make_engine):
 
     engine, gen, store = make_engine([GOOD])
     policy = engine.policy
-    assert policy.config.stop_explore == pytest.approx(0.1)
+    assert policy_module.STOP_EXPLORE == pytest.approx(0.1)
     policy.memory = RepairCounts({"rerank": (0, 100)})
     questions = [f"Who rang bell number {i}?" for i in range(400)]
     stopped = [evidence(policy.futile("LOW_CONFIDENCE", q, query_features(q))) for q in questions]
@@ -528,19 +529,14 @@ def test_the_engine_calibrates_its_confidence_from_memorys_labels_when_it_starts
         assert "(default weights)" in ans.attempts[0].signals.confidence.reason
 
 
-@pytest.mark.parametrize("rejudge", [True, False])
-def test_the_policy_judges_memory_by_the_confidence_in_use(tmp_path, make_engine, rejudge):
-    """policy.rejudge: memory's attempts are counted under the weights and bars the engine
-    answers with (here a fit made at start), not under the diagnoses stored with them."""
+def test_the_policy_judges_memory_by_the_confidence_in_use(tmp_path, make_engine):
+    """Memory's attempts are counted under the weights and bars the engine answers with (here a
+    fit made at start), not under the diagnoses stored with them."""
     _labelled_store(tmp_path / "memory" / "memory.db")
-    cfg = load_config(None, fake_overrides(tmp_path) + [f"policy.rejudge={str(rejudge).lower()}",
-                                                        "loop.retry_margin=0.05"])
+    cfg = load_config(None, fake_overrides(tmp_path) + ["loop.retry_margin=0.05"])
     engine, gen, store = make_engine([GOOD], config=cfg)
     engine.warm_up()
     verdicts = engine.policy.verdicts
-    if not rejudge:
-        assert verdicts is None
-        return
     fit = store.latest_calibration()
     assert fit is not None and verdicts.weights == fit["weights"] == engine._scorer.weights
     assert (verdicts.answer_threshold, verdicts.retry_margin, verdicts.confidence_floor) == (
@@ -577,9 +573,8 @@ def test_the_engine_does_not_calibrate_on_too_few_labels_or_when_it_records_noth
 
 
 def test_the_engine_reads_the_question_while_the_answer_prompt_is_evaluated(make_engine, fake_config):
-    """With scoring.question_prior on (the default) the engine asks the generator to read the
-    question as it evaluates the answer prompt, and the confidence keeps the result; off, it asks
-    for nothing."""
+    """The engine asks the generator to read the question as it evaluates the answer prompt
+    (question_prior), and the confidence keeps the result."""
     import re
 
     from self_improving_rag.generation.prompts import question_span
@@ -591,26 +586,18 @@ def test_the_engine_reads_the_question_while_the_answer_prompt_is_evaluated(make
     engine, gen, _ = make_engine([GOOD])
     gen.reader = reader
     detail = engine.ask(question, loop=False).attempts[0].signals.confidence.detail
-    assert gen.prompt_reads == [question_span(question)] and gen.read_history == []
+    assert gen.prompt_reads == [question_span(question)]
     # "saved", "sailors" and "Greyling" are the answer's own words: "storm" is the one that tells.
     assert detail["features"]["question_prior"] == -4.0 and detail["question_prior_token"] == "storm"
-    off = fake_config.model_copy(update={"scoring": fake_config.scoring.model_copy(update={"question_prior": False})})
-    engine, gen, _ = make_engine([GOOD], config=off)
-    gen.reader = reader
-    detail = engine.ask(question, loop=False).attempts[0].signals.confidence.detail
-    assert gen.prompt_reads == [] and detail["features"]["question_prior"] is None
 
 
-@pytest.mark.parametrize("per_corpus", [True, False])
-def test_the_engine_records_its_corpus_and_answers_with_that_corpus_fit(tmp_path, make_engine, per_corpus):
+def test_the_engine_records_its_corpus_and_answers_with_that_corpus_fit(tmp_path, make_engine):
     """Every outcome is recorded with the engine's index folder; a stored fit with a fit of its
-    own for that corpus gives the engine (and the policy's verdicts) those weights, unless
-    calibration.per_corpus is off."""
+    own for that corpus gives the engine (and the policy's verdicts) those weights."""
     from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS
     from self_improving_rag.memory import MemoryStore
 
-    cfg = load_config(None, fake_overrides(tmp_path) + ["calibration.auto_fit=false",
-                                                        f"calibration.per_corpus={str(per_corpus).lower()}"])
+    cfg = load_config(None, fake_overrides(tmp_path) + ["calibration.auto_fit=false"])
     corpus = str((tmp_path / "index").resolve())
     pooled, own, other = ({**DEFAULT_WEIGHTS, "bias": b} for b in (0.5, 3.0, -3.0))
     path = tmp_path / "memory" / "memory.db"
@@ -625,12 +612,8 @@ def test_the_engine_records_its_corpus_and_answers_with_that_corpus_fit(tmp_path
     verdicts = engine.policy.verdicts
     assert verdicts.weights == pooled
     reason = ans.attempts[0].signals.confidence.reason
-    if per_corpus:
-        assert engine._scorer.weights == own and reason.endswith("(fitted weights of this corpus)")
-        assert verdicts.corpus_weights == {corpus: own, "/elsewhere": other}
-    else:
-        assert engine._scorer.weights == pooled and verdicts.corpus_weights is None
-        assert reason.endswith("(fitted weights)")
+    assert engine._scorer.weights == own and reason.endswith("(fitted weights of this corpus)")
+    assert verdicts.corpus_weights == {corpus: own, "/elsewhere": other}
 
 
 def test_after_a_reset_the_confidence_says_it_uses_the_default_weights(tmp_path, make_engine):

@@ -19,6 +19,21 @@ ANY_LATEST: Any = object()
 #: How ``held_out["by_corpus"]`` names the outcomes recorded without a corpus (before session 24).
 NOT_RECORDED = "(not recorded)"
 
+# How `sirag calibrate` and the automatic fit fit (docs/results.md, sessions 23, 24 and 32):
+#: the held-out figures and the keep-or-drop rule cross-fit the labels in this many folds (each
+#: label scored by weights fitted on the others; one question's answers in one fold);
+FOLDS = 5
+#: a full refit's pull toward the default weights: "auto" picks, from 0.01 to 10, the strength
+#: whose cross-fitted Brier score is lowest on the labels at hand (a number fixes it);
+L2 = "auto"
+#: the confidence model (:data:`~.calibration.MODELS`): "auto" takes "scaled" (the default
+#: weights' score rescaled, their ranking kept) or "full" (every weight refitted), whichever has
+#: the lower cross-fitted Brier score, "scaled" on a tie;
+MODEL = "auto"
+#: and a corpus (index folder) with enough labelled answers, right and wrong, gets a fit of its
+#: own, pulled toward the fit on all labels, unless it scores a worse held-out Brier.
+PER_CORPUS = True
+
 
 def weights_for(fit: dict | None, corpus: str | None) -> dict | None:
     """The weights a stored fit (:meth:`MemoryStore.latest_calibration`) gives questions on
@@ -31,9 +46,9 @@ def weights_for(fit: dict | None, corpus: str | None) -> dict | None:
 
 
 def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool = True, force: bool = False,
-                          folds: int = 5, l2: float | str = "auto", per_corpus: bool = True,
+                          folds: int = FOLDS, l2: float | str = L2, per_corpus: bool = PER_CORPUS,
                           if_latest: Any = ANY_LATEST, interval: bool = True,
-                          answer_threshold: float | None = None, model: str = "auto") -> dict:
+                          answer_threshold: float | None = None, model: str = MODEL) -> dict:
     """Cross-fit for honest before/after figures, then fit on all labels and store the weights.
 
     With ``interval``, the held-out scores (``result["held_out"]``) carry ``auroc_interval``, AUROC's
@@ -197,9 +212,9 @@ def _new_labels(store, fit: dict | None) -> int:
     return max(since, store.labelled_answers() - fit["n"])
 
 
-def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, folds: int = 5,
-                   l2: float | str = "auto", per_corpus: bool = True,
-                   answer_threshold: float | None = None, model: str = "auto") -> dict | None:
+def auto_calibrate(store, min_labels: int, refit_after: int, seed: int = 0, folds: int = FOLDS,
+                   l2: float | str = L2, per_corpus: bool = PER_CORPUS,
+                   answer_threshold: float | None = None, model: str = MODEL) -> dict | None:
     """Fit the confidence weights from memory's labels when enough new ones have arrived.
 
     Due when the store holds at least ``min_labels`` labelled answers and, if weights were stored
@@ -263,9 +278,8 @@ def auto_calibrate_with(store, config) -> tuple[str | None, bool]:
     line :func:`describe_auto_fit` gives for what it did (None when nothing was due), and whether
     the fit was stored (new weights in use)."""
     c = config.calibration
-    result = auto_calibrate(store, c.auto_min_labels, c.auto_refit_after, seed=config.policy.seed, folds=c.folds,
-                            l2=c.l2, per_corpus=c.per_corpus, answer_threshold=config.loop.answer_threshold,
-                            model=c.model)
+    result = auto_calibrate(store, c.auto_min_labels, c.auto_refit_after, seed=config.policy.seed,
+                            answer_threshold=config.loop.answer_threshold)
     return (None, False) if result is None else (describe_auto_fit(result), bool(result.get("stored")))
 
 
@@ -323,7 +337,7 @@ def calibration_status(store, auto_fit: bool, min_labels: int, refit_after: int)
     new = _new_labels(store, fit)
     unseen = _new_to_weights(store, fit)
     wait = max(min_labels - n, 0 if unseen is None else refit_after - unseen, 0)
-    # Its model (calibration.model); a fit stored before session 32 refitted every weight.
+    # Its model (MODEL chose it); a fit stored before session 32 refitted every weight.
     model = "" if default else ((fit.get("metrics") or {}).get("model") or "full")
     status = {"weights": "default" if default else f"fit {fit['id']} ({model})",
               "fitted_on": 0 if default else int(fit["n"]),

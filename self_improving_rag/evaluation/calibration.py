@@ -17,18 +17,18 @@ log(1 + words in the answer without its citations), None for a refusal (the prom
 an answer in a few words: a long answer is usually a sentence copied in place of an answer);
 ``question_fit`` is the lowest log-probability of a content word of the question, read after
 the passages and the answer, among the words the answer does not repeat
-(≤ 0, clipped below at :data:`QUESTION_FIT_FLOOR`; None for a refusal, with the check off, for a
-backend that cannot score a span of its prompt, or when the answer repeats every content word);
+(≤ 0, clipped below at :data:`QUESTION_FIT_FLOOR`; the engine no longer reads it, which cost
+~0.5 s per attempt, so it is None but in the answers of older stores);
 ``question_prior`` is the same minimum read where the answer prompt holds the question, after
 the passages and before any answer (read while the prompt is evaluated: almost free; None for a
-refusal, with ``scoring.question_prior`` off, for a backend that cannot score its prompt, or when
+refusal, for a backend that cannot score its prompt, or when
 the answer repeats every content word); ``dates_unstated`` is the share of the question's
 dates (years, decades, centuries, spans) that the answer's evidence does not state, in [0, 1]
 (None for a question without a date, a refusal, or no passages); ``explanation`` is 1.0 when
 the question asks why, or how followed by a verb ("how did", not "how many"), else 0.0;
 ``agreement`` is the share of replies sampled from the answer prompt that agree with the answer,
-in [0, 1] (None for a refusal, with ``scoring.agreement_samples`` 0, the default, or for a backend
-that cannot sample from its last prompt).
+in [0, 1] (the engine no longer samples replies, which cost a median 15% of the generator's time
+for no better confidence, so it is None but in the answers of older stores).
 """
 
 from __future__ import annotations
@@ -255,7 +255,7 @@ def fit_weights(
     Missing features are imputed as in :func:`confidence` before fitting. A feature missing from
     every row keeps its prior weight: its imputed column is a constant, and fitting a weight to it
     would only move the bias into it, a weight that would act on real values once they appear
-    (say, after ``scoring.question_check`` is turned on).
+    (say, ``question_fit`` or ``agreement`` in a store whose answers never had them).
     """
     if not (isinstance(l2, (int, float)) and math.isfinite(l2) and l2 > 0):
         raise ValueError(f"l2 must be a positive finite number (it keeps the fit well posed), got {l2!r}")
@@ -305,7 +305,7 @@ def _penalised_logistic(X: np.ndarray, y: np.ndarray, w0: np.ndarray, l2: float,
     return w
 
 
-#: The confidence models a fit chooses from (``calibration.model``): ``full`` refits every weight
+#: The confidence models a fit chooses from (``MODEL`` in calibrate.py): ``full`` refits every weight
 #: (:func:`fit_weights`); ``scaled`` keeps the default weights' ranking and fits only how their
 #: score maps to a probability (:func:`fit_scaled`); ``auto`` takes the one with the lower
 #: cross-fitted Brier score, ``scaled`` on a tie (:func:`choose_model`).
@@ -473,7 +473,7 @@ def _best_l2(rows, labels, groups, folds: int, seed: int, grid: Sequence[float] 
 def choose_model(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], groups: Sequence[Any] | None = None,
                  folds: int = 5, seed: int = 0, l2: float | str = "auto",
                  prior: Mapping[str, float] | None = None) -> str:
-    """``"scaled"`` or ``"full"`` for these labels (``calibration.model: auto``).
+    """``"scaled"`` or ``"full"`` for these labels (the model ``"auto"``).
 
     Both models are cross-fitted on the labels (:func:`cross_fit`, ``folds`` folds seeded by
     ``seed``, ``groups`` kept whole), and the one with the lower held-out Brier score wins,

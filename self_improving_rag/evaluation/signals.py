@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -16,17 +15,26 @@ import numpy as np
 
 from ..config import ScoringConfig
 from ..errors import GenerationError, GeneratorUnavailableError
-from ..generation.prompts import (_CITATION, build_judge_messages, build_question_read_messages, is_refusal,
-                                  parse_citations, strip_citations)
+from ..generation.prompts import _CITATION, build_judge_messages, parse_citations, strip_citations
 from ..ingestion.sentences import split_sentences
-from ..retrieval.reranker import sigmoid
+from ..retrieval.reranker import RELEVANCE_SLOPE, sigmoid
 from ..text import QUESTION_WORDS, STOP_WORDS, capitalised_terms, claim_terms, content_terms, stemmer, term_words
 from ..types import Generation, Passage, RetrievalResult, Signal, Signals
 from .calibration import QUESTION_FIT_FLOOR, answer_words
 from .calibration import confidence as calibrated_confidence
-from .metrics import normalize_answer, token_f1
 
 log = logging.getLogger(__name__)
+
+#: A hit counts as relevant (for grounding) from this relevance on: where the reranker's sigmoid
+#: crosses 0.5, at ``retrieval.relevance_midpoint``.
+RELEVANCE_THRESHOLD = 0.5
+#: Two passages whose vectors' cosine reaches this are near duplicates (redundancy).
+REDUNDANCY_THRESHOLD = 0.92
+#: A claim is supported from this support score on (faithfulness).
+CLAIM_SUPPORT_THRESHOLD = 0.5
+#: At most this many claims of an answer go to the generator as judge (each ~0.5 s on a 2-core
+#: CPU, sharing the answer prompt's cache); the others are checked by their words and vectors.
+JUDGE_MAX_CLAIMS = 4
 
 
 # -- pure scoring functions ---------------------------------------------------------------
@@ -328,8 +336,9 @@ def question_prior_needs(pieces: list[str]) -> list[bool]:
 
 
 def question_fit(scored: list[tuple[str, float | None]] | None, answer: str = "") -> tuple[float | None, str | None]:
-    """The ``question_fit`` feature from the question's tokens read after the passages and the
-    answer (``scored``: (piece, log p) per token, log p None where it was not read): the lowest
+    """How well the question fits, from its tokens as the model read them after the passages
+    (``scored``: (piece, log p) per token, log p None where it was not read; the
+    ``question_prior`` feature reads them in the answer prompt, before the answer): the lowest
     log p among the question's content words (see :func:`_content_word`) that ``answer`` does not
     repeat (a word the answer repeats is read as a copy of it), clipped below at
     :data:`QUESTION_FIT_FLOOR`, with that word. None when nothing was scored, or when the answer
@@ -535,52 +544,13 @@ def explanation_question(question: str) -> float:
     return 0.0
 
 
-#: How replies are sampled for ``agreement``: temperature, the likeliest tokens drawn from, and
-#: the bounds on a reply's length (the answer's own length in tokens, within these).
-AGREEMENT_TEMPERATURE = 0.7
-AGREEMENT_TOP = 64
-AGREEMENT_MIN_TOKENS = 4
-AGREEMENT_MAX_TOKENS = 32
-
-
-def _reply_words(text: str) -> list[str]:
-    return normalize_answer(strip_citations(text or "")).split()
-
-
-def replies_agree(a: str, b: str) -> bool:
-    """Whether two replies give the same answer: compared without citations, case, punctuation
-    and articles, one's words contain the other's as a run ("France" and "in France"), or their
-    token F1 is at least 0.5. A reply with no words agrees with nothing."""
-    wa, wb = _reply_words(a), _reply_words(b)
-    if not wa or not wb:
-        return False
-    short, long_ = sorted((wa, wb), key=len)
-    if any(long_[i:i + len(short)] == short for i in range(len(long_) - len(short) + 1)):
-        return True
-    return token_f1(" ".join(wa), " ".join(wb)) >= 0.5
-
-
-def sample_agreement(answer: str, samples: list[str] | None, refused: bool) -> Signal:
-    """``agreement``: the share of ``samples`` (replies drawn from the answer prompt at a
-    temperature) that agree with ``answer`` by :func:`replies_agree`; a sample that declines or
-    says nothing disagrees. None for a refusal or without samples. High: the model gives this
-    answer again when it is free not to; low: it scatters, as when it guesses."""
-    if refused:
-        return Signal("agreement", None, "refusal: no answer to agree with")
-    if not samples:
-        return Signal("agreement", None, "no replies sampled")
-    agree = [not is_refusal(s) and replies_agree(answer, s) for s in samples]
-    return Signal("agreement", sum(agree) / len(samples), f"{sum(agree)} of {len(samples)} sampled replies agree",
-                  {"samples": list(samples), "agree": agree})
-
-
 # -- the scorer: model calls wired to the pure functions -----------------------------------
 
 class SignalScorer:
     """Scores an attempt: embeddings from the searcher's cache, judgements from the generator."""
 
     def __init__(self, config: ScoringConfig, embed: Callable[[list[str]], np.ndarray], generator=None,
-                 weights: dict[str, float] | None = None, relevance_slope: float = 10.0,
+                 weights: dict[str, float] | None = None, relevance_slope: float = RELEVANCE_SLOPE,
                  relevance_midpoint: float = 0.35, weights_note: str | None = None) -> None:
         self.config = config
         # Which weights the confidence uses, for its reason: "fitted weights" or "default weights"
@@ -606,27 +576,17 @@ class SignalScorer:
             passage_vecs, sentence_vecs = vecs[1:1 + len(passages)], vecs[1 + len(passages):]
             coverage.detail.update(soft_coverage(vecs[0], sentence_vecs, [t for _, t in sentences],
                                                  self.relevance_slope, self.relevance_midpoint))
-            redundancy = redundancy_score(passage_vecs, [p.text for p in passages], self.config.redundancy_threshold)
+            redundancy = redundancy_score(passage_vecs, [p.text for p in passages], REDUNDANCY_THRESHOLD)
         else:
             sentence_vecs = np.zeros((0, 0))
             redundancy = Signal("redundancy", None, "no passages")
-        grounding = grounding_score([h.scores.get("relevance", 0.0) for h in retrieval.hits],
-                                    self.config.relevance_threshold)
-        # First: the samples continue the answer prompt, which the judge's prompts overwrite.
-        t = time.perf_counter()
-        agreement = sample_agreement(answer, self._sample(generation, refused), refused)
-        if agreement.value is not None:
-            agreement.detail["ms"] = round((time.perf_counter() - t) * 1000, 1)  # what the draws cost
+        grounding = grounding_score([h.scores.get("relevance", 0.0) for h in retrieval.hits], RELEVANCE_THRESHOLD)
         use_judge = self.config.judge == "llm" and self.generator is not None
         checks = [] if refused else self._check_claims(question, answer, passages, sentences, sentence_vecs,
                                                          use_judge, prompt)
         # The judge counts only if it judged something: a backend without log-probs returns None.
         judged = use_judge and (not checks or any(c.judge is not None for c in checks))
         faithfulness = faithfulness_score(checks, refused, "llm-judge+lexical" if judged else "lexical")
-        # After the judge: its prompt continues the answer prompt's (the question is often still
-        # cached), and the read shares only the passages with either.
-        read = self._read_question(question, passages, generation, answer, refused, prompt)
-        qfit, qfit_token = question_fit(read, answer) if read else (None, None)
         prior = self._read_question_prior(passages, generation, refused)
         qprior, qprior_token = question_fit(prior, answer) if prior else (None, None)
         dates = dates_unstated(question, answer, passages, citations, refused)
@@ -635,76 +595,36 @@ class SignalScorer:
             "redundancy": redundancy.value, "refusal": 1.0 if refused else 0.0,
             "mean_logprob": generation.mean_logprob if generation is not None else None,
             "answer_words": answer_words(answer, refused),
-            "question_fit": qfit,
+            # Read after the answer, and replies sampled again (both measured, neither kept:
+            # docs/results.md); stored fits and the shipped model hold weights for them, so they
+            # stay features, undefined and so neutral.
+            "question_fit": None,
             "question_prior": qprior,
             "dates_unstated": dates.value,
             "explanation": explanation_question(question),
-            "agreement": agreement.value,
+            "agreement": None,
         }
         conf = calibrated_confidence(features, self.weights)
         detail = {"features": features, "mean_logprob": features["mean_logprob"]}
         if dates.value is not None:  # the question's dates, those the evidence does not state, and where it looked
             detail["dates_unstated"] = {"reason": dates.reason, **dates.detail}
-        if agreement.value is not None:  # the sampled replies and which agree
-            detail["agreement"] = {"reason": agreement.reason, **agreement.detail}
-        if qfit_token is not None:
-            detail["question_fit_token"] = qfit_token  # the question's least expected word
         if qprior_token is not None:
             detail["question_prior_token"] = qprior_token
         if prior:  # the question's tokens as the answer prompt holds them
             detail["question_prior_tokens"] = [[piece, None if lp is None else round(lp, 3)] for piece, lp in prior]
-        if read:  # each token of the question as read (log p where it was needed), for studies
-            detail["question_tokens"] = [[piece, None if lp is None else round(lp, 3)] for piece, lp in read]
         confidence = Signal("confidence", conf, "logistic model over the signals, the mean token log-prob, the answer's "
                             "length, how well the question fits the answer, its dates and its kind"
-                            + (", and how often sampled replies agree with it" if agreement.value is not None else "")
-                            + f" ({self.weights_note})", detail)
+                            f" ({self.weights_note})", detail)
         return Signals(coverage, redundancy, grounding, faithfulness, confidence, refused)
-
-    def _sample(self, generation: Generation | None, refused: bool) -> list[str] | None:
-        """``scoring.agreement_samples`` more replies to the answer prompt, cut at the answer's
-        length (within :data:`AGREEMENT_MIN_TOKENS`..:data:`AGREEMENT_MAX_TOKENS`); None for a
-        refusal, the feature off, a backend that cannot sample from its last prompt, or a failed
-        draw (a missing feature is imputed; a failed draw must not fail the attempt)."""
-        sample = getattr(self.generator, "sample_replies", None)
-        k = self.config.agreement_samples
-        if refused or generation is None or sample is None or k < 1:
-            return None
-        length = min(max(generation.completion_tokens, AGREEMENT_MIN_TOKENS), AGREEMENT_MAX_TOKENS)
-        try:
-            return sample(k, length, AGREEMENT_TEMPERATURE, AGREEMENT_TOP)
-        except GeneratorUnavailableError:
-            raise
-        except GenerationError as exc:
-            log.warning("replies not sampled: %s", exc)
-            return None
-
-    def _read_question(self, question: str, passages: list[Passage], generation: Generation | None, answer: str,
-                       refused: bool, prompt: str) -> list[tuple[str, float | None]] | None:
-        """The question's tokens read after the passages and the answer, with the log-probability
-        of each token :func:`question_fit` needs (None for the others). None for a refusal, an
-        attempt without a generation, the check off, or a backend that cannot score a span (or
-        fails to: a missing feature is imputed, a failed check must not fail the attempt)."""
-        read = getattr(self.generator, "span_logprobs", None)
-        if refused or generation is None or not passages or read is None or not self.config.question_check:
-            return None
-        try:
-            messages, span = build_question_read_messages(prompt, question, passages, answer)
-            return read(messages, span, need=lambda pieces: question_fit_needs(pieces, answer))
-        except GeneratorUnavailableError:
-            raise  # the generator is gone: the attempt cannot be made, as for the answer itself
-        except GenerationError as exc:
-            log.warning("question check skipped: %s", exc)
-            return None
 
     def _read_question_prior(self, passages: list[Passage], generation: Generation | None,
                              refused: bool) -> list[tuple[str, float | None]] | None:
         """The question's tokens where the answer prompt holds them (after the passages, before
         the answer), with the log-probability of each content word's pieces, as the backend read
         them while it evaluated that prompt (``generation.prompt_read``). None for a refusal, an
-        attempt without a generation, the feature off, or a backend that does not read while it
-        generates: reading the prompt again afterwards would cost what the prompt cost."""
-        if refused or generation is None or not passages or not self.config.question_prior:
+        attempt without a generation, or a backend that does not read while it generates: reading
+        the prompt again afterwards would cost what the prompt cost."""
+        if refused or generation is None or not passages:
             return None
         return list(generation.prompt_read) if generation.prompt_read is not None else None
 
@@ -754,10 +674,10 @@ class SignalScorer:
                 cand = (max(lexes.values()), sim, where)
                 if best is None or claim_support(*cand[:2], None) > claim_support(*best[:2], None):
                     best = cand
-                if claim_support(*best[:2], None) >= self.config.claim_support_threshold:
+                if claim_support(*best[:2], None) >= CLAIM_SUPPORT_THRESHOLD:
                     break
             judge = None
-            if use_judge and judged < self.config.judge_max_claims:
+            if use_judge and judged < JUDGE_MAX_CLAIMS:
                 judge = self._judge(question, claims_cited[ci][0], passages, prompt)
                 judged += 1
             support = claim_support(best[0], best[1], judge)
@@ -766,14 +686,14 @@ class SignalScorer:
                 # numbers, or the words it shares with the passages support a premise they deny.
                 key = yes_key_terms(claims[ci])
                 if key and not any(key <= passage_terms[n] for n in by_num):
-                    support = min(support, 0.5 * self.config.claim_support_threshold)
+                    support = min(support, 0.5 * CLAIM_SUPPORT_THRESHOLD)
             elif added and not any(added & passage_terms[n] for n in by_num):
                 # No passage holds a word of its answer: the words it repeats from the question
                 # carry its lexical share and the judge would vouch for words the passages lack
                 # ("... kept the light with Morwen" from passages that never name a Morwen).
-                support = min(support, 0.5 * self.config.claim_support_threshold)
+                support = min(support, 0.5 * CLAIM_SUPPORT_THRESHOLD)
             checks.append(ClaimCheck(claims_cited[ci][0], cited, best[0], best[1], judge, support,
-                                     support >= self.config.claim_support_threshold, best[2]))
+                                     support >= CLAIM_SUPPORT_THRESHOLD, best[2]))
         return checks
 
     def _judge(self, question: str, claim: str, passages: list[Passage], prompt: str) -> float | None:

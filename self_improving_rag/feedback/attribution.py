@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from ..config import ThresholdsConfig
+from ..evaluation.signals import RELEVANCE_THRESHOLD
 from ..types import Attribution, Signals
 from .repairs import CATALOGUE
 
@@ -118,6 +119,7 @@ def _weak_reason(signals: Signals, thr: ThresholdsConfig) -> str:
     grd = signals.grounding
     if grd.value is not None and grd.value < thr.grounding:
         rel = grd.detail.get("relevance") or []
-        best = f" (best relevance {max(rel):.2f}, `scoring.relevance_threshold` sets the bar)" if rel else ""
+        best = (f" (best relevance {max(rel):.2f}, where {RELEVANCE_THRESHOLD:.2f} counts as relevant; "
+                "`retrieval.relevance_midpoint` sets the cosine relevance turns there)" if rel else "")
         parts.append(f"grounding {grd.value:.2f} < {thr.grounding:.2f}: few passages are relevant{best}")
     return "; ".join(parts) or "evidence looks weak"

@@ -4,7 +4,7 @@ On success/failure counts from the memory store. Under ``policy.method: greedy``
 default) each candidate first strategy of a query class is scored by the mean of its posterior
 Beta(κ·m + successes, κ·(1 − m) + failures) and the best wins, except for a seeded share
 ``policy.explore`` of questions, which draw from the posteriors as ``thompson`` does for every
-question. Here κ = ``policy.prior_strength`` and m is the pooled success rate of the class's
+question. Here κ = :data:`PRIOR_STRENGTH` and m is the pooled success rate of the class's
 other non-default strategies, capped at the default's own rate: an unproven alternative starts where
 alternatives have tended to land, not at a coin flip, so one lucky success among many failed
 alternatives cannot displace the default's long record, while an alternative with a record of
@@ -13,6 +13,11 @@ The catalogue order is the repairs' prior. ``switch_chunker`` tries the other ch
 fixed order section, semantic, fixed (memory does not rank them: see :meth:`StrategyPolicy.repair`),
 those no attempt at the question has read first, skipping any strategy already tried.
 Sampling uses a generator seeded from the config seed and the question, so runs repeat.
+
+Every attempt in memory counts (a strategy that succeeded as a repair becomes a candidate first
+choice for its query class), judged by the confidence weights and answer bars in use now, not by
+the diagnosis stored when it ran (after a calibration fit those were made by another confidence
+model: docs/memory.md). A label counts only through the fit it gives.
 """
 
 from __future__ import annotations
@@ -36,6 +41,19 @@ from .repairs import CATALOGUE, apply_repair, other_chunkers
 #: no or equal records. At 0.5 (before session 27) an untried first entry scored 1.0 under
 #: greedy, above any record a repair could show.
 CATALOGUE_PRIOR = 0.1
+#: Counted attempts of a query class before memory overrides the configured strategy.
+MIN_HISTORY = 3
+#: κ, the pseudo-attempts of the first-strategy prior (greedy's posterior mean and Thompson's draw):
+#: every strategy of a query class starts at Beta(κ·m, κ·(1 − m)), so one lucky success of a rarely
+#: tried strategy does not outweigh a long record (0: Beta(1, 1)).
+PRIOR_STRENGTH = 4.0
+#: k: a record with fewer than this many repairs is shrunk toward the level above it (stop rule,
+#: see :meth:`StrategyPolicy.futile`), and another corpus's record counts as at most this many
+#: attempts per strategy or repair (see :meth:`StrategyPolicy._own_or_all`).
+STOP_MIN_EVIDENCE = 20
+#: The seeded share of questions that retry although memory says the repairs are futile, so the
+#: record that stopped the loop can still change.
+STOP_EXPLORE = 0.1
 
 QUERY_CLASSES = ("who", "what", "where", "when", "why", "how", "yes-no", "other")
 _WH = {"who": "who", "whom": "who", "whose": "who", "what": "what", "which": "what", "where": "where",
@@ -121,17 +139,17 @@ class StrategyPolicy:
         # The corpus (index folder) the questions are answered from: a memory store serving several
         # learns for each from its own record (see _own_or_all); None reads every outcome alike.
         self.corpus = corpus
-        # How memory's attempts are judged (policy.rejudge): by today's confidence model, or,
-        # when None, by the diagnosis stored with them.
+        # How memory's attempts are judged: by today's confidence model (None: by the diagnosis
+        # stored with them, as for a policy made without an engine).
         self.verdicts = verdicts
 
     def _judged(self) -> dict:
-        return {"use_labels": self.config.use_labels, "verdicts": self.verdicts}
+        return {"verdicts": self.verdicts}
 
     def _own_or_all(self, count: Callable[..., dict[str, tuple[int, int]]], *args: Any,
                     **kw: Any) -> dict[str, tuple[float, float]]:
         """``count(*args, **kw)`` for this corpus, its own counts plus the other corpora's shrunk
-        to at most k = ``policy.stop_min_evidence`` attempts per key, in proportion: what works
+        to at most k = :data:`STOP_MIN_EVIDENCE` attempts per key, in proportion: what works
         depends on the documents, so a corpus's own record decides once it has one, while a long
         record elsewhere still guides it before (a few of its own failures must not outweigh
         hundreds of successes elsewhere, nor those hundreds drown its own). Without a corpus,
@@ -140,7 +158,7 @@ class StrategyPolicy:
         if self.corpus is None:
             return everywhere
         own = count(*args, **kw, corpus=self.corpus)
-        k = max(1, self.config.stop_min_evidence)
+        k = max(1, STOP_MIN_EVIDENCE)
         out: dict[str, tuple[float, float]] = {}
         for key in everywhere.keys() | own.keys():
             s_own, f_own = own.get(key, (0, 0))
@@ -174,8 +192,8 @@ class StrategyPolicy:
         """Beta(κ·m, κ·(1 − m)) for ``key``: m = pooled success rate of the other non-default
         strategies (leaving ``key`` out, so its record is not counted twice; smoothed by one
         success and one failure), at most the default's smoothed rate. Beta(1, 1) when
-        ``prior_strength`` is 0."""
-        kappa = self.config.prior_strength
+        :data:`PRIOR_STRENGTH` is 0."""
+        kappa = PRIOR_STRENGTH
         if kappa <= 0:
             return (1.0, 1.0)
         alt = [c for k, c in counts.items() if k not in (self.default.key, key)]
@@ -192,10 +210,10 @@ class StrategyPolicy:
         """The first strategy for a question of this class."""
         if self.memory is None or self.config.method == "fixed" or not self.config.first_from_memory:
             return self.default
-        counts = self._own_or_all(self.memory.strategy_counts, features.query_class,
-                                  first_only=self.config.learn_from == "first_attempts", **self._judged())
+        counts = self._own_or_all(self.memory.strategy_counts, features.query_class, first_only=False,
+                                  **self._judged())
         total = sum(s + f for s, f in counts.values())
-        if total < self.config.min_history:
+        if total < MIN_HISTORY:
             return self.default
         rng = self._rng(question, "first")
         mean = self._greedy(question, "explore")
@@ -219,7 +237,7 @@ class StrategyPolicy:
         attempt is not worth its time; None otherwise.
 
         Three levels, each shrunk toward the one above when it has fewer than
-        k = ``stop_min_evidence`` repairs of its own:
+        k = :data:`STOP_MIN_EVIDENCE` repairs of its own:
 
         - all repairs in memory, after any failure: at least k are needed to judge anything,
           and their smoothed rate is R = (S + 1) / (N + 2);
@@ -231,12 +249,12 @@ class StrategyPolicy:
           else its counts shrunk toward the failure type's rate r, (s_c + k·r) / (n_c + k), so a
           class whose few repairs worked is not stopped by the others' failures.
 
-        Futile when the last rate is below ``stop_below``. A share ``stop_explore`` of questions
-        (seeded by the question) retries anyway, so the record can still change.
+        Futile when the last rate is below ``policy.stop_below``. A share :data:`STOP_EXPLORE` of
+        questions (seeded by the question) retries anyway, so the record can still change.
         """
         if self.memory is None or self.config.method == "fixed" or self.config.stop_below <= 0:
             return None
-        k = self.config.stop_min_evidence
+        k = STOP_MIN_EVIDENCE
         # This corpus's record alone: stopping is judged on evidence about these documents, never
         # on another corpus's (whose failures say nothing of what a repair does here).
         by_failure = self.memory.repairs_by_failure(**self._judged(), corpus=self.corpus)
@@ -258,7 +276,7 @@ class StrategyPolicy:
                 rate = (sc + k * rate) / (nc + k)
         if rate >= self.config.stop_below:
             return None
-        if self.config.stop_explore > 0 and self._rng(question, f"stop\x00{failure}").random() < self.config.stop_explore:
+        if STOP_EXPLORE > 0 and self._rng(question, f"stop\x00{failure}").random() < STOP_EXPLORE:
             return None
         return StopEvidence(failure, s, n, (s_all, n_all) if borrowed else None,
                             "on this index" if self.corpus is not None else "")
@@ -272,7 +290,7 @@ class StrategyPolicy:
             return catalogue
         counts = self._own_or_all(self.memory.repair_counts, failure, features.query_class, **self._judged())
         total = sum(s + f for s, f in counts.values())
-        if total < self.config.min_history:
+        if total < MIN_HISTORY:
             return catalogue
         rng = self._rng(question, failure)
         mean = self._greedy(question, f"explore\x00{failure}")

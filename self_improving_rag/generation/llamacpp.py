@@ -10,9 +10,7 @@ verification and retry calls only pay for what changed.
 from __future__ import annotations
 
 import codecs
-import contextlib
 import logging
-import zlib
 import signal
 import threading
 import time
@@ -55,14 +53,11 @@ class LlamaCppGenerator:
     reads_prompt = True  # generate(read=...) fills Generation.prompt_read (question_prior)
 
     def __init__(self, model_path: str, n_ctx: int = 4096, n_threads: int = 2, n_batch: int = 512, seed: int = 0,
-                 temperature: float = 0.0, max_tokens: int = 160, name: str | None = None,
-                 parallel: int = 1) -> None:
+                 temperature: float = 0.0, max_tokens: int = 160, name: str | None = None) -> None:
         if n_ctx < 256:
             raise ValueError(f"n_ctx must be >= 256, got {n_ctx}")
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
-        if parallel < 1:
-            raise ValueError(f"parallel must be >= 1, got {parallel}")
         self.model_path = model_path
         self.n_ctx = n_ctx
         self.n_threads = n_threads
@@ -70,18 +65,13 @@ class LlamaCppGenerator:
         self.seed = seed
         self.temperature = temperature
         self.max_tokens = max_tokens
-        # Sequences the context holds at once: 1 + the replies :meth:`sample_replies` may draw.
-        self.parallel = parallel
         self.name = name or model_path
         self._llm = None
         self._formatter = None
         self._rng = np.random.default_rng(seed)
         self.load_ms = 0.0
-        # Prompt tokens whose KV cache the last call reused (generate, yes_probability or span_logprobs).
+        # Prompt tokens whose KV cache the last call reused (generate or yes_probability).
         self.last_reused_tokens = 0
-        # The last generate() call's prompt tokens, the logits its first reply token was drawn
-        # from, and its reply's length in tokens: what sample_replies() draws from.
-        self._last_prompt: tuple[list[int], np.ndarray, int] | None = None
 
     def warm_up(self) -> None:
         if self._llm is not None:
@@ -101,8 +91,6 @@ class LlamaCppGenerator:
                 llm = Llama(model_path=self.model_path, n_ctx=self.n_ctx, n_threads=self.n_threads,
                             n_threads_batch=self.n_threads, n_batch=self.n_batch, seed=self.seed,
                             logits_all=False, verbose=False)
-                if self.parallel > 1:
-                    self._hold_sequences(llm)
         except (ValueError, RuntimeError, OSError) as exc:
             raise GeneratorUnavailableError(f"cannot load model {self.model_path} ({exc}); check the file or choose another --set generator.model=...") from exc
         template = llm.metadata.get("tokenizer.chat_template")
@@ -116,20 +104,6 @@ class LlamaCppGenerator:
         self._llm = llm
         self.load_ms = (time.perf_counter() - t) * 1000
         log.info("loaded %s in %.0f ms", self.model_path, self.load_ms)
-
-    def _hold_sequences(self, llm) -> None:
-        """Give ``llm`` a context whose KV cache holds :attr:`parallel` sequences in one buffer
-        (llama-cpp-python makes a one-sequence context and has no setting for more). Sequence 0
-        is the one every call uses, with the whole cache, as before; the others hold sampled
-        replies while they are drawn."""
-        from llama_cpp import _internals as internals
-
-        params = llm.context_params
-        params.n_seq_max = self.parallel
-        params.kv_unified = True  # every sequence may use the whole cache, not n_ctx / parallel
-        llm._ctx.close()  # first: two caches at once would need twice the memory
-        llm._ctx = llm._stack.enter_context(contextlib.closing(
-            internals.LlamaContext(model=llm._model, params=params, verbose=False)))
 
     def format(self, messages: list[dict[str, str]]) -> str:
         self.warm_up()
@@ -223,11 +197,10 @@ class LlamaCppGenerator:
         log-probability. ``read`` = (span, need) also reads the last ``span`` of the prompt while
         the prompt is evaluated: :attr:`Generation.prompt_read` holds its tokens (the first 64), with the
         log-probability of each one ``need(pieces)`` marks (one row of logits each; None for the
-        others), as :meth:`span_logprobs` would give them at the cost of those rows alone."""
+        others)."""
         self.warm_up()
         llm = self._llm
         max_tokens = self.max_tokens if max_tokens is None else max_tokens
-        self._last_prompt = None
         prompt = self.format(messages)
         tokens = self.tokenize(prompt)
         self._fit(tokens, max_tokens)
@@ -254,12 +227,9 @@ class LlamaCppGenerator:
         # A character can span several tokens: decode the stream incrementally, not token by token.
         stream = codecs.getincrementaldecoder("utf-8")(errors="replace")
         first_token_ms = None
-        first_row = None
         for _ in range(max_tokens):
             # After a prefill that computed several rows, the last one is the next token's.
             logits, first = (first, None) if first is not None else (self._logits(), None)
-            if first_row is None:
-                first_row = logits
             lse = float(np.logaddexp.reduce(logits))
             if self.temperature > 0:
                 z = logits / self.temperature
@@ -280,7 +250,6 @@ class LlamaCppGenerator:
                     on_token(piece)
             llm.eval([tok])
         t2 = time.perf_counter()
-        self._last_prompt = (tokens, first_row, len(out_ids)) if first_row is not None else None
         # A character cut off by max_tokens is dropped, not shown as "\ufffd": the text is decoded
         # as the stream was, so what was streamed and what is returned agree.
         text = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(llm.detokenize(out_ids)).strip()
@@ -293,84 +262,6 @@ class LlamaCppGenerator:
             reused_prefix_tokens=reused, finish_reason=finish, prompt_read=prompt_read,
         )
 
-    def can_sample(self, k: int) -> bool:
-        """Whether :meth:`sample_replies` can draw ``k`` replies (the context holds k + 1 sequences)."""
-        return 1 <= k < self.parallel
-
-    def sample_replies(self, k: int, max_tokens: int, temperature: float = 0.7, top: int = 64) -> list[str] | None:
-        """``k`` more replies to the last :meth:`generate` call's prompt, drawn at ``temperature``
-        from the ``top`` likeliest tokens at each step, each at most ``max_tokens`` tokens and
-        cut at a newline; None when there is no such prompt or the context holds one sequence.
-
-        The replies are decoded together, one sequence each in the KV cache (``parallel`` > 1),
-        every sequence a copy of the prompt's cells: the prompt is not read again, and a step
-        for ``k`` sequences costs about twice a step for one (for k = 6, 71-82 ms against
-        36-37 ms for the default model here; docs/results.md, session 28). The draws are seeded
-        by ``seed`` and the prompt, so the same prompt gets the same replies in any order. Sequence
-        0 is left as it was (the prompt and the greedy reply, or the prompt alone when another call
-        had overwritten it and it was read again); the others are emptied. GenerationError when
-        the cache has no room for the replies; ValueError for a temperature of 0."""
-        if temperature <= 0:
-            raise ValueError(f"temperature must be > 0 to sample, got {temperature}")
-        self.warm_up()
-        k = min(k, self.parallel - 1)
-        if k < 1 or max_tokens < 1 or self._last_prompt is None:
-            return None
-        tokens, first_row, reply = self._last_prompt
-        llm, ctx = self._llm, self._llm._ctx
-        n = len(tokens)
-        if n + reply + k * max_tokens > self.n_ctx:
-            raise GenerationError(f"no room to sample: a prompt of {n} tokens, a reply of {reply} and {k} replies of up "
-                                  f"to {max_tokens} exceed n_ctx={self.n_ctx}; raise generator.n_ctx")
-        rng = np.random.default_rng([self.seed, zlib.crc32(np.asarray(tokens, dtype=np.int32).tobytes())])
-        vocab = llm._model.vocab
-        n_vocab = len(first_row)
-        top = min(top, n_vocab)
-        outs: list[list[int]] = [[] for _ in range(k)]
-        live = list(range(k))
-        try:
-            if self._cached_prefix(tokens) < n:
-                # Another call has overwritten the prompt's cells since: read it again.
-                self._prefill(tokens)
-                first_row = self._logits()
-            rows = [first_row] * k  # each reply's next-token logits
-            for s in range(1, k + 1):
-                ctx.kv_cache_seq_rm(s, -1, -1)  # nothing left from a draw cut short
-                ctx.kv_cache_seq_cp(0, s, 0, n)
-            for step in range(max_tokens):
-                going = []
-                for i in live:
-                    cand = np.argpartition(-rows[i], top - 1)[:top]
-                    z = rows[i][cand] / temperature
-                    p = np.exp(z - np.logaddexp.reduce(z))
-                    tok = int(cand[rng.choice(top, p=p / p.sum())])
-                    if self._llama_cpp.llama_vocab_is_eog(vocab, tok) or b"\n" in llm.detokenize([tok]):
-                        continue
-                    outs[i].append(tok)
-                    going.append(i)
-                live = going
-                if not live or step == max_tokens - 1:
-                    break
-                batch = llm._batch
-                batch.reset()
-                batch.batch.n_tokens = len(live)
-                for j, i in enumerate(live):
-                    batch.batch.token[j] = outs[i][-1]
-                    batch.batch.pos[j] = n + step
-                    batch.batch.seq_id[j][0] = i + 1
-                    batch.batch.n_seq_id[j] = 1
-                    batch.batch.logits[j] = True
-                ctx.decode(batch)
-                for j, i in enumerate(live):
-                    rows[i] = np.ctypeslib.as_array(ctx.get_logits_ith(j), shape=(n_vocab,)).astype(np.float64)
-        except RuntimeError as exc:
-            raise GenerationError(f"llama.cpp failed while sampling replies ({exc})") from exc
-        finally:
-            for s in range(1, k + 1):
-                ctx.kv_cache_seq_rm(s, -1, -1)
-        return [codecs.getincrementaldecoder("utf-8")(errors="replace").decode(llm.detokenize(ids)).strip()
-                for ids in outs]
-
     def yes_probability(self, messages: list[dict[str, str]]) -> float | None:
         """P(yes) / (P(yes) + P(no)) for the next token after the assistant turn opens."""
         self.warm_up()
@@ -382,45 +273,6 @@ class LlamaCppGenerator:
         py = np.logaddexp.reduce(logits[yes])
         pn = np.logaddexp.reduce(logits[no])
         return float(1.0 / (1.0 + np.exp(pn - py)))
-
-    def span_logprobs(self, messages: list[dict[str, str]], span: str, need=None,
-                      max_tokens: int = 64) -> list[tuple[str, float | None]] | None:
-        """Each token of the last ``span`` in the prompt made from ``messages`` (at most
-        ``max_tokens`` of them), with its log-probability given everything before it:
-        (piece, log p). ``need(pieces)``, if given, says which tokens need their log p (a list of
-        bools): the others get None, and their vocabulary-sized row of logits is not computed
-        (about 30 ms each for the default model here, more than reading the token).
-
-        The prompt's cached prefix is reused and the span is run as one batch, so the cost is
-        that of reading the span once plus one row of logits per token needed; when no token is
-        needed, nothing is run. The cache is left holding the prompt up to the span's last token
-        (which is scored, not run). The span is tokenized as the prompt up to its end is."""
-        self.warm_up()
-        prompt = self.format(messages)
-        at = prompt.rfind(span)
-        if not span or at < 0:
-            raise GenerationError("the text to score is not in the prompt")
-        before = self.tokenize(prompt[:at])
-        # The span's tokens as they stand after ``before`` (a SentencePiece vocabulary would
-        # give a span tokenized alone a leading-space token of its own).
-        upto = self.tokenize(prompt[:at + len(span)])
-        cont = upto[len(before):] if upto[:len(before)] == before else self.tokenize(span)
-        cont = cont[:max_tokens]
-        if not before or not cont:
-            return []
-        self._fit(before + cont, 0)
-        pieces = self._span_pieces(cont, span)
-        wanted = [True] * len(cont) if need is None else [bool(w) for w in need(pieces)]
-        if not any(wanted):
-            return [(piece, None) for piece in pieces]  # nothing to read: the span is not run
-        self._prefill(before)
-        rows: dict[int, np.ndarray] = {0: self._logits()} if wanted[0] else {}  # the span's first token
-        if len(cont) > 1:
-            # The row after token j predicts token j + 1.
-            after = self._eval_logits_at(cont[:-1], wanted[1:])
-            rows.update({j + 1: row for j, row in after.items()})
-        return [(piece, float(rows[i][tok] - np.logaddexp.reduce(rows[i])) if i in rows else None)
-                for i, (tok, piece) in enumerate(zip(cont, pieces))]
 
     def _eval_logits_at(self, tokens: list[int], wanted: list[bool]) -> dict[int, np.ndarray]:
         """Evaluate ``tokens`` after the cached ones, in batches, and return the logits after

@@ -113,7 +113,7 @@ class OpenAIHTTPGenerator:
             if status == 429:
                 last = GeneratorUnavailableError(f"{where} answered HTTP 429 (rate limited) {self.retries + 1} time(s): "
                                                  f"{self._shown(body)}; wait and run again, ask fewer at once "
-                                                 "(--workers), or raise generator.retries")
+                                                 "(--workers)")
                 if attempt < self.retries:
                     time.sleep(self._retry_after(headers, attempt))
                 continue
@@ -134,8 +134,7 @@ class OpenAIHTTPGenerator:
                 key = (f"the key in ${self.api_key_env} was refused" if self.api_key else
                        f"no key was sent: ${self.api_key_env} is not set or empty")
                 raise GeneratorUnavailableError(f"{where} answered HTTP {status} ({key}): {self._shown(body)}; set the "
-                                                f"server's API key in ${self.api_key_env} (or name another variable "
-                                                "with generator.api_key_env)")
+                                                f"server's API key in ${self.api_key_env}")
             if 300 <= status < 400:
                 target = headers.get("location", "(no Location given)")
                 raise GeneratorUnavailableError(f"{where} answered with a redirect (HTTP {status}) to {target}; set "

@@ -62,7 +62,7 @@ class Template:
 @lru_cache(maxsize=None)
 def load_template(name: str) -> Template:
     """A packaged template by name."""
-    known = (*PROMPTS, "judge", "keywords", "relevance_judge")
+    known = (*PROMPTS, "judge", "keywords")
     if name not in known:
         raise ValueError(f"unknown prompt {name!r}; choose one of {', '.join(PROMPTS)}")
     data = yaml.safe_load(resources.files("self_improving_rag").joinpath(f"prompts/{name}.yaml").read_text("utf-8"))
@@ -112,39 +112,10 @@ def build_judge_messages(answer_prompt: str, question: str, passages, claim: str
     return [{"role": "system", "content": t.system}, {"role": "user", "content": user}]
 
 
-QUESTION_READ = "Answer: {answer}\nQuestion it answers:"
-
-
 def question_span(question: str) -> str:
     """The question as the prompts place it, with the space before it (which the tokenizer
     joins to its first word): the text whose tokens the question reads score."""
     return " " + " ".join(question.split())
-
-
-def build_question_read_messages(answer_prompt: str, question: str, passages,
-                                 answer: str) -> tuple[list[dict[str, str]], str]:
-    """The answer prompt's system message and passages, then the answer (without citations) and
-    the question it answers, and the question's text as placed there (with the space before it,
-    which the tokenizer joins to the first word). The log-probabilities of that span's tokens
-    give ``question_fit``. The passages are the prefix the answer prompt and the judge share,
-    so the backend reuses its KV cache for them."""
-    t = load_template(answer_prompt)
-    head, _, _ = t.user.partition("{passages}")
-    span = question_span(question)
-    user = (head + format_passages(passages) + "\n\n"
-            + QUESTION_READ.format(answer=" ".join(strip_citations(answer).split())) + span)
-    return [{"role": "system", "content": t.system}, {"role": "user", "content": user}], span
-
-
-def build_relevance_messages(question: str, passage_text: str) -> list[dict[str, str]]:
-    """Does this passage help answer the question? (yes/no, for the generator as a reranker).
-
-    The question precedes the passage, so judgements of one question's passages share a prefix.
-    """
-    t = load_template("relevance_judge")
-    body = quote_passage_text(passage_text).replace(">>>", "> > >").replace("<<<", "< < <")
-    return [{"role": "system", "content": t.system},
-            {"role": "user", "content": t.user.format(question=" ".join(question.split()), passage=body)}]
 
 
 def parse_citations(text: str, n_passages: int | None = None) -> tuple[int, ...]:

@@ -14,25 +14,18 @@ class ScriptedGenerator:
 
     A reply may be a callable ``f(messages) -> str``. ``judge`` scripts ``yes_probability``
     (None: the judge is unavailable). Token log-probs are a fixed ``logprob`` per word.
-    ``reader`` scripts ``span_logprobs``: a callable ``f(messages, span)`` giving (piece, log p)
-    pairs, or None (the backend cannot score a text: the default); it also answers a
-    ``generate(..., read=(span, need))`` request (the spans asked for are in ``prompt_reads``).
-    ``sampler`` scripts ``sample_replies``: a callable ``f(messages, k, max_tokens)`` giving the
-    replies to the last prompt, or None (the backend cannot sample: the default); each request
-    is kept in ``sample_history`` as (messages, k, max_tokens).
+    ``reader`` scripts the reading of a span of the prompt a ``generate(..., read=(span, need))``
+    request asks for: a callable ``f(messages, span)`` giving (piece, log p) pairs, or None (the
+    backend reads nothing: the default); the spans asked for are in ``prompt_reads``.
     """
 
     name = "scripted"
     reads_prompt = True  # generate(read=...) fills Generation.prompt_read (question_prior)
 
-    def __init__(self, replies: list | None = None, judge=None, logprob: float = -0.2, reader=None,
-                 sampler=None) -> None:
+    def __init__(self, replies: list | None = None, judge=None, logprob: float = -0.2, reader=None) -> None:
         self.replies = list(replies or [])
         self.judge = judge
         self.reader = reader
-        self.sampler = sampler
-        self.sample_history: list[tuple[list[dict[str, str]], int, int]] = []
-        self.read_history: list[tuple[list[dict[str, str]], str]] = []
         self.prompt_reads: list[str] = []
         self.logprob = logprob
         self.history: list[list[dict[str, str]]] = []
@@ -64,24 +57,11 @@ class ScriptedGenerator:
         return Generation(text=text, token_logprobs=tuple([self.logprob] * n), prompt_tokens=prompt,
                           completion_tokens=n, timings_ms={"prompt": 0.0, "generate": 0.0}, prompt_read=prompt_read)
 
-    def can_sample(self, k: int) -> bool:
-        return self.sampler is not None
-
-    def sample_replies(self, k: int, max_tokens: int, temperature: float = 0.7, top: int = 64) -> list[str] | None:
-        if self.sampler is None or not self.history:
-            return None
-        self.sample_history.append((self.history[-1], k, max_tokens))
-        return list(self.sampler(self.history[-1], k, max_tokens))
-
     def yes_probability(self, messages) -> float | None:
         self.judge_history.append(messages)
         if self.judge is None:
             return None
         return float(self.judge(messages)) if callable(self.judge) else float(self.judge)
-
-    def span_logprobs(self, messages, span: str, need=None) -> list[tuple[str, float | None]] | None:
-        self.read_history.append((messages, span))
-        return None if self.reader is None else self._read(messages, span, need)
 
     def _read(self, messages, span: str, need) -> list[tuple[str, float | None]]:
         """The scripted reading of ``span``, None where ``need`` does not want a token."""

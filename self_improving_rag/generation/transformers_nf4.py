@@ -53,7 +53,7 @@ class TransformersGenerator:
                     "not installed; install it with: pip install 'gguf>=0.10.0' (or use generator.backend=llama_cpp, "
                     "which runs GGUF files natively)") from exc
             if self.load_in_4bit:
-                log.info("a GGUF file is dequantised to %s by transformers: generator.load_in_4bit does not apply",
+                log.info("a GGUF file is dequantised to %s by transformers: loading in 4 bits does not apply",
                          self.compute_dtype)
         if self.n_threads:
             torch.set_num_threads(self.n_threads)  # generator.n_threads, as for llama.cpp (CPU runs)
@@ -149,45 +149,6 @@ class TransformersGenerator:
             return None
         py, pn = torch.logsumexp(logits[yes], 0), torch.logsumexp(logits[no], 0)
         return float(torch.sigmoid(py - pn))
-
-    def span_logprobs(self, messages, span: str, need=None, max_tokens: int = 64) -> list[tuple[str, float | None]] | None:
-        """Each token of the last ``span`` in the prompt made from ``messages`` (at most
-        ``max_tokens``), with its log-probability given everything before it, from one forward
-        pass over the prompt up to the span's end; None for the tokens ``need(pieces)`` (if
-        given) marks as not needed, as the llama.cpp backend gives."""
-        import torch
-
-        self.warm_up()
-        templated = bool(getattr(self._tok, "chat_template", None))
-        if templated:
-            prompt = self._tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        else:
-            prompt = _plain_prompt(messages)
-        at = prompt.rfind(span)
-        if not span or at < 0:
-            raise GenerationError("the text to score is not in the prompt")
-        # The chat template writes its special tokens out as text: read them back as tokens.
-        before = self._tok(prompt[:at], add_special_tokens=not templated)["input_ids"]
-        # The span's tokens as they stand after ``before`` (a SentencePiece vocabulary would give
-        # a span tokenized alone a leading-space token of its own).
-        upto = self._tok(prompt[:at + len(span)], add_special_tokens=not templated)["input_ids"]
-        cont = upto[len(before):] if upto[:len(before)] == before else self._tok(span, add_special_tokens=False)["input_ids"]
-        cont = cont[:max_tokens]
-        if not before or not cont:
-            return []
-        full = torch.tensor([before + cont], device=self._model.device)
-        with torch.no_grad():
-            logits = self._model(full).logits[0, len(before) - 1:-1].float()
-        lps = torch.log_softmax(logits, -1)
-        # Each piece as the text grows by its token: decoded alone, a SentencePiece token loses
-        # the space before it, and a token that ends inside a character is "\ufffd".
-        pieces, prev = [], self._tok.decode(before)
-        for i, tok in enumerate(cont):
-            cur = self._tok.decode(before + cont[:i + 1])
-            pieces.append(cur[len(prev):] if cur.startswith(prev) else self._tok.decode([tok]))
-            prev = cur
-        wanted = [True] * len(cont) if need is None else [bool(w) for w in need(pieces)]
-        return [(piece, float(lps[i, tok]) if wanted[i] else None) for i, (tok, piece) in enumerate(zip(cont, pieces))]
 
 
 def _plain_prompt(messages) -> str:

@@ -24,6 +24,10 @@ from ..errors import ConfigError, ModelNotFoundError
 
 _WORD = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 
+#: Texts embedded per forward pass. ONNX Runtime's arena holds the activations of a 64 × 256
+#: batch (peak memory of an ingest, docs/results.md "Ingestion").
+BATCH_SIZE = 64
+
 
 class Tokenizer(Protocol):
     def spans(self, text: str) -> list[tuple[int, int]]: ...
@@ -187,7 +191,7 @@ def model_fingerprint(model_dir: str | Path) -> str:
 class SentenceTransformerEmbedder(_PackagedModelEmbedder):
     """all-MiniLM-L6-v2 from its packaged directory, on the CPU."""
 
-    def __init__(self, model_dir: str | None = None, batch_size: int = 64, max_tokens: int = 256) -> None:
+    def __init__(self, model_dir: str | None = None, batch_size: int = BATCH_SIZE, max_tokens: int = 256) -> None:
         self.model_dir = model_dir
         self.batch_size = batch_size
         self.max_tokens = max_tokens
@@ -321,7 +325,7 @@ class OnnxEmbedder(_PackagedModelEmbedder):
     pieces, sorted by length and embedded in batches (less padding).
     """
 
-    def __init__(self, model_dir: str | None = None, batch_size: int = 64, max_tokens: int = 256,
+    def __init__(self, model_dir: str | None = None, batch_size: int = BATCH_SIZE, max_tokens: int = 256,
                  cache_dir: str = "~/.cache/self_improving_rag/models", threads: int | None = None) -> None:
         self.model_dir = model_dir
         self.batch_size = batch_size
@@ -399,7 +403,7 @@ class OnnxEmbedder(_PackagedModelEmbedder):
 BACKENDS = ("onnx-int8", "torch")
 
 
-def make_embedder(name: str, batch_size: int = 64, max_tokens: int = 256, backend: str = "onnx-int8",
+def make_embedder(name: str, batch_size: int = BATCH_SIZE, max_tokens: int = 256, backend: str = "onnx-int8",
                   cache_dir: str = "~/.cache/self_improving_rag/models") -> Embedder:
     """Build the embedder named in the config (``backend`` picks ONNX int8 or PyTorch float32)."""
     if backend not in BACKENDS:
@@ -430,4 +434,4 @@ def make_embedder(name: str, batch_size: int = 64, max_tokens: int = 256, backen
 def embedder_from_config(config) -> Embedder:
     """The embedder a :class:`~self_improving_rag.config.Config` describes."""
     e = config.embedder
-    return make_embedder(e.name, e.batch_size, e.max_tokens, backend=e.backend, cache_dir=config.paths.model_cache)
+    return make_embedder(e.name, max_tokens=e.max_tokens, backend=e.backend, cache_dir=config.paths.model_cache)

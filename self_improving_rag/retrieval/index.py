@@ -222,7 +222,11 @@ class ChunkerIndex:
         self.neighbours = {(c.doc_id, c.position): i for i, c in enumerate(self.chunks)}
 
 
-def build_dense(vectors: np.ndarray, ann_threshold: int):
+#: Above this many vectors a chunker's dense index is HNSW (approximate) instead of exact.
+ANN_THRESHOLD = 200_000
+
+
+def build_dense(vectors: np.ndarray, ann_threshold: int = ANN_THRESHOLD):
     """Exact inner product on unit vectors; HNSW above ``ann_threshold`` vectors."""
     import faiss
 
@@ -438,7 +442,8 @@ class CorpusIndex:
         d.mkdir()
         return d
 
-    def write_chunker(self, gen: Path, name: str, chunks: list[Chunk], vectors: np.ndarray, ann_threshold: int) -> None:
+    def write_chunker(self, gen: Path, name: str, chunks: list[Chunk], vectors: np.ndarray,
+                      ann_threshold: int = ANN_THRESHOLD) -> None:
         import faiss
 
         with (gen / f"chunks-{name}.jsonl").open("w", encoding="utf-8") as fh:

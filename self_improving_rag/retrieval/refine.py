@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-import heapq
-
 from ..text import content_terms
 from .reranker import SentenceScores
 
-REFINE_MODES = ("windows", "sentences")
 #: What :func:`join_spans` puts where text was left out between two kept sentences.
 GAP = " … "
+
+# What the searcher refines with (docs/results.md, "Retrieval" and session 16, measured on
+# sherlock_dev's 37 evidence questions): each kept sentence with one neighbour before it; after
+# it, the sentences that add up to at most 35 word pieces (at least one of them), and a question
+# keeps its reply (32 of 32 whole evidence quotes kept instead of 29 at the same tokens); the
+# sentences of higher-ranked passages favoured by 0.5 (0.3 or 0.7 kept fewer quotes), and every
+# passage's best sentence taken first, so no retrieved passage vanishes.
+CONTEXT_SENTENCES = 1
+CONTEXT_AFTER_TOKENS = 35
+KEEP_REPLIES = True
+RANK_WEIGHT = 0.5
+EVERY_PASSAGE = True
 
 
 def refine_passage_spans(
@@ -21,19 +30,14 @@ def refine_passage_spans(
     context_sentences: int = 1,
     rank_weight: float = 0.5,
     every_passage: bool = True,
-    mode: str = "sentences",
     context_after_tokens: int = 0,
     replies: bool = False,
 ) -> list[list[tuple[int, int]]]:
-    """For each text, the sentence spans to keep (offsets within that text), in order.
-
-    Two modes share the sentence score below. ``windows`` grows one contiguous
-    window per passage around its best sentence, always taking the best-scoring sentence that
-    borders a window (or starts a new one) next, so what the model reads is unbroken text and a
-    multi-sentence piece of evidence is cut only at the budget. ``sentences`` takes the best
-    sentences wherever they are, each with ``context_sentences`` neighbours (scattered pieces);
-    it is the default: on sherlock_dev it answered better end to end and keeps more whole
-    evidence quotes.
+    """For each text, the sentence spans to keep (offsets within that text), in order: the best
+    sentences wherever they are, each with ``context_sentences`` neighbours. (Growing one
+    contiguous window per passage instead kept more whole quotes in session 3 but answered
+    sherlock_dev worse end to end, 0.467 against 0.600 correct or rightly refused, and keeps fewer
+    quotes than this since session 16: docs/results.md.)
 
     Each sentence scores ``cosine + 0.3 · (share of the question's content terms it holds) +
     rank_weight · (1 − rank / n)``, where ``rank`` is its passage's place in the retrieval order
@@ -52,10 +56,6 @@ def refine_passage_spans(
     ``replies`` a window never ends on a question: when its last sentence asks one (or is a short
     attribution such as "I asked." after one) the next sentence, the reply, joins too.
     """
-    if mode not in REFINE_MODES:
-        raise ValueError(f"unknown refinement mode {mode!r}; use one of {', '.join(REFINE_MODES)}")
-    if mode == "windows":
-        return _refine_windows(question, texts, scores, budget_tokens, count_tokens, rank_weight, every_passage)
     value = _sentence_scores(question, texts, scores, rank_weight)
     candidates = [(v, ti, si) for ti, row in enumerate(value) for si, v in enumerate(row)]
     candidates.sort(key=lambda t: (-t[0], t[1], t[2]))
@@ -153,56 +153,6 @@ def _sentence_scores(question: str, texts: list[str], scores: list[SentenceScore
             row.append(sim + 0.3 * overlap + rank_weight * (1 - ti / n))
         out.append(row)
     return out
-
-
-def _refine_windows(question: str, texts: list[str], scores: list[SentenceScores], budget_tokens: int,
-                    count_tokens, rank_weight: float, every_passage: bool) -> list[list[tuple[int, int]]]:
-    """Contiguous windows grown around each passage's best sentence (see refine_passage_spans)."""
-    value = _sentence_scores(question, texts, scores, rank_weight)
-    chosen: list[set[int]] = [set() for _ in texts]
-    used = 0
-
-    def cost(ti: int, j: int) -> int:
-        s, e = scores[ti].spans[j]
-        return count_tokens(texts[ti][s:e])
-
-    best = {ti: max(range(len(row)), key=lambda j: (row[j], -j)) for ti, row in enumerate(value) if row}
-    if every_passage:
-        # Each passage's best sentence first, in rank order, so no retrieved passage vanishes.
-        seeds = sorted(best.items())
-    else:
-        seeds = [(0, best[0])] if 0 in best else []
-    for ti, j in seeds:
-        c = cost(ti, j)
-        if used + c > budget_tokens and not (ti == 0 and used == 0):
-            continue  # the first text always keeps its best sentence, so the context is never empty
-        chosen[ti].add(j)
-        used += c
-    heap: list[tuple[float, int, int]] = []
-
-    def offer(ti: int, j: int) -> None:
-        if 0 <= j < len(value[ti]) and j not in chosen[ti]:
-            heapq.heappush(heap, (-value[ti][j], ti, j))
-
-    for ti in range(len(texts)):
-        if chosen[ti]:
-            for j in chosen[ti]:
-                offer(ti, j - 1)
-                offer(ti, j + 1)
-        elif ti in best:
-            offer(ti, best[ti])  # a passage without a window yet may still start one
-    while heap:
-        _, ti, j = heapq.heappop(heap)
-        if j in chosen[ti]:
-            continue
-        c = cost(ti, j)
-        if used + c > budget_tokens:
-            continue
-        chosen[ti].add(j)
-        used += c
-        offer(ti, j - 1)
-        offer(ti, j + 1)
-    return [[scores[ti].spans[j] for j in sorted(chosen[ti])] for ti in range(len(texts))]
 
 
 def join_spans(text: str, spans: list[tuple[int, int]]) -> str:

@@ -1,19 +1,14 @@
-"""Rerankers behind one interface: ``relevance(question, question_vec, texts) -> [float]``.
+"""The reranker: ``relevance(question, question_vec, texts) -> [float]``, one per text in the
+texts' order, after an explicit activation (a logistic sigmoid) so that it lies in (0, 1) before
+it is compared with a threshold.
 
-Each returns one relevance per text, in the texts' order, after an explicit activation (a
-logistic sigmoid) so that it lies in (0, 1) before it is compared with a threshold:
-
-* ``EmbeddingReranker`` (offline default): mean of the ``top_sentences`` best cosine
-  similarities between the question and a passage's sentences, then
-  ``sigmoid(slope * (cos - midpoint))``; for all-MiniLM-L6-v2 a cosine of 0.35 (midpoint)
-  is where question/sentence pairs turn from unrelated to related. Its ``rerank`` also
-  returns the per-sentence scores that context refinement uses.
-* ``CrossEncoderReranker``: a sentence-transformers CrossEncoder from a local directory
-  (``retrieval.cross_encoder_dir``); its logits pass the same sigmoid (slope 1, midpoint 0).
-
-The third judge, the generator's yes/no relevance on the top few hits
-(``retrieval.llm_judge_top``), is applied by the searcher after these, because it needs the
-generator and a token budget rather than a model of its own.
+``EmbeddingReranker``: mean of the ``top_sentences`` best cosine similarities between the question
+and a passage's sentences, then ``sigmoid(slope * (cos - midpoint))``; for all-MiniLM-L6-v2 a
+cosine of 0.35 (``retrieval.relevance_midpoint``) is where question/sentence pairs turn from
+unrelated to related. Its ``rerank`` also returns the per-sentence scores that context refinement
+uses. (A local cross-encoder and the generator as a yes/no judge of the top hits were tried in its
+place or after it; no cross-encoder is packaged, and the judge's ~28 s per question bought no
+recall on sherlock_dev: docs/results.md, "Retrieval".)
 """
 
 from __future__ import annotations
@@ -25,6 +20,12 @@ from typing import Callable
 import numpy as np
 
 from ..ingestion.sentences import split_sentences
+
+
+#: The passage's relevance is the mean cosine of its this many best sentences.
+RERANK_SENTENCES = 2
+#: How steeply relevance turns from 0 to 1 around the midpoint, per unit of cosine.
+RELEVANCE_SLOPE = 10.0
 
 
 def sigmoid(x: float) -> float:
@@ -44,8 +45,8 @@ class EmbeddingReranker:
 
     name = "embedding"
 
-    def __init__(self, embed: Callable[[list[str]], np.ndarray], top_sentences: int = 2,
-                 slope: float = 10.0, midpoint: float = 0.35) -> None:
+    def __init__(self, embed: Callable[[list[str]], np.ndarray], top_sentences: int = RERANK_SENTENCES,
+                 slope: float = RELEVANCE_SLOPE, midpoint: float = 0.35) -> None:
         if top_sentences < 1:
             raise ValueError(f"top_sentences must be >= 1, got {top_sentences}")
         self.embed = embed
@@ -78,37 +79,3 @@ class EmbeddingReranker:
         scores = self.sentence_scores(question_vec, texts)
         ranked = sorted(((i, self.score(s)) for i, s in enumerate(scores)), key=lambda t: (-t[1], t[0]))
         return ranked, scores
-
-
-class CrossEncoderReranker:
-    """A local sentence-transformers CrossEncoder; logits are passed through a sigmoid."""
-
-    name = "cross_encoder"
-
-    def __init__(self, model_dir: str, batch_size: int = 16) -> None:
-        self.model_dir = model_dir
-        self.batch_size = batch_size
-        self._model = None
-
-    def warm_up(self) -> None:
-        if self._model is None:
-            from sentence_transformers import CrossEncoder
-
-            # No activation inside the model: we apply the sigmoid ourselves, explicitly.
-            import torch
-
-            self._model = CrossEncoder(self.model_dir, device="cpu", local_files_only=True,
-                                       trust_remote_code=False, activation_fn=torch.nn.Identity())
-
-    def relevance(self, question: str, question_vec: np.ndarray | None, texts: list[str]) -> list[float]:
-        self.warm_up()
-        if not texts:
-            return []
-        logits = self._model.predict([(question, t) for t in texts], batch_size=self.batch_size,
-                                     convert_to_numpy=True)
-        logits = np.asarray(logits, dtype=np.float64).reshape(len(texts), -1)[:, -1]
-        return [sigmoid(float(x)) for x in logits]
-
-    def rerank(self, question: str, texts: list[str]) -> list[tuple[int, float]]:
-        rel = self.relevance(question, None, texts)
-        return sorted(enumerate(rel), key=lambda t: (-t[1], t[0]))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -14,10 +13,17 @@ from ..types import Chunk, Hit, Passage, RetrievalResult, Strategy
 from .bm25 import BM25Retriever
 from .dense import FaissDenseRetriever
 from .embedder import Embedder
-from .hybrid import dedupe_overlapping, rrf_fuse, weighted_fuse
+from .hybrid import dedupe_overlapping, weighted_fuse
 from .index import ChunkerIndex, CorpusIndex, EmbeddingCache
-from .refine import join_spans, refine_passage_spans
-from .reranker import CrossEncoderReranker, EmbeddingReranker
+from .refine import (CONTEXT_AFTER_TOKENS, CONTEXT_SENTENCES, EVERY_PASSAGE, KEEP_REPLIES, RANK_WEIGHT, join_spans,
+                     refine_passage_spans)
+from .reranker import EmbeddingReranker
+
+#: Hits each retriever returns before fusion and reranking (at least 3 × top_k).
+CANDIDATES = 30
+#: With rerank on, final score = (1 - w) * fused score (min-max over the pool) + w * relevance:
+#: the embedding judge refines the lexical/dense order instead of replacing it.
+RERANK_WEIGHT = 0.3
 
 
 class Searcher:
@@ -32,28 +38,12 @@ class Searcher:
         self._manifest: dict | None = None
         self._generation: Path | None = None  # the index generation checked by warm_up
         self.reranker: EmbeddingReranker | None = None
-        # Relevance judge of reranked candidates when retrieval.cross_encoder_dir is set.
-        self.cross_encoder: CrossEncoderReranker | None = None
-        # Optional yes/no judge (messages -> P(yes) or None), e.g. the generator's
-        # ``yes_probability``; used on the top ``retrieval.llm_judge_top`` hits when set.
-        self.judge: Callable[[list[dict[str, str]]], float | None] | None = None
 
     def warm_up(self) -> None:
         if self._manifest is not None:
             return
         from ..ingestion.pipeline import chunker_params
 
-        r = self.config.retrieval
-        cross_encoder = None
-        if r.cross_encoder_dir:
-            # Checked before anything is marked ready, so a bad directory fails every search,
-            # not only the first one.
-            path = Path(r.cross_encoder_dir).expanduser()
-            if not (path / "config.json").is_file():
-                raise InputError(f"retrieval.cross_encoder_dir={r.cross_encoder_dir} is not a model directory "
-                                 "(no config.json there); point it at a local sentence-transformers CrossEncoder "
-                                 "or unset it to use the embedding reranker")
-            cross_encoder = CrossEncoderReranker(str(path))
         self.embedder.warm_up()
         # Every chunker is loaded from the generation checked here, never from a newer one an
         # ingest made meanwhile without the same check (see chunker()).
@@ -63,9 +53,7 @@ class Searcher:
         manifest = self.index.check_compatible(self.embedder.name, int(self.embedder.dim), params, generation)
         self._generation = generation
         self._cache = EmbeddingCache(self.index.root / "embeddings.sqlite", self.embedder.name)
-        self.reranker = EmbeddingReranker(self.embed_cached, top_sentences=r.rerank_sentences,
-                                          slope=r.relevance_slope, midpoint=r.relevance_midpoint)
-        self.cross_encoder = cross_encoder
+        self.reranker = EmbeddingReranker(self.embed_cached, midpoint=self.config.retrieval.relevance_midpoint)
         self._manifest = manifest
 
     @property
@@ -104,7 +92,7 @@ class Searcher:
         t = time.perf_counter()
         ci = self.chunker(strategy.chunker)
         query = question if query is None else query
-        n_cand = max(self.config.retrieval.candidates, strategy.top_k * 3)
+        n_cand = max(CANDIDATES, strategy.top_k * 3)
         rankings: dict[str, list[tuple[int, float]]] = {}
         qvec = self.embedder.embed([query])[0]
         if strategy.retriever in ("dense", "hybrid"):
@@ -112,11 +100,8 @@ class Searcher:
         if strategy.retriever in ("bm25", "hybrid"):
             rankings["bm25"] = BM25Retriever(ci.bm25, len(ci.chunks)).retrieve(query, n_cand)
         if strategy.retriever == "hybrid":
-            if self.config.retrieval.fusion == "rrf":
-                fused = rrf_fuse(rankings, self.config.retrieval.rrf_k)
-            else:
-                w = self.config.retrieval.dense_weight
-                fused = weighted_fuse(rankings, {"dense": w, "bm25": 1 - w})
+            w = self.config.retrieval.dense_weight
+            fused = weighted_fuse(rankings, {"dense": w, "bm25": 1 - w})
         else:
             fused = rankings[strategy.retriever]
         spans = [(c.doc_id, c.start, c.end) for c in ci.chunks]
@@ -129,13 +114,9 @@ class Searcher:
         texts = [ci.chunks[i].text for i, _ in pool]
         ranked, sent_scores = self.reranker.rerank(qvec, texts)
         rel = dict(ranked)
-        if self.cross_encoder is not None and texts:
-            # Whenever it is configured, with or without reranking, so relevance (and grounding,
-            # which thresholds it) keeps one scale across a question's attempts.
-            rel = dict(enumerate(self.cross_encoder.relevance(query, qvec, texts)))
         order = [(pool[j][0], pool[j][1], rel[j], sent_scores[j]) for j in range(len(pool))]
         if strategy.rerank and order:
-            w = self.config.retrieval.rerank_weight
+            w = RERANK_WEIGHT
             lo, hi = min(o[1] for o in order), max(o[1] for o in order)
             norm = [((o[1] - lo) / (hi - lo) if hi > lo else 1.0) for o in order]
             final = [(1 - w) * n + w * o[2] for n, o in zip(norm, order)]
@@ -143,9 +124,6 @@ class Searcher:
             final_by_idx = {o[0]: f for f, o in zip(sorted(final, reverse=True), order)}
         else:
             final_by_idx = {}
-        judged: dict[int, float] = {}
-        if strategy.rerank and self.judge is not None and self.config.retrieval.llm_judge_top > 0 and order:
-            order, judged, final_by_idx = self._llm_judge(question, ci, order, final_by_idx)
         order = order[: strategy.top_k]
         timings["rerank"] = (time.perf_counter() - t) * 1000
 
@@ -157,8 +135,6 @@ class Searcher:
             scores["relevance"] = rel
             if idx in final_by_idx:
                 scores["reranked"] = final_by_idx[idx]
-            if idx in judged:
-                scores["llm_relevance"] = judged[idx]
             hits.append(Hit(chunk=ci.chunks[idx], score=final_by_idx.get(idx, fused_score), scores=scores, rank=rank))
         # A neighbour that is a hit itself, or already joined an earlier passage, is not repeated.
         taken = {h.chunk.chunk_id for h in hits}
@@ -174,10 +150,8 @@ class Searcher:
         if self.config.retrieval.refine and hits:
             keep = refine_passage_spans(
                 question, [t_[0] for t_ in texts], sent_scores, strategy.context_budget,
-                self.embedder.tokenizer.count, self.config.retrieval.refine_context_sentences,
-                self.config.retrieval.refine_rank_weight, self.config.retrieval.refine_every_passage,
-                self.config.retrieval.refine_mode, self.config.retrieval.refine_context_after_tokens,
-                self.config.retrieval.refine_replies,
+                self.embedder.tokenizer.count, CONTEXT_SENTENCES, RANK_WEIGHT, EVERY_PASSAGE,
+                CONTEXT_AFTER_TOKENS, KEEP_REPLIES,
             )
             bodies = [join_spans(t_[0], k) for t_, k in zip(texts, keep)]
         else:
@@ -191,33 +165,6 @@ class Searcher:
         timings["refine"] = (time.perf_counter() - t) * 1000
         return RetrievalResult(query=query, hits=tuple(hits), passages=tuple(passages), timings_ms=timings,
                                notes=tuple(notes))
-
-    def _llm_judge(self, question: str, ci: ChunkerIndex, order: list, final_by_idx: dict[int, float]):
-        """Re-order the top N hits by blending their score with the generator's P(yes)."""
-        from ..generation.prompts import build_relevance_messages
-
-        assert self.judge is not None
-        n = min(self.config.retrieval.llm_judge_top, len(order))
-        w = self.config.retrieval.llm_judge_weight
-        head, tail = order[:n], order[n:]
-        base = [final_by_idx.get(o[0], o[1]) for o in head]
-        lo, hi = min(base), max(base)
-        judged: dict[int, float] = {}
-        combined = []
-        for o, b in zip(head, base):
-            p = self.judge(build_relevance_messages(question, ci.chunks[o[0]].text))
-            norm = (b - lo) / (hi - lo) if hi > lo else 1.0
-            if p is None:  # the backend gives no log-probs: keep the order it had
-                combined.append(norm)
-                continue
-            judged[o[0]] = float(p)
-            combined.append((1 - w) * norm + w * float(p))
-        ranked = sorted(zip(combined, range(n), head), key=lambda t: (-t[0], t[1]))
-        # Judged hits stay above the unjudged tail, whose scores are on another scale.
-        new_final = dict(final_by_idx)
-        for c, _, o in ranked:
-            new_final[o[0]] = c
-        return [o for _, _, o in ranked] + tail, judged, new_final
 
     def _with_neighbours(self, ci: ChunkerIndex, chunk: Chunk, n: int,
                          taken: set[str] = frozenset()) -> tuple[str, tuple[str, ...], int, int]:

@@ -57,7 +57,7 @@ def _synthetic_rows(n: int, seed: int, agreement: bool = False) -> list[dict[str
         r["dates_unstated"] = float(later.uniform() < 0.1)
         r["explanation"] = float(later.uniform() < 0.1)
     latest = np.random.default_rng(seed + 20_000)
-    for r in rows if agreement else ():  # as recorded with scoring.agreement_samples set
+    for r in rows if agreement else ():  # as an older store's answers may hold it
         r["agreement"] = float(latest.integers(0, 5)) / 4  # four samples
     return rows
 

@@ -144,17 +144,20 @@ def _retrieval(texts: list[str]) -> RetrievalResult:
     return RetrievalResult(query=Q, hits=hits, passages=passages)
 
 
-def test_scorer_checks_cited_passage_first_then_all_and_limits_judged_claims() -> None:
+def test_scorer_checks_cited_passage_first_then_all_and_limits_judged_claims(monkeypatch) -> None:
+    from self_improving_rag.evaluation import signals
+
+    monkeypatch.setattr(signals, "JUDGE_MAX_CLAIMS", 1)
     emb = HashEmbedder(dim=64)
     judge = Judge(0.9)
-    scorer = SignalScorer(ScoringConfig(judge="llm", judge_max_claims=1), emb.embed, judge)
+    scorer = SignalScorer(ScoringConfig(judge="llm"), emb.embed, judge)
     r = _retrieval(["The lighthouse of Marrow Point was built by Clara Venn.", "The fish market opens at dawn."])
     # The claim cites passage 2, which does not support it; passage 1 does.
     sig = scorer.score(Q, r, None, "Clara Venn built the lighthouse [2]. The market opens at dawn [2].",
                        refused=False, citations=(2,))
     claims = sig.faithfulness.detail["claims"]
     assert claims[0]["cited"] == [2] and claims[0]["lexical"] == 1.0 and claims[0]["supported"]
-    assert len(judge.asked) == 1  # judge_max_claims
+    assert len(judge.asked) == 1  # JUDGE_MAX_CLAIMS
     assert claims[0]["judge"] == 0.9 and claims[1]["judge"] is None
     assert sig.faithfulness.value == 1.0
     assert sig.coverage.detail["soft"] is not None and sig.coverage.detail["best_sentence"]
@@ -249,67 +252,16 @@ def test_question_fit_leaves_out_the_words_the_answer_repeats() -> None:
 
 
 class QuestionReader(Judge):
-    """A generator stub that also reads a span of its prompt: (piece, log p) per word, from a table."""
+    """A judge stub that would read a span of its prompt when asked (``read`` lists the requests):
+    the scorer never asks, a backend reads the question while it evaluates the answer prompt."""
 
     def __init__(self, logprobs: dict[str, float]) -> None:
         super().__init__(0.9)
         self.logprobs, self.read = logprobs, []
 
     def span_logprobs(self, messages, span, need=None):
-        self.read.append((messages, span, len(self.asked)))  # with the judge calls made before it
-        read = [(w, self.logprobs.get(w.strip(" ?"), -0.5)) for w in re.findall(r" ?[^ ]+", span)]
-        self.needed = [True] * len(read) if need is None else need([p for p, _ in read])
-        return [(p, lp if n else None) for (p, lp), n in zip(read, self.needed)]
-
-
-def test_the_scorer_reads_the_question_after_the_answer_once_the_claims_are_judged() -> None:
-    """The question's tokens are read after the answer prompt's system message and passages (the
-    prefix the backend has cached) and the answer (without citations), at the end of what is
-    read. The read comes after the judge calls: the judge's prompt continues the answer prompt's
-    (question first), and the read shares only the passages with it. Only the tokens of telling
-    words are asked for (a row of logits each). The feature, the question's least expected word
-    and the tokens as read are stored with the confidence, and the default weight of 0 leaves
-    the confidence as it was."""
-    from self_improving_rag.generation.prompts import build_judge_messages, build_messages
-    from self_improving_rag.types import Generation
-
-    emb = HashEmbedder(dim=64)
-    reader = QuestionReader({"Marrow": -9.5, "built": -1.0})
-    assert ScoringConfig().question_check is False  # off by default
-    scorer = SignalScorer(ScoringConfig(judge="llm", question_check=True, question_prior=False), emb.embed, reader)
-    r = _retrieval(["The lighthouse of Marrow Point was built by Clara Venn."])
-    answer = "Clara Venn built it [1]. She was a mason."
-    gen = Generation(text=answer, token_logprobs=(-0.1, -0.2), prompt_tokens=10, completion_tokens=2)
-    sig = scorer.score(Q, r, gen, answer, refused=False, citations=(1,))
-    assert len(reader.read) == 1
-    asked, span, judged_before = reader.read[0]
-    assert span == " " + Q and judged_before == 2 == len(reader.asked)
-    answer_prompt = build_messages("cite_then_answer", Q, r.passages)
-    shared = answer_prompt[1]["content"].split("\n\n")[0]  # "Passages:" and the numbered passages
-    assert asked[0] == answer_prompt[0] and asked[1]["content"].startswith(shared)
-    assert asked[1]["content"].endswith(span)
-    tail = asked[1]["content"][len(shared):-len(span)]
-    assert "Clara Venn built it. She was a mason." in tail and "[1]" not in tail and "Marrow" not in tail
-    judge = build_judge_messages("cite_then_answer", Q, r.passages, "Clara Venn built it")[1]["content"]
-    assert reader.asked[0] == judge and judge.startswith(shared) and judge[len(shared):].lstrip().startswith("Question:")
-    # "Who", "the", "of", "?" tell nothing; "built" is repeated by the answer: read the rest.
-    pieces = re.findall(r" ?[^ ]+", span)
-    assert [p.strip(" ?") for p, n in zip(pieces, reader.needed) if n] == ["lighthouse", "Marrow", "Point"]
-    assert sig.confidence.detail["features"]["question_fit"] == -9.5
-    assert sig.confidence.detail["question_fit_token"] == "Marrow"
-    tokens = sig.confidence.detail["question_tokens"]  # every token as read, for later studies
-    assert "".join(p for p, _ in tokens) == span and ["Marrow", -9.5] in [[p.strip(), lp] for p, lp in tokens]
-    assert [p.strip() for p, lp in tokens if lp is None] == ["Who", "built", "the", "of"]
-    plain = SignalScorer(ScoringConfig(judge="llm", question_check=False, question_prior=False), emb.embed,
-                         QuestionReader({}))
-    off = plain.score(Q, r, gen, answer, refused=False, citations=(1,))
-    assert off.confidence.detail["features"]["question_fit"] is None and "question_fit_token" not in off.confidence.detail
-    assert sig.confidence.value == pytest.approx(off.confidence.value)  # default weight 0
-    # A refusal, or an attempt without a generation, reads nothing back.
-    before = len(reader.read)
-    scorer.score(Q, r, gen, "The passages do not say.", refused=True, citations=())
-    scorer.score(Q, r, None, answer, refused=False, citations=(1,))
-    assert len(reader.read) == before
+        self.read.append((messages, span))
+        return None
 
 
 def test_question_prior_reads_the_question_where_the_answer_prompt_holds_it() -> None:
@@ -328,7 +280,6 @@ def test_question_prior_reads_the_question_where_the_answer_prompt_holds_it() ->
     lps = {"Marrow": -9.5, "built": -12.0, "lighthouse": -2.0, "Point": -1.0}
     reader = QuestionReader(lps)
     scorer = SignalScorer(ScoringConfig(), emb.embed, reader)
-    assert ScoringConfig().question_prior is True  # on by default
     # Read by the backend while it evaluated the prompt: no further read.
     pieces = re.findall(r" ?[^ ]+", question_span(Q))
     made = tuple((p, lps.get(p.strip(" ?"), -0.5)) for p in pieces)
@@ -345,10 +296,10 @@ def test_question_prior_reads_the_question_where_the_answer_prompt_holds_it() ->
     plain = Generation(text=answer, token_logprobs=(-0.1,))
     again = scorer.score(Q, r, plain, answer, refused=False, citations=(1,))
     assert again.confidence.detail["features"]["question_prior"] is None and reader.read == []
-    off = SignalScorer(ScoringConfig(question_prior=False), emb.embed, reader).score(Q, r, gen, answer, refused=False,
-                                                                                      citations=(1,))
-    assert off.confidence.detail["features"]["question_prior"] is None and "question_prior_tokens" not in off.confidence.detail
-    assert sig.confidence.value == pytest.approx(off.confidence.value)  # default weight 0
+    assert "question_prior_tokens" not in again.confidence.detail
+    assert sig.confidence.value == pytest.approx(again.confidence.value)  # default weight 0
+    # Read after the answer (question_fit) no longer: the feature is undefined.
+    assert detail["features"]["question_fit"] is None and "question_fit_token" not in detail
     # Nothing for a refusal or an attempt without a generation.
     for args in ((gen, "I cannot answer this from the documents.", True), (None, answer, False)):
         assert scorer.score(Q, r, args[0], args[1], refused=args[2], citations=()).confidence.detail["features"][
@@ -375,41 +326,22 @@ def test_a_judgement_that_fails_leaves_the_claim_to_the_lexical_check_and_keeps_
     assert sig.faithfulness.detail["claims"][0]["judge"] is None and sig.faithfulness.value == 1.0
 
 
-def test_a_generator_that_is_gone_stops_the_attempt_from_the_judge_and_the_question_read() -> None:
+def test_a_generator_that_is_gone_stops_the_attempt_from_the_judge() -> None:
     """Unlike a prompt that does not fit, an unavailable generator (a server down) is not a
     judgement to skip: it must reach the engine, which stops the run rather than store attempts
     scored without it."""
     from self_improving_rag.errors import GeneratorUnavailableError
     from self_improving_rag.types import Generation
 
-    class Gone(QuestionReader):
+    class Gone(Judge):
         def yes_probability(self, messages):
-            raise GeneratorUnavailableError("the server at http://localhost:8080 does not answer")
-
-        def span_logprobs(self, messages, span, need=None):
             raise GeneratorUnavailableError("the server at http://localhost:8080 does not answer")
 
     r = _retrieval(["The lighthouse of Marrow Point was built by Clara Venn."])
     gen = Generation(text="Clara Venn [1]", token_logprobs=(-0.1,), prompt_tokens=10, completion_tokens=1)
-    for check in (True, False):
-        scorer = SignalScorer(ScoringConfig(judge="llm", question_check=check), HashEmbedder(dim=64).embed, Gone({}))
-        with pytest.raises(GeneratorUnavailableError):
-            scorer.score(Q, r, gen, "Clara Venn [1]", refused=False, citations=(1,))
-
-
-def test_a_failed_question_check_leaves_the_feature_missing_not_the_attempt_failed() -> None:
-    from self_improving_rag.errors import GenerationError
-    from self_improving_rag.types import Generation
-
-    class Failing(QuestionReader):
-        def span_logprobs(self, messages, span, need=None):
-            raise GenerationError("prompt of 5000 tokens exceeds n_ctx=4096")
-
-    scorer = SignalScorer(ScoringConfig(judge="llm", question_check=True), HashEmbedder(dim=64).embed, Failing({}))
-    gen = Generation(text="Clara Venn [1]", token_logprobs=(-0.1,), prompt_tokens=10, completion_tokens=1)
-    sig = scorer.score(Q, _retrieval(["The lighthouse of Marrow Point was built by Clara Venn."]), gen,
-                       "Clara Venn [1]", refused=False, citations=(1,))
-    assert sig.confidence.detail["features"]["question_fit"] is None and sig.confidence.value is not None
+    scorer = SignalScorer(ScoringConfig(judge="llm"), HashEmbedder(dim=64).embed, Gone(0.9))
+    with pytest.raises(GeneratorUnavailableError):
+        scorer.score(Q, r, gen, "Clara Venn [1]", refused=False, citations=(1,))
 
 
 # -- the question's dates and kind ------------------------------------------------------------

@@ -159,7 +159,7 @@ def test_weak_grounding_names_the_best_relevance_and_the_setting():
     grd = Signal("grounding", 0.0, "0/5 passages relevant (max relevance 0.40)", {"relevance": [0.4, 0.1]})
     got = attribute(replace(sig, grounding=grd), ThresholdsConfig())
     assert got.failure == "WEAK_RETRIEVAL"
-    assert "best relevance 0.40" in got.reason and "scoring.relevance_threshold" in got.reason
+    assert "best relevance 0.40" in got.reason and "retrieval.relevance_midpoint" in got.reason
 
 
 def _with_dates(value, unstated=(), evidence=()):

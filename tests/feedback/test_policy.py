@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from self_improving_rag.config import PolicyConfig
+from self_improving_rag.feedback import policy as policy_module
 from self_improving_rag.feedback.policy import StrategyPolicy, query_features
 from self_improving_rag.types import Strategy
 
@@ -39,11 +40,13 @@ X = replace(DEFAULT, retriever="bm25")
 Y = replace(DEFAULT, prompt="strict")
 
 
-def test_alternatives_prior_keeps_one_lucky_success_from_displacing_a_long_record() -> None:
+def test_alternatives_prior_keeps_one_lucky_success_from_displacing_a_long_record(monkeypatch) -> None:
     # One lucky success among alternatives that mostly failed.
     counts = {DEFAULT.key: (40, 10), OTHER.key: (1, 0), X.key: (0, 3), Y.key: (1, 4)}
-    flat = share_other(StrategyPolicy(PolicyConfig(method="thompson", prior_strength=0), DEFAULT, Counts(counts)))
-    pooled = share_other(StrategyPolicy(PolicyConfig(method="thompson", prior_strength=4), DEFAULT, Counts(counts)))
+    assert policy_module.PRIOR_STRENGTH == 4
+    pooled = share_other(StrategyPolicy(PolicyConfig(method="thompson"), DEFAULT, Counts(counts)))
+    monkeypatch.setattr(policy_module, "PRIOR_STRENGTH", 0)
+    flat = share_other(StrategyPolicy(PolicyConfig(method="thompson"), DEFAULT, Counts(counts)))
     # Beta(1 + 1, 1) beats Beta(1 + 41, 1 + 10) about a third of the time; starting it where the
     # alternatives landed (m = 3/11, four pseudo-attempts) makes that rare.
     assert flat > 0.25
@@ -52,28 +55,26 @@ def test_alternatives_prior_keeps_one_lucky_success_from_displacing_a_long_recor
 
 def test_alternatives_prior_still_lets_a_proven_strategy_win() -> None:
     counts = {DEFAULT.key: (20, 20), OTHER.key: (18, 2)}
-    assert share_other(StrategyPolicy(PolicyConfig(method="thompson", prior_strength=4), DEFAULT, Counts(counts))) > 0.9
+    assert share_other(StrategyPolicy(PolicyConfig(method="thompson"), DEFAULT, Counts(counts))) > 0.9
 
 
-@pytest.mark.parametrize("use_labels", [True, False])
-def test_policy_learns_from_labels_when_configured(use_labels: bool) -> None:
+def test_policy_counts_every_attempt_by_its_checks_not_by_labels() -> None:
+    """Every attempt of the question's class counts (a strategy that worked as a repair is a
+    candidate first choice), by its checks: labels reach the policy through the calibration fit."""
     # The default passes its checks more often, but its answers were labelled wrong more often.
     plain = {DEFAULT.key: (25, 0), OTHER.key: (10, 15)}
     labelled = {DEFAULT.key: (5, 20), OTHER.key: (20, 5)}
     memory = Counts(plain, labelled)
-    share = share_other(StrategyPolicy(PolicyConfig(method="thompson", use_labels=use_labels), DEFAULT, memory))
-    assert all(c["use_labels"] is use_labels and c["qc"] == "who" for c in memory.calls)
-    if use_labels:
-        assert share > 0.9
-    else:
-        assert share < 0.1
+    share = share_other(StrategyPolicy(PolicyConfig(method="thompson"), DEFAULT, memory))
+    assert all(c == {"qc": "who", "first_only": False, "use_labels": False} for c in memory.calls)
+    assert share < 0.1
 
 
 def test_alternatives_prior_never_favours_an_unproven_alternative_over_an_equal_default() -> None:
     # Alternatives have done well, but the default has done just as well: a newcomer with the
     # same record as the default is not preferred to it.
     counts = {DEFAULT.key: (25, 0), OTHER.key: (25, 0)}
-    assert share_other(StrategyPolicy(PolicyConfig(method="thompson", prior_strength=4), DEFAULT, Counts(counts))) < 0.6
+    assert share_other(StrategyPolicy(PolicyConfig(method="thompson"), DEFAULT, Counts(counts))) < 0.6
 
 
 def test_first_strategy_choice_is_seeded() -> None:
@@ -84,8 +85,9 @@ def test_first_strategy_choice_is_seeded() -> None:
     assert a == b and a != c
 
 
-def test_thin_memory_falls_back_to_the_default() -> None:
-    policy = StrategyPolicy(PolicyConfig(method="thompson", min_history=10), DEFAULT, Counts({OTHER.key: (5, 0)}))
+def test_thin_memory_falls_back_to_the_default(monkeypatch) -> None:
+    monkeypatch.setattr(policy_module, "MIN_HISTORY", 10)
+    policy = StrategyPolicy(PolicyConfig(method="thompson"), DEFAULT, Counts({OTHER.key: (5, 0)}))
     assert share_other(policy) == 0.0
 
 
@@ -201,9 +203,10 @@ class TwoCorpora:
 
 
 def test_a_corpus_learns_from_its_own_record_once_it_has_one_and_borrows_before():
-    """Another corpus's record counts as at most stop_min_evidence (20) attempts per strategy: it
+    """Another corpus's record counts as at most STOP_MIN_EVIDENCE (20) attempts per strategy: it
     guides a corpus with little record of its own, and gives way to a long one."""
-    cfg = PolicyConfig(method="greedy", explore=0.0, min_history=3, stop_min_evidence=20)
+    assert (policy_module.MIN_HISTORY, policy_module.STOP_MIN_EVIDENCE) == (3, 20)
+    cfg = PolicyConfig(method="greedy", explore=0.0)
     memory = TwoCorpora({"A": {"first": {OTHER.key: (280, 20), DEFAULT.key: (100, 200)}},
                          "B": {"first": {DEFAULT.key: (3, 0), OTHER.key: (1, 2)}}})
     q = "Who wrote the letter?"
@@ -215,10 +218,11 @@ def test_a_corpus_learns_from_its_own_record_once_it_has_one_and_borrows_before(
     assert StrategyPolicy(cfg, DEFAULT, memory).first(q, query_features(q)) == OTHER
 
 
-def test_another_corpus_s_failed_repairs_never_stop_this_one_from_retrying():
+def test_another_corpus_s_failed_repairs_never_stop_this_one_from_retrying(monkeypatch):
     """Repairs after MISSED_ANSWER never worked on corpus A (0 of 24); corpus B has no record.
     Stopping B's retries on A's evidence would refuse B's answerable questions unasked."""
-    cfg = PolicyConfig(stop_below=0.1, stop_min_evidence=20, stop_explore=0.0)
+    monkeypatch.setattr(policy_module, "STOP_EXPLORE", 0.0)
+    cfg = PolicyConfig(stop_below=0.1)
     memory = TwoCorpora({"A": {"MISSED_ANSWER": {"more_context": (0, 12), "base_prompt": (0, 12)}}})
     q = "What did the keeper write?"
     assert StrategyPolicy(cfg, DEFAULT, memory, corpus="B").futile("MISSED_ANSWER", q, query_features(q)) is None
@@ -228,7 +232,7 @@ def test_another_corpus_s_failed_repairs_never_stop_this_one_from_retrying():
 def test_an_untried_repair_does_not_outrank_one_that_works():
     """The catalogue's order only breaks ties: more_context (first for MISSED_ANSWER, never tried)
     must not come before base_prompt, which worked 6 times in 8."""
-    cfg = PolicyConfig(method="greedy", explore=0.0, min_history=3)
+    cfg = PolicyConfig(method="greedy", explore=0.0)
     memory = TwoCorpora({None: {"MISSED_ANSWER": {"base_prompt": (6, 2), "switch_chunker": (50, 0)}}})
     q = "What did the keeper write?"
     order = StrategyPolicy(cfg, DEFAULT, memory).repair_order(q, "MISSED_ANSWER", query_features(q))

@@ -107,25 +107,3 @@ def test_ctrl_c_while_llama_cpp_calls_back_is_raised_once_the_call_returns() -> 
     assert signal.getsignal(signal.SIGINT) is before
     with _interrupt_held():  # no Ctrl-C: nothing raised
         pass
-
-
-def test_sampling_refuses_a_zero_temperature_and_replies_that_would_not_fit() -> None:
-    """sample_replies needs a temperature above 0, and room in the KV cache for its replies
-    beside the prompt and the greedy reply: without it, it says so before decoding anything."""
-    import types
-
-    import numpy as np
-
-    from self_improving_rag.errors import GenerationError
-    from self_improving_rag.generation.llamacpp import LlamaCppGenerator
-
-    gen = LlamaCppGenerator("unused.gguf", n_ctx=256, parallel=4)
-    gen._llm = types.SimpleNamespace(_ctx=None)  # loaded, as far as warm_up can tell; never decoded with
-    gen._last_prompt = (list(range(200)), np.zeros(8), 10)
-    with pytest.raises(ValueError, match="temperature must be > 0"):
-        gen.sample_replies(3, 8, temperature=0.0)
-    with pytest.raises(GenerationError, match=r"no room to sample: a prompt of 200 tokens, a reply of 10 and 3 replies "
-                                              r"of up to 16 exceed n_ctx=256; raise generator.n_ctx"):
-        gen.sample_replies(3, 16)
-    with pytest.raises(ValueError, match="parallel must be >= 1"):
-        LlamaCppGenerator("unused.gguf", parallel=0)

@@ -90,9 +90,11 @@ def test_builds_every_chunker(fake_config, corpus_dir: Path, hash_embedder) -> N
     assert not list(root.glob(".building-*"))
 
 
-def test_embedding_cache_shares_a_text_between_chunkers(tmp_path: Path, corpus_dir: Path, hash_embedder) -> None:
+def test_embedding_cache_shares_a_text_between_chunkers(tmp_path: Path, corpus_dir: Path, hash_embedder,
+                                                        monkeypatch) -> None:
     # Every chunker embeds its chunks' own text here (no pooled vectors).
-    fake_config = load_config(None, fake_overrides(tmp_path) + ["ingestion.pooled_vectors=[]"])
+    monkeypatch.setattr(pipeline, "POOLED_CHUNKERS", ())
+    fake_config = load_config(None, fake_overrides(tmp_path))
     assert all(p["vectors"] == "full" for p in chunker_params(fake_config, 256).values())
     embedder = CountingEmbedder(hash_embedder)
     report = ingest([corpus_dir], fake_config, embedder, progress=False)
@@ -111,7 +113,7 @@ def test_embedding_cache_shares_a_text_between_chunkers(tmp_path: Path, corpus_d
 
 
 def test_pooled_vectors_come_from_one_shared_sentence_pass(tmp_path: Path, corpus_dir: Path, hash_embedder) -> None:
-    cfg = load_config(None, fake_overrides(tmp_path) + ["ingestion.pooled_vectors=[fixed, semantic]"])
+    cfg = load_config(None, fake_overrides(tmp_path))
     params = chunker_params(cfg, 256)
     assert [params[n]["vectors"] for n in CHUNKERS] == ["pooled", "full", "pooled"]
     embedder = CountingEmbedder(hash_embedder)
@@ -142,12 +144,14 @@ def test_pooled_vectors_come_from_one_shared_sentence_pass(tmp_path: Path, corpu
     assert again.embedded_texts == 0 and embedder.calls == []
 
 
-def test_changing_the_vector_mode_rebuilds_that_chunker(tmp_path: Path, corpus_dir: Path, hash_embedder) -> None:
-    cfg = load_config(None, fake_overrides(tmp_path) + ["ingestion.pooled_vectors=[]"])
+def test_changing_the_vector_mode_rebuilds_that_chunker(tmp_path: Path, corpus_dir: Path, hash_embedder,
+                                                        monkeypatch) -> None:
+    cfg = load_config(None, fake_overrides(tmp_path))
+    monkeypatch.setattr(pipeline, "POOLED_CHUNKERS", ())
     ingest([corpus_dir], cfg, hash_embedder, progress=False)
     before = CorpusIndex(Path(cfg.paths.index_dir)).load_chunker("fixed").dense.reconstruct(0)
-    cfg2 = load_config(None, fake_overrides(tmp_path) + ["ingestion.pooled_vectors=[fixed]"])
-    ingest([corpus_dir], cfg2, hash_embedder, progress=False)
+    monkeypatch.setattr(pipeline, "POOLED_CHUNKERS", ("fixed",))
+    ingest([corpus_dir], cfg, hash_embedder, progress=False)
     index = CorpusIndex(Path(cfg.paths.index_dir))
     assert index.manifest()["chunkers"]["fixed"]["vectors"] == "pooled"
     after = index.load_chunker("fixed").dense.reconstruct(0)
@@ -157,7 +161,8 @@ def test_changing_the_vector_mode_rebuilds_that_chunker(tmp_path: Path, corpus_d
 # ---------------------------------------------------------------- incremental re-ingest
 
 
-def test_reingest_unchanged_embeds_nothing(fake_config, built_index: Path, corpus_dir: Path, hash_embedder) -> None:
+def test_reingest_unchanged_embeds_nothing(fake_config, built_index: Path, corpus_dir: Path, hash_embedder,
+                                           monkeypatch) -> None:
     before = _chunks(built_index)
     live = CorpusIndex(built_index).current_dir()
     embedder = CountingEmbedder(hash_embedder)
@@ -170,8 +175,10 @@ def test_reingest_unchanged_embeds_nothing(fake_config, built_index: Path, corpu
     assert report.unchanged and CorpusIndex(built_index).current_dir() == live
     assert report.chunks == CorpusIndex(built_index).manifest()["counts"] and len(report.documents) == 2
     # A setting the index is built with (the size at which FAISS would switch to an approximate index) writes a new one.
-    cfg = fake_config.model_copy(update={"retrieval": fake_config.retrieval.model_copy(update={"ann_threshold": 1000})})
-    again = ingest([corpus_dir], cfg, embedder, progress=False)
+    from self_improving_rag.ingestion import pipeline
+
+    monkeypatch.setattr(pipeline, "ANN_THRESHOLD", 1000)
+    again = ingest([corpus_dir], fake_config, embedder, progress=False)
     assert not again.unchanged and CorpusIndex(built_index).current_dir() != live
     assert _chunks(built_index) == before and embedder.calls == []
 

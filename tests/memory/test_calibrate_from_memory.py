@@ -290,7 +290,7 @@ def test_the_fits_penalty_is_chosen_from_the_labels_unless_set(store: MemoryStor
 
 
 def test_the_fit_rescales_the_default_score_unless_a_full_refit_scores_the_labels_better(store: MemoryStore) -> None:
-    """calibration.model "auto" (the default): choose_model's pick on all labels is the stored fit's
+    """The model "auto" (MODEL, what sirag uses): choose_model's pick on all labels is the stored fit's
     model, kept with its metrics, and the held-out figures chose per fold; "scaled" and "full" are
     used as given, a scaled fit with its slope and shift and no penalty."""
     from self_improving_rag.evaluation.calibration import answer_words, choose_model, fit_scaled, scaled_params
@@ -316,35 +316,16 @@ def test_the_fit_rescales_the_default_score_unless_a_full_refit_scores_the_label
     assert full["held_out"]["models"] == ["full"] * 5
 
 
-def test_the_engines_automatic_fit_uses_the_configured_model(store: MemoryStore) -> None:
+def test_the_engines_automatic_fit_chooses_the_model_and_its_strength_from_the_labels(store: MemoryStore) -> None:
     from self_improving_rag.config import Config
     from self_improving_rag.evaluation.calibrate import auto_calibrate_with
 
     _record(store, 30, SHORT, correct_every=1)
     _record(store, 30, LONG, correct_every=6)
-    config = Config()
-    config = config.model_copy(update={"calibration": config.calibration.model_copy(update={"model": "scaled"})})
-    line, stored = auto_calibrate_with(store, config)
-    assert stored and "(model scaled, held-out AUROC" in line
+    line, stored = auto_calibrate_with(store, Config())
+    assert stored and "is in use" in line
     metrics = store.latest_calibration()["metrics"]
-    assert metrics["model"] == "scaled" and metrics["l2"] is None
-
-
-def test_the_engines_automatic_fit_uses_the_configured_strength(store: MemoryStore) -> None:
-    """auto_calibrate_with hands calibration.l2 and calibration.model on: with the full model, a
-    number is the stored fit's strength."""
-    from self_improving_rag.config import Config
-    from self_improving_rag.evaluation.calibrate import auto_calibrate_with
-
-    _record(store, 30, SHORT, correct_every=1)
-    _record(store, 30, LONG, correct_every=6)
-    config = Config()
-    config = config.model_copy(update={"calibration": config.calibration.model_copy(update={"l2": 3.0,
-                                                                                            "model": "full"})})
-    line, _ = auto_calibrate_with(store, config)
-    assert line is not None and "is in use" in line and "(model full," in line
-    assert store.latest_calibration()["metrics"]["l2"] == 3.0
-    assert store.latest_calibration()["metrics"]["model"] == "full"
+    assert metrics["model"] in ("scaled", "full") and (metrics["l2"] is None) == (metrics["model"] == "scaled")
 
 
 def _record_on(store: MemoryStore, corpus: str | None, n: int, answer: str, correct_every: int) -> None:
@@ -399,7 +380,7 @@ def test_each_corpus_gets_a_fit_of_its_own_when_its_answers_go_another_way(store
     assert "corpus not recorded (answers recorded by an older sirag) (4 labels)" in out
     assert "(scored by the fit on all labels: its corpus is unknown)" in out
     assert "weights of the fit on all labels: " in out and out.count("    its weights (l2 ") == 2
-    assert out.count("; each held-out fold chose its own): ") == 2  # calibration.l2 auto
+    assert out.count("; each held-out fold chose its own): ") == 2  # L2 "auto"
     assert f"stored as fit {result['fit_id']}, with the own fits shown above for 2 corpora" in out
     _print_calibration({k: v for k, v in result.items() if k != "fit_id"})  # a dry run: nothing in use
     dry_out = capsys.readouterr().out
@@ -485,8 +466,8 @@ def test_a_fixed_strength_is_not_said_to_be_chosen(store: MemoryStore, capsys) -
     assert set(result["corpus_fits"]) == {"/i/a", "/i/b"} and not result["l2_chosen"]
     _print_calibration(result)
     out = capsys.readouterr().out
-    assert out.count("    its weights (l2 0.5, set by calibration.l2): ") == 2 and "chose its own" not in out
-    assert "pull toward the default weights: l2 0.5 (set by calibration.l2)" in out
+    assert out.count("    its weights (l2 0.5, fixed): ") == 2 and "chose its own" not in out
+    assert "pull toward the default weights: l2 0.5 (fixed)" in out
 
 
 def test_each_corpus_fit_is_made_toward_the_stored_fits_model(store: MemoryStore, monkeypatch, capsys) -> None:
@@ -512,7 +493,7 @@ def test_each_corpus_fit_is_made_toward_the_stored_fits_model(store: MemoryStore
     assert set(result["corpus_fits"]) == {"/i/a", "/i/b"}
     _print_calibration(result)
     out = capsys.readouterr().out
-    assert out.count("    its weights (l2 0.5, set by calibration.l2): ") == 2
+    assert out.count("    its weights (l2 0.5, fixed): ") == 2
     assert "model: scaled, the default weights' score times " in out and "pull toward the default weights" not in out
 
 

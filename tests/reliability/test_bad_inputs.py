@@ -265,8 +265,7 @@ BUGS: dict[str, Case] = {
     "index-object-npy": Case(lambda d, w: _damaged_index(w, d, "object-npy"), ("index",)),
     "generator-backend-openai-unreachable": Case(
         lambda d, w: ["ask", QUESTION], ("openai",),
-        extra=("generator.backend=openai", "generator.base_url=http://127.0.0.1:9/v1", "generator.retries=0",
-               "generator.timeout_s=2")),
+        extra=("generator.backend=openai", "generator.base_url=http://127.0.0.1:9/v1", "generator.timeout_s=2")),
 }
 BUG_REASONS = {
     **{f"index-{k}": "BUG: retrieval/index.py CorpusIndex.load_chunker (lines 208-213: json.loads, "

@@ -105,8 +105,7 @@ class FakeServer:
 
     @property
     def settings(self) -> tuple[str, ...]:
-        return ("generator.backend=openai", f"generator.base_url=http://127.0.0.1:{self.server.server_address[1]}/v1",
-                "generator.retries=0")
+        return ("generator.backend=openai", f"generator.base_url=http://127.0.0.1:{self.server.server_address[1]}/v1")
 
 
 @pytest.fixture

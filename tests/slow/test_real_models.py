@@ -90,95 +90,13 @@ def test_small_packaged_model_generates_with_logprobs_and_prefix_reuse():
     assert again.reused_prefix_tokens == n_prompt - 1  # the same prompt again: all but the last token
 
 
-def test_replies_sampled_together_continue_the_answer_prompt_and_leave_the_cache_as_it_was():
-    """sample_replies decodes its replies together, one KV sequence each, from copies of the
-    prompt's cells. Drawn from the single likeliest token, every reply is the greedy answer
-    (cut at the length asked): a reply decoded at the wrong position, or from cells that do not
-    hold the prompt, would drift from it; so would one drawn after another prompt has
-    overwritten the cache without the prompt being read again. The draws are seeded by the
-    prompt (the same replies again), the greedy answer's cache is kept, and the sampled
-    sequences are emptied."""
-    import llama_cpp
-
-    from self_improving_rag.generation.llamacpp import LlamaCppGenerator
-    from self_improving_rag.generation.prompts import build_judge_messages, build_messages
-    from self_improving_rag.generation.registry import resolve_model
-    from self_improving_rag.types import Passage
-
-    path = resolve_model("smollm2-135m-instruct", "unused")
-    passages = [Passage(1, "The lighthouse of Marrow Point was built in 1852 by Clara Venn.", ("a",), "d", "D", 0, 10, 0.9)]
-    messages = build_messages("base", "Who built the lighthouse?", passages)
-    gen = LlamaCppGenerator(str(path), n_ctx=2048, max_tokens=12, parallel=4)
-    out = gen.generate(messages)
-    n = out.prompt_tokens
-    ids = gen._llm.input_ids[n:n + 6].tolist()  # the greedy reply's first tokens, as generated
-    cut = next((i for i, t in enumerate(ids) if b"\n" in gen._llm.detokenize([t])), len(ids))
-    greedy = gen._llm.detokenize(ids[:cut]).decode("utf-8", "replace").strip()
-    assert greedy and gen.sample_replies(3, 6, temperature=1.0, top=1) == [greedy] * 3
-    memory = llama_cpp.llama_get_memory(gen._llm._ctx.ctx)
-    assert [llama_cpp.llama_memory_seq_pos_max(memory, s) for s in (1, 2, 3)] == [-1, -1, -1]
-    drawn = gen.sample_replies(3, 8, temperature=1.5)
-    assert len(drawn) == 3 and gen.sample_replies(3, 8, temperature=1.5) == drawn
-    assert gen.sample_replies(9, 8, temperature=1.5) == drawn  # at most parallel - 1 replies
-    again = gen.generate(messages)
-    assert again.text == out.text and again.reused_prefix_tokens == again.prompt_tokens - 1
-    gen.yes_probability(build_judge_messages("base", "Who built it?", passages, "Clara Venn built it."))
-    assert gen.sample_replies(3, 6, temperature=1.0, top=1) == [greedy] * 3  # the prompt read again first
-    assert gen.can_sample(3) and not gen.can_sample(4)
-    one = LlamaCppGenerator(str(path), n_ctx=2048, max_tokens=12)
-    one.generate(messages)
-    assert one.sample_replies(3, 8) is None and not one.can_sample(1)  # one sequence cannot hold the replies
-
-
-def test_a_span_read_in_one_batch_scores_as_token_by_token():
-    """span_logprobs runs the question's tokens as one batch, with a row of logits for each
-    token asked for; each log-prob equals the one read after evaluating the tokens one at a time,
-    and the tokens not asked for get None. The read reuses the judge's cached passages."""
-    import numpy as np
-
-    from self_improving_rag.generation.llamacpp import LlamaCppGenerator
-    from self_improving_rag.generation.prompts import build_judge_messages, build_messages, build_question_read_messages
-    from self_improving_rag.generation.registry import resolve_model
-    from self_improving_rag.types import Passage
-
-    gen = LlamaCppGenerator(str(resolve_model("smollm2-135m-instruct", "unused")), n_ctx=2048, max_tokens=8)
-    passages = [Passage(1, "The lighthouse of Marrow Point was built in 1852 by Clara Venn.", ("a",), "d", "D", 0, 10, 0.9)]
-    question = "Who built the lighthouse of Marrow Point?"
-    gen.generate(build_messages("base", question, passages))
-    gen.yes_probability(build_judge_messages("base", question, passages, "Clara Venn"))
-    messages, span = build_question_read_messages("base", question, passages, "Clara Venn [1]")
-    read = gen.span_logprobs(messages, span)
-    assert gen.last_reused_tokens > 20  # the system message and the passages
-    assert "".join(p for p, _ in read) == span
-    prompt = gen.format(messages)
-    before, cont = gen.tokenize(prompt[:prompt.rfind(span)]), gen.tokenize(span)
-    # Only some tokens asked for: the same values there, None elsewhere.
-    every_other = gen.span_logprobs(messages, span, need=lambda pieces: [i % 2 == 1 for i in range(len(pieces))])
-    assert [lp is None for _, lp in every_other] == [i % 2 == 0 for i in range(len(read))]
-    assert [lp for _, lp in every_other if lp is not None] == pytest.approx([lp for _, lp in read][1::2], abs=0.2)
-    n_cached = gen._llm.n_tokens
-    none = gen.span_logprobs(messages, span, need=lambda pieces: [False] * len(pieces))
-    assert "".join(p for p, _ in none) == span and all(lp is None for _, lp in none)
-    assert gen._llm.n_tokens == n_cached  # nothing needed: nothing run
-    gen._llm.n_tokens = 0  # nothing cached: evaluate from scratch, one token at a time
-    gen._prefill(before)
-    one_by_one = []
-    for tok in cont:
-        logits = gen._logits()
-        one_by_one.append(float(logits[tok] - np.logaddexp.reduce(logits)))
-        gen._llm.eval([tok])
-    # Batched and one-token kernels round differently: up to 0.12 seen on this 4-bit model, where
-    # a row read one position off would differ by nats.
-    assert [lp for _, lp in read] == pytest.approx(one_by_one, abs=0.2)
-    assert max(abs(a - b) for a, b in zip(one_by_one[1:], one_by_one[:-1])) > 1.0  # positions differ by more
-
-
 @pytest.mark.parametrize("model", ["smollm2-135m-instruct", "default"])
-def test_the_question_read_while_the_prompt_is_evaluated_scores_as_a_read_afterwards(model):
+def test_the_question_read_while_the_prompt_is_evaluated_scores_as_read_token_by_token(model):
     """generate(read=...) reads the question where the answer prompt holds it while evaluating
-    that prompt: the tokens asked for get the log-probs span_logprobs gives on the same prompt,
-    the others None, and the reply is the one generated without the read. The default model's
-    vocabulary joins the question's "?" and the newline after it: the read must still be made."""
+    that prompt, in one batch: the tokens asked for get the log-probs read one token at a time
+    on the same prompt, the others None, and the reply is the one generated without the read. The
+    default model's vocabulary joins the question's "?" and the newline after it: the read must
+    still be made."""
     import numpy as np
 
     from self_improving_rag.config import load_config
@@ -202,9 +120,19 @@ def test_the_question_read_while_the_prompt_is_evaluated_scores_as_a_read_afterw
     assert "".join(p for p, _ in read.prompt_read) == span
     scored = [w for w, lp in question_words(list(read.prompt_read)) if lp is not None]
     assert scored == ["built", "lighthouse", "Marrow", "Point"], read.prompt_read
-    after = gen.span_logprobs(messages, span)
+    tokens = gen.tokenize(gen.format(messages))
+    start, cont = gen._span_in(gen.format(messages), tokens, span)
+    gen._llm.n_tokens = 0  # nothing cached: evaluate from scratch, one token at a time
+    gen._prefill(tokens[:start])
+    one_by_one = []
+    for tok in cont:
+        logits = gen._logits()
+        one_by_one.append(float(logits[tok] - np.logaddexp.reduce(logits)))
+        gen._llm.eval([tok])
+    # Batched and one-token kernels round differently: up to 0.12 seen on a 4-bit model, where a
+    # row read one position off would differ by nats.
     assert [lp for _, lp in read.prompt_read if lp is not None] == pytest.approx(
-        [a for (_, lp), (_, a) in zip(read.prompt_read, after) if lp is not None], abs=0.2)
+        [a for (_, lp), a in zip(read.prompt_read, one_by_one) if lp is not None], abs=0.2)
     # With the prompt cached (the same question again), the rows are still computed.
     again = gen.generate(messages, read=(span, question_prior_needs))
     assert again.text == plain.text and [lp for _, lp in again.prompt_read] == pytest.approx(
