@@ -27,6 +27,8 @@ _INSTRUCTIONS = r"(?:instructions?|prompts?|directions|directives|rules|guidelin
 _PATTERNS = [
     # "ignore/disregard/forget (all) (previous) instructions"
     rf"\b(?:ignore|disregard|forget|override|bypass|skip)\b[^.!?\n]{{0,40}}\b{_INSTRUCTIONS}\b",
+    r"\b(?:ignore|disregard)\s+(?:the|this|that|any|every|all)\s+(?:user'?s?\s+)?(?:question|query|request)s?\b"
+    rf"[^.!?\n]{{0,40}}\b{_ANSWER}\b",
     # fake turns (chat-template turns are withheld whole by _TURN; lone tokens are stripped by the prompt)
     r"(?:^|\n)\s*(?:#+\s*|\*\*|\[)?\s*(?:system|assistant|ai)(?:\s+(?:prompt|message|note|override|instruction))?"
     r"\s*(?:\]|\*\*)?\s*[:>]",
