@@ -32,16 +32,17 @@ from sqlite_utils import Database
 
 from ..errors import InputError, MemoryStoreError, OlderSchemaError
 from ..evaluation.calibrate import ANY_LATEST, NOT_RECORDED
-from ..evaluation.calibration import (FEATURES, LOGPROB_FLOOR, NEUTRAL_VALUES, QUESTION_FEATURES, QUESTION_FIT_FLOOR,
-                                      answer_words, complete_weights, sigmoid)
+from ..evaluation.calibration import answer_words, sigmoid
 from ..evaluation.metrics import bin_index
 from ..types import Answer, AttemptRecord
 from . import integrity
 from .migrations import MIGRATIONS, migration_names
+from .verdicts import (COLUMN_FEATURES, FEATURES_SQL, QUESTION_TOKENS_SQL, VERDICT_ARGUMENTS, VERDICT_SQL, Judge,
+                       Verdicts, stored_features)
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MemoryStore", "question_id"]
+__all__ = ["MemoryStore", "Verdicts", "question_id"]
 
 T = TypeVar("T")
 
@@ -194,104 +195,6 @@ def open_merge_source(path: str | Path) -> MemoryStore:
         raise MemoryStoreError(f"cannot merge {path}: {why}; {fix}") from exc
 
 
-@dataclasses.dataclass(frozen=True)
-class Verdicts:
-    """Today's rule for whether a recorded attempt succeeded, for the policy's counts.
-
-    The diagnosis stored with an attempt was made under the confidence weights in use when it
-    ran. After a calibration fit those verdicts are stale: with the default weights SQuAD's first
-    attempts passed their checks 88% of the time, with the weights fitted on their gold labels
-    31% (docs/results.md, session 17). Counts read with a ``Verdicts`` judge every attempt whose
-    other checks passed by its confidence recomputed from its stored features under
-    ``weights``, against ``max(confidence_floor, min(1, answer_threshold + retry_margin ·
-    (number − 1)))``, the bar below which the engine diagnoses LOW_CONFIDENCE
-    (``thresholds.confidence``, ``loop.answer_threshold``, ``loop.retry_margin``). Such an attempt
-    also fails when its stored ``dates_unstated`` is above ``dates_threshold``
-    (``thresholds.dates_unstated``, attribution's rule 3b, which comes before the confidence):
-    attempts recorded before that rule, or under another threshold, are judged by today's.
-    ``corpus_weights`` maps a corpus to the weights its own fit gives (the stored fit's
-    ``corpus_fits``): an outcome recorded on that corpus is judged by them, as the engine would
-    judge it today; the others by ``weights``.
-    """
-
-    weights: dict[str, float] | None = None  # None: DEFAULT_WEIGHTS
-    answer_threshold: float = 0.5
-    retry_margin: float = 0.0
-    confidence_floor: float = 0.0
-    dates_threshold: float = 1.0  # 1: no attempt fails by its dates (the rule off)
-    corpus_weights: dict[str, dict[str, float]] | None = None
-
-
-def _stored_feature_sql(name: str) -> str:
-    """The SQL for a confidence feature the scorer stored in the attempt's signals (NULL where not)."""
-    return f"json_extract(a.signals_json, '$.confidence.detail.features.{name}')"
-
-
-# question_fit as the scorer defines it now: values recorded in session 19's version, read from
-# another prompt and token by token, come without the question's tokens and are left out (the
-# feature is then missing, as for an attempt recorded with the check off).
-_QUESTION_FIT_SQL = ("CASE WHEN json_type(a.signals_json, '$.confidence.detail.question_tokens') IS NOT NULL "
-                     f"THEN {_stored_feature_sql('question_fit')} END")
-_QUESTION_PRIOR_SQL = _stored_feature_sql("question_prior")
-
-_COLUMN_SQL = {
-    "coverage": "a.coverage", "grounding": "a.grounding", "faithfulness": "a.faithfulness",
-    "redundancy": "a.redundancy", "refusal": "a.refusal", "mean_logprob": "a.mean_logprob",
-    # The value the scorer used (from the raw answer; the stored answer has unknown citations
-    # dropped, which can change its words), else, for attempts recorded before the feature
-    # existed, the stored answer's.
-    "answer_words": f"COALESCE({_stored_feature_sql('answer_words')}, sirag_answer_words(a.answer, a.refusal))",
-    "question_fit": _QUESTION_FIT_SQL,
-    "question_prior": _QUESTION_PRIOR_SQL,
-    "dates_unstated": _stored_feature_sql("dates_unstated"),
-    "explanation": _stored_feature_sql("explanation"),
-    "agreement": _stored_feature_sql("agreement"),
-}
-assert set(_COLUMN_SQL) == set(FEATURES), "every confidence feature needs its column here"
-
-
-def _weight_sql(name: str) -> str:
-    # The outcome's corpus's own weight (cw: its row of :corpus_weights, joined on o.corpus), else
-    # the weight of the fit on all labels.
-    return f"COALESCE(cw.w_{name}, :w_{name})"
-
-
-def _feature_sql(name: str) -> str:
-    x = f"COALESCE({_COLUMN_SQL[name]}, :n_{name})"
-    if name == "mean_logprob":
-        x = f"MIN(MAX({x}, :logprob_floor), 0.0)"
-    elif name in QUESTION_FEATURES:
-        x = f"MIN(MAX({x}, :question_fit_floor), 0.0)"
-    return f"{_weight_sql(name)} * {x}"
-
-
-# The confidence, σ(bias + Σ w_i · x_i), from an attempt's stored features as
-# calibration.confidence computes it, and the attempt's bar as the engine sets it. A query that
-# uses it defines _CORPUS_WEIGHTS_CTE and joins the weights of the outcome's corpus:
-# _CORPUS_WEIGHTS_JOIN. The weights are read out of the JSON once, not once a row.
-_CONFIDENCE_SQL = f"sirag_sigmoid({_weight_sql('bias')} + " + " + ".join(_feature_sql(f) for f in FEATURES) + ")"
-_CORPUS_WEIGHTS_CTE = ("corpus_weights AS (SELECT key AS corpus, "
-                       + ", ".join(f"json_extract(value, '$.{k}') AS w_{k}" for k in ("bias", *FEATURES))
-                       + " FROM json_each(:corpus_weights))")
-_CORPUS_WEIGHTS_JOIN = "LEFT JOIN corpus_weights cw ON cw.corpus = o.corpus"
-_BAR_SQL = "MAX(:floor, MIN(1.0, :threshold + :margin * (a.number - 1)))"
-
-
-def _verdict_params(verdicts: Verdicts | None) -> dict[str, float]:
-    params: dict[str, float] = {"rejudge": 0 if verdicts is None else 1, "logprob_floor": LOGPROB_FLOOR,
-                                "question_fit_floor": QUESTION_FIT_FLOOR,
-                                "floor": 0.0, "threshold": 0.0, "margin": 0.0, "dates_threshold": 1.0}
-    weights = complete_weights(verdicts.weights if verdicts is not None else None)
-    params.update({f"w_{k}": v for k, v in weights.items()})
-    params.update({f"n_{k}": v for k, v in NEUTRAL_VALUES.items()})
-    own = (verdicts.corpus_weights if verdicts is not None else None) or {}
-    params["corpus_weights"] = json.dumps({c: complete_weights(w) for c, w in own.items()})
-    if verdicts is not None:
-        params.update(floor=float(verdicts.confidence_floor), threshold=float(verdicts.answer_threshold),
-                      margin=float(verdicts.retry_margin), dates_threshold=float(verdicts.dates_threshold))
-    return params
-
-
 #: Set when Ctrl-C lands inside one of the store's SQL functions. SQLite turns whatever a Python
 #: function raises into ``OperationalError("user-defined function raised exception")``, which
 #: would reach the user as an internal error; the store raises KeyboardInterrupt in its place.
@@ -350,8 +253,12 @@ def _sigint_deferred(conn: sqlite3.Connection) -> Iterator[None]:
         raise KeyboardInterrupt
 
 
-def _register_functions(conn: sqlite3.Connection) -> None:
-    """The SQL functions the counts use (pure; registered on every connection)."""
+def _register_functions(conn: sqlite3.Connection, judge: Judge) -> None:
+    """The store's SQL functions, registered on every connection: ``sirag_verdict`` (``judge``),
+    with which the policy's counts judge an attempt by today's rule, and the pure
+    ``sirag_answer_words`` and ``sirag_sigmoid`` (calibration's), for SQL of one's own over the
+    stored features."""
+    conn.create_function("sirag_verdict", len(VERDICT_ARGUMENTS), _interruptible(judge))
     conn.create_function("sirag_answer_words", 2,
                          _interruptible(lambda text, refusal: answer_words(text, bool(refusal))), deterministic=True)
     conn.create_function("sirag_sigmoid", 1, _interruptible(sigmoid), deterministic=True)
@@ -374,6 +281,8 @@ class MemoryStore:
         self._immutable = False  # read-only through immutable=1 (see _open)
         # One connection shared by threads; the lock keeps their transactions apart.
         self._lock = threading.RLock()
+        # The SQL function the policy's counts judge attempts with (see strategy_counts).
+        self._judge = Judge()
         self.db = self._open()
 
     # ------------------------------------------------------------------ opening
@@ -459,7 +368,7 @@ class MemoryStore:
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             conn.execute("PRAGMA foreign_keys = ON")
-            _register_functions(conn)
+            _register_functions(conn, self._judge)
             if not self.memory:
                 integrity.check(conn, self.path)  # a damaged store is refused before any work is spent on it
             db = Database(conn, execute_plugins=False)
@@ -1029,35 +938,36 @@ class MemoryStore:
             FROM feedback
         )"""
     # An attempt's success: the outcome's label when this attempt is the answer that was
-    # labelled (and labels are used), else whether its attribution was NONE.
-    # With a Verdicts (:rejudge = 1), an attempt whose checks passed but for its confidence
-    # (stored NONE or LOW_CONFIDENCE: LOW_CONFIDENCE is attribution's last test) succeeds when
-    # its confidence under today's weights reaches today's bar for its attempt number and its
-    # dates_unstated does not exceed today's threshold (attribution's rule 3b). (CASE, not AND:
-    # only those attempts pay for the confidence; a confidence that cannot be computed is a
-    # failure, never NULL; an attempt without dates_unstated has no date to leave unstated.)
+    # labelled (and labels are used), else, without Verdicts (:rejudge = 0), whether its
+    # attribution was NONE, and with them whether today's rule diagnoses it NONE (sirag_verdict,
+    # see verdicts.Judge).
     _SUCCESS = f"""CASE WHEN :use_labels AND l.label IS NOT NULL AND a.number = o.chosen_attempt
                       THEN l.label
                       WHEN NOT :rejudge THEN a.failure = 'NONE'
-                      WHEN a.failure IN ('NONE', 'LOW_CONFIDENCE')
-                      THEN COALESCE({_CONFIDENCE_SQL} >= {_BAR_SQL}, 0)
-                           AND COALESCE({_COLUMN_SQL["dates_unstated"]}, 0) <= :dates_threshold
-                      ELSE 0 END"""
+                      ELSE {VERDICT_SQL} END"""
 
     # Every repair attempt (an attempt made by a repair) with its success, its outcome's query
     # class, and the failure of the attempt before it in the same outcome (the failure the
     # repair answered).
-    _REPAIRS = f"""{_LATEST_LABEL}, {_CORPUS_WEIGHTS_CTE},
+    _REPAIRS = f"""{_LATEST_LABEL},
             seq AS (
                 SELECT repair, ok, query_class, prev_failure FROM (
-                    SELECT a.repair, {_SUCCESS} AS ok, o.query_class,
+                    -- Only the repairs are judged: the others are there for LAG.
+                    SELECT a.repair, CASE WHEN a.repair IS NOT NULL THEN {_SUCCESS} END AS ok,
+                           o.query_class,
                            LAG(a.failure) OVER (PARTITION BY a.outcome_id ORDER BY a.number) AS prev_failure
                     FROM attempts a JOIN outcomes o ON o.id = a.outcome_id
                     LEFT JOIN latest l ON l.outcome_id = o.id AND l.rn = 1
-                    {_CORPUS_WEIGHTS_JOIN}
                     WHERE (:corpus IS NULL OR o.corpus = :corpus)  -- here, so other corpora are never judged
                 ) WHERE repair IS NOT NULL
             )"""
+
+    def _judged_rows(self, sql: str, params: dict[str, Any], use_labels: bool,
+                     verdicts: Verdicts | None) -> list[dict[str, Any]]:
+        """The rows of a count whose SQL reads :attr:`_SUCCESS`, its attempts judged by ``verdicts``."""
+        with self._lock, self._judge.judging(verdicts):
+            return self._rows(sql, {**params, "use_labels": 1 if use_labels else 0,
+                                    "rejudge": 0 if verdicts is None else 1})
 
     def strategy_counts(self, query_class: str | None = None, first_only: bool = True,
                         use_labels: bool = False, verdicts: Verdicts | None = None,
@@ -1073,22 +983,20 @@ class MemoryStore:
         diagnosis recorded when it ran. With ``corpus``, only the outcomes answered from that
         corpus (index folder) count.
         """
-        rows = self._rows(
+        # COUNT(*) - SUM(ok): the one SUM is computed once a row, so each attempt is judged once.
+        rows = self._judged_rows(
             f"""
-            WITH {self._LATEST_LABEL}, {_CORPUS_WEIGHTS_CTE}
-            SELECT a.strategy_key AS key,
-                   SUM({self._SUCCESS}) AS ok, SUM(NOT ({self._SUCCESS})) AS bad
+            WITH {self._LATEST_LABEL}
+            SELECT a.strategy_key AS key, SUM({self._SUCCESS}) AS ok, COUNT(*) - SUM({self._SUCCESS}) AS bad
             FROM attempts a JOIN outcomes o ON o.id = a.outcome_id
             LEFT JOIN latest l ON l.outcome_id = o.id AND l.rn = 1
-            {_CORPUS_WEIGHTS_JOIN}
             WHERE (NOT :first_only
                    OR a.number = (SELECT MIN(f.number) FROM attempts f WHERE f.outcome_id = a.outcome_id))
               AND (:qc IS NULL OR o.query_class = :qc)
               AND (:corpus IS NULL OR o.corpus = :corpus)
             GROUP BY a.strategy_key
             """,
-            {"qc": query_class, "first_only": 1 if first_only else 0, "use_labels": 1 if use_labels else 0,
-             "corpus": corpus, **_verdict_params(verdicts)},
+            {"qc": query_class, "first_only": 1 if first_only else 0, "corpus": corpus}, use_labels, verdicts,
         )
         return {r["key"]: (int(r["ok"]), int(r["bad"])) for r in rows}
 
@@ -1102,15 +1010,14 @@ class MemoryStore:
         """
         if not isinstance(failure, str) or not failure:
             raise ValueError(f"failure must be a non-empty str, got {failure!r}")
-        rows = self._rows(
+        rows = self._judged_rows(
             f"""
             WITH {self._REPAIRS}
             SELECT repair, SUM(ok) AS ok, SUM(NOT ok) AS bad
             FROM seq WHERE prev_failure = :failure AND (:qc IS NULL OR query_class = :qc)
             GROUP BY repair
             """,
-            {"qc": query_class, "failure": failure, "use_labels": 1 if use_labels else 0, "corpus": corpus,
-             **_verdict_params(verdicts)},
+            {"qc": query_class, "failure": failure, "corpus": corpus}, use_labels, verdicts,
         )
         return {r["repair"]: (int(r["ok"]), int(r["bad"])) for r in rows}
 
@@ -1119,14 +1026,14 @@ class MemoryStore:
         """Per failure type: (successes, failures) of all repairs that followed it, over every
         query class and repair; the stop rule's evidence for a failure type with little record of
         its own. ``use_labels``, ``verdicts`` and ``corpus`` as in :meth:`strategy_counts`."""
-        rows = self._rows(
+        rows = self._judged_rows(
             f"""
             WITH {self._REPAIRS}
             SELECT prev_failure, SUM(ok) AS ok, SUM(NOT ok) AS bad
             FROM seq WHERE prev_failure IS NOT NULL
             GROUP BY prev_failure
             """,
-            {"use_labels": 1 if use_labels else 0, "corpus": corpus, **_verdict_params(verdicts)},
+            {"corpus": corpus}, use_labels, verdicts,
         )
         return {r["prev_failure"]: (int(r["ok"]), int(r["bad"])) for r in rows}
 
@@ -1136,24 +1043,22 @@ class MemoryStore:
         Each dict: outcome_id, question_id, query_class, attempt, coverage, redundancy, grounding,
         faithfulness, confidence, refusal, mean_logprob, answer (the attempt's answer text, for
         the answer_words feature), failure, label (1 correct, 0 wrong; the latest feedback
-        wins), source, question_fit (from the stored signals; None where it was not read, or was
-        read by session 19's version, which kept no question tokens), question_prior (None
-        where it was not read, as before session 21), dates_unstated (None for a question without
-        a date, and before session 22), explanation (None before session 22), agreement (None where
-        no replies were sampled, as before session 29) and corpus (the corpus it was answered from;
-        None before session 24). Signal values may be None.
+        wins), source, then every other confidence feature but answer_words as the store holds it
+        (:func:`verdicts.stored_features`; None where it was not recorded): question_fit (None
+        where it was not read, or was read by its first version, which kept no question tokens),
+        question_prior, dates_unstated (None for a question without a date), explanation,
+        agreement (None where no replies were sampled), and corpus (the corpus it was answered
+        from; None for outcomes recorded before corpora were). Signal values may be None.
         Refused outcomes are left out: confidence is the probability that a given answer is
         correct, and a label on a refusal ("rightly refused") says nothing about that.
         """
-        return self._rows(
+        rows = self._rows(
             f"""
             WITH {self._LATEST_LABEL}
             SELECT o.id AS outcome_id, o.question_id, o.query_class, a.number AS attempt,
                    a.coverage, a.redundancy, a.grounding, a.faithfulness, a.confidence,
                    a.refusal, a.mean_logprob, a.answer, a.failure, l.label, l.source,
-                   {_QUESTION_FIT_SQL} AS question_fit, {_QUESTION_PRIOR_SQL} AS question_prior,
-                   {_COLUMN_SQL["dates_unstated"]} AS dates_unstated, {_COLUMN_SQL["explanation"]} AS explanation,
-                   {_COLUMN_SQL["agreement"]} AS agreement, o.corpus
+                   {FEATURES_SQL} AS stored, {QUESTION_TOKENS_SQL} AS question_tokens, o.corpus
             FROM latest l
             JOIN outcomes o ON o.id = l.outcome_id
             JOIN attempts a ON a.outcome_id = o.id AND a.number = o.chosen_attempt
@@ -1161,6 +1066,14 @@ class MemoryStore:
             ORDER BY o.created_at, o.rowid  -- ties (one millisecond) in the order recorded, not by random id
             """
         )
+        out = []
+        for r in rows:
+            features = stored_features(r, r.pop("stored"), r.pop("question_tokens"), r["answer"])
+            corpus = r.pop("corpus")
+            # answer_words is left to calibration, which reads it from the answer text.
+            r.update({k: v for k, v in features.items() if k not in COLUMN_FEATURES and k != "answer_words"})
+            out.append({**r, "corpus": corpus})
+        return out
 
     def labelled_answers(self, since: str | None = None, after_label: int | None = None) -> int:
         """How many rows :meth:`labelled_attempts` returns, counted in SQL; with ``since`` (a
