@@ -1,4 +1,7 @@
-"""Today's verdict on a recorded attempt, for the policy's counts.
+"""The policy's counts, and today's verdict on a recorded attempt.
+
+:class:`Counts` gives the policy its evidence: per strategy, and per repair after each failure,
+how many recorded attempts succeeded and how many failed.
 
 The diagnosis stored with an attempt was made under the confidence weights and answer bars in use
 when it ran. With a :class:`Verdicts` the counts judge each attempt again as the engine would
@@ -13,12 +16,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import sqlite3
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from ..decision import CONFIDENCE_FAILURES, answer_bar, rediagnose
 from ..evaluation.calibration import FEATURES, answer_words, confidence_function
+from .connection import StoreFile
+from .interrupts import interruptible
 
 #: The confidence features the attempts table keeps in columns of their own (every version of
 #: the store recorded them there); the others are read from the features the scorer stored with
@@ -156,4 +162,113 @@ class Judge:
         return int(verdicts.diagnose(failure, number, features, corpus) == "NONE")
 
 
-__all__ = ["COLUMN_FEATURES", "Judge", "Verdicts", "stored_features"]
+class Counts(StoreFile):
+    """The policy's counts of recorded attempts (see :meth:`strategy_counts`)."""
+
+    def _register_functions(self, conn: sqlite3.Connection) -> None:
+        super()._register_functions(conn)
+        self._judge = Judge()  # the counts' sirag_verdict on this connection
+        conn.create_function("sirag_verdict", len(VERDICT_ARGUMENTS), interruptible(self._judge))
+
+    # An attempt's success: the outcome's label when this attempt is the answer that was
+    # labelled (and labels are used), else, without Verdicts (:rejudge = 0), whether its
+    # attribution was NONE, and with them whether today's rule diagnoses it NONE (sirag_verdict,
+    # see verdicts.Judge).
+    _SUCCESS = f"""CASE WHEN :use_labels AND l.label IS NOT NULL AND a.number = o.chosen_attempt
+                      THEN l.label
+                      WHEN NOT :rejudge THEN a.failure = 'NONE'
+                      ELSE {VERDICT_SQL} END"""
+
+    # Every repair attempt (an attempt made by a repair) with its success, its outcome's query
+    # class, and the failure of the attempt before it in the same outcome (the failure the
+    # repair answered).
+    _REPAIRS = f"""{StoreFile._LATEST_LABEL},
+            seq AS (
+                SELECT repair, ok, query_class, prev_failure FROM (
+                    -- Only the repairs are judged: the others are there for LAG.
+                    SELECT a.repair, CASE WHEN a.repair IS NOT NULL THEN {_SUCCESS} END AS ok,
+                           o.query_class,
+                           LAG(a.failure) OVER (PARTITION BY a.outcome_id ORDER BY a.number) AS prev_failure
+                    FROM attempts a JOIN outcomes o ON o.id = a.outcome_id
+                    LEFT JOIN latest l ON l.outcome_id = o.id AND l.rn = 1
+                    WHERE (:corpus IS NULL OR o.corpus = :corpus)  -- here, so other corpora are never judged
+                ) WHERE repair IS NOT NULL
+            )"""
+
+    def _judged_rows(self, sql: str, params: dict[str, Any], use_labels: bool,
+                     verdicts: Verdicts | None) -> list[dict[str, Any]]:
+        """The rows of a count whose SQL reads :attr:`_SUCCESS`, its attempts judged by ``verdicts``."""
+        with self._lock, self._judge.judging(verdicts):
+            return self._rows(sql, {**params, "use_labels": 1 if use_labels else 0,
+                                    "rejudge": 0 if verdicts is None else 1})
+
+    def strategy_counts(self, query_class: str | None = None, first_only: bool = True,
+                        use_labels: bool = False, verdicts: Verdicts | None = None,
+                        corpus: str | None = None) -> dict[str, tuple[int, int]]:
+        """Attempts per strategy key: (successes, failures); success is failure == 'NONE'.
+
+        ``first_only`` counts only each outcome's first attempt; otherwise every attempt counts,
+        so a strategy that only ever ran as a repair is known too. With ``use_labels`` the
+        attempt an outcome answered with counts by the outcome's latest label (gold from an
+        evaluation or ``sirag feedback``) instead of its attribution: an answer that passed its
+        checks but was labelled wrong is a failure. With ``verdicts`` an attempt is judged by the
+        confidence weights and answer bars in use now (:class:`Verdicts`) instead of by the
+        diagnosis recorded when it ran. With ``corpus``, only the outcomes answered from that
+        corpus (index folder) count.
+        """
+        # COUNT(*) - SUM(ok): the one SUM is computed once a row, so each attempt is judged once.
+        rows = self._judged_rows(
+            f"""
+            WITH {self._LATEST_LABEL}
+            SELECT a.strategy_key AS key, SUM({self._SUCCESS}) AS ok, COUNT(*) - SUM({self._SUCCESS}) AS bad
+            FROM attempts a JOIN outcomes o ON o.id = a.outcome_id
+            LEFT JOIN latest l ON l.outcome_id = o.id AND l.rn = 1
+            WHERE (NOT :first_only
+                   OR a.number = (SELECT MIN(f.number) FROM attempts f WHERE f.outcome_id = a.outcome_id))
+              AND (:qc IS NULL OR o.query_class = :qc)
+              AND (:corpus IS NULL OR o.corpus = :corpus)
+            GROUP BY a.strategy_key
+            """,
+            {"qc": query_class, "first_only": 1 if first_only else 0, "corpus": corpus}, use_labels, verdicts,
+        )
+        return {r["key"]: (int(r["ok"]), int(r["bad"])) for r in rows}
+
+    def repair_counts(self, failure: str, query_class: str | None = None,
+                      use_labels: bool = False, verdicts: Verdicts | None = None,
+                      corpus: str | None = None) -> dict[str, tuple[int, int]]:
+        """Per repair: (successes, failures) of the attempts that followed a ``failure`` attempt
+        (the failure recorded when the repair was chosen).
+
+        ``use_labels``, ``verdicts`` and ``corpus`` as in :meth:`strategy_counts`.
+        """
+        if not isinstance(failure, str) or not failure:
+            raise ValueError(f"failure must be a non-empty str, got {failure!r}")
+        rows = self._judged_rows(
+            f"""
+            WITH {self._REPAIRS}
+            SELECT repair, SUM(ok) AS ok, SUM(NOT ok) AS bad
+            FROM seq WHERE prev_failure = :failure AND (:qc IS NULL OR query_class = :qc)
+            GROUP BY repair
+            """,
+            {"qc": query_class, "failure": failure, "corpus": corpus}, use_labels, verdicts,
+        )
+        return {r["repair"]: (int(r["ok"]), int(r["bad"])) for r in rows}
+
+    def repairs_by_failure(self, use_labels: bool = False, verdicts: Verdicts | None = None,
+                           corpus: str | None = None) -> dict[str, tuple[int, int]]:
+        """Per failure type: (successes, failures) of all repairs that followed it, over every
+        query class and repair; the stop rule's evidence for a failure type with little record of
+        its own. ``use_labels``, ``verdicts`` and ``corpus`` as in :meth:`strategy_counts`."""
+        rows = self._judged_rows(
+            f"""
+            WITH {self._REPAIRS}
+            SELECT prev_failure, SUM(ok) AS ok, SUM(NOT ok) AS bad
+            FROM seq WHERE prev_failure IS NOT NULL
+            GROUP BY prev_failure
+            """,
+            {"corpus": corpus}, use_labels, verdicts,
+        )
+        return {r["prev_failure"]: (int(r["ok"]), int(r["bad"])) for r in rows}
+
+
+__all__ = ["COLUMN_FEATURES", "Counts", "Judge", "Verdicts", "stored_features"]
