@@ -958,7 +958,7 @@ def _print_calibration(result: dict) -> None:
           "by these labels)")
     by_corpus = held.get("by_corpus") or {}
     if len(by_corpus) > 1:
-        from .evaluation.calibrate import NOT_RECORDED
+        from .memory.analysis import NOT_RECORDED
 
         own = result.get("corpus_fits") or {}
         stored = "fit_id" in result

@@ -13,9 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..evaluation.calibrate import NOT_RECORDED
 from ..evaluation.metrics import bin_index
 from .connection import StoreFile, _loads
+
+#: How the outcomes recorded without a corpus (by a version before corpora were recorded) are named.
+NOT_RECORDED = "(not recorded)"
+
 # Attempt columns holding JSON, and the keys they are parsed into by show() and export().
 _JSON_COLUMNS = (("strategy_json", "strategy"), ("signals_json", "signals"), ("timings_json", "timings_ms"))
 _TOKEN_RE = re.compile(r"\w+", re.UNICODE)
@@ -430,4 +433,4 @@ class Analysis(StoreFile):
         return {"target": target, "n": len(pairs), "ece": ece if pairs else None, "bins": out_bins}
 
 
-__all__ = ["Analysis", "search_words"]
+__all__ = ["NOT_RECORDED", "Analysis", "search_words"]

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..evaluation.calibrate import ANY_LATEST
 from .connection import StoreFile, _after, _dumps, _loads, _utcnow
 from .verdicts import COLUMN_FEATURES, FEATURES_SQL, QUESTION_TOKENS_SQL, stored_features
+
+#: ``if_latest`` left out (:meth:`Fits.save_calibration`): store the fit whatever is newest.
+ANY_LATEST: Any = object()
 
 
 class Fits(StoreFile):
@@ -188,4 +190,4 @@ class Fits(StoreFile):
         return self._write(write)
 
 
-__all__ = ["Fits"]
+__all__ = ["ANY_LATEST", "Fits"]
