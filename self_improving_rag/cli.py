@@ -648,7 +648,7 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
         elif action == "search":
             if not args.arg:
                 raise InputError("sirag memory search needs some text to look for")
-            from .memory.store import search_words
+            from .memory.analysis import search_words
 
             if not search_words(args.arg):  # nothing would be searched: "no outcome matches" would mislead
                 raise InputError(f"sirag memory search: {args.arg!r} holds no word to look for (quotes, "
@@ -943,7 +943,7 @@ def _print_calibration(result: dict) -> None:
           "by these labels)")
     by_corpus = held.get("by_corpus") or {}
     if len(by_corpus) > 1:
-        from .evaluation.calibrate import NOT_RECORDED
+        from .memory.analysis import NOT_RECORDED
 
         own = result.get("corpus_fits") or {}
         stored = "fit_id" in result
@@ -1253,7 +1253,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
         import sqlite3
 
-        from .memory.store import interrupted_in_sql
+        from .memory.interrupts import interrupted_in_sql
 
         if isinstance(exc, sqlite3.OperationalError) and interrupted_in_sql(exc):  # a Ctrl-C in a SQL function
             print(f"interrupted: {_INTERRUPTED.get(args.command, 'stopped cleanly')}", file=sys.stderr)

@@ -22,7 +22,7 @@ from .feedback.policy import StrategyPolicy, query_features
 from .evaluation.metrics import normalize_answer
 from .generation.prompts import (REFUSAL_PHRASE, build_messages, drop_unknown_citations, is_refusal, load_template,
                                  parse_citations, question_span, strip_citations)
-from .memory.store import Verdicts
+from .memory.verdicts import Verdicts
 from .retrieval.embedder import Embedder, embedder_from_config
 from .retrieval.searcher import Searcher
 from .types import Answer, AttemptRecord, Generation, RetrievalResult, Strategy

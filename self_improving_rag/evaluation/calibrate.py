@@ -6,18 +6,14 @@ import logging
 from typing import Any
 
 from ..errors import InputError, MemoryStoreError
+from ..memory.analysis import NOT_RECORDED
+from ..memory.fits import ANY_LATEST
 from .calibration import (DEFAULT_L2, DEFAULT_WEIGHTS, answer_words, choose_l2, choose_model_and_l2, confidence,
                           cross_fit, evaluate_fit, fit_corpora, fit_weights, scaled_params, scaled_weights,
                           threshold_counts)
 
 
 log = logging.getLogger(__name__)
-
-#: ``if_latest`` left out (:meth:`MemoryStore.save_calibration`): store the fit whatever is newest.
-ANY_LATEST: Any = object()
-
-#: How ``held_out["by_corpus"]`` names the outcomes recorded without a corpus (before session 24).
-NOT_RECORDED = "(not recorded)"
 
 # How `sirag calibrate` and the automatic fit fit (docs/results.md, sessions 23, 24 and 32):
 #: the held-out figures and the keep-or-drop rule cross-fit the labels in this many folds (each

@@ -50,6 +50,7 @@ __all__ = [
     "QUESTION_FIT_FLOOR",
     "QUESTION_FEATURES",
     "confidence",
+    "confidence_function",
     "fit_weights",
     "fit_scaled",
     "fit_model",
@@ -219,8 +220,18 @@ def confidence(features: Mapping[str, float | None], weights: Mapping[str, float
     ``weights`` defaults to :data:`DEFAULT_WEIGHTS`; keys of ``features`` that are not in
     :data:`FEATURES` are ignored (so a whole ``Signals.values()`` dict can be passed).
     """
+    return confidence_function(weights)(features)
+
+
+def confidence_function(weights: Mapping[str, float] | None = None) -> Callable[[Mapping[str, float | None]], float]:
+    """:func:`confidence` under ``weights``, the weights checked (ValueError) and read once: for
+    scoring many attempts with one set of weights, as the memory store's re-judging does."""
     w = _weight_vector(DEFAULT_WEIGHTS if weights is None else weights)
-    return float(_sigmoid(_feature_vector(features) @ w))
+
+    def score(features: Mapping[str, float | None]) -> float:
+        return float(_sigmoid(_feature_vector(features) @ w))
+
+    return score
 
 
 def _design(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:

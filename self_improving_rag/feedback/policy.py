@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..config import PolicyConfig
-from ..memory.store import Verdicts
+from ..memory.verdicts import Verdicts
 from ..types import Strategy
 from .repairs import CATALOGUE, apply_repair, other_chunkers
 

@@ -17,7 +17,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .store import MemoryStore, _remove_quietly
+from .analysis import _remove_quietly
+from .store import MemoryStore
 
 __all__ = ["write_html_report"]
 
