@@ -185,8 +185,9 @@ class GeneratorConfig(_Model):
     temperature: float = Field(0.0, ge=0, le=2)
     max_tokens: int = Field(160, ge=1, le=4096)
     timeout_s: float = Field(300.0, gt=0)
-    # OpenAI-compatible HTTP backend
-    base_url: str = "http://127.0.0.1:8000/v1"
+    # OpenAI-compatible HTTP backend: one server's URL, or a list of servers of the same model, asked
+    # in turn (round-robin; one that cannot be reached is passed over), e.g. one per GPU machine
+    base_url: str | list[str] = "http://127.0.0.1:8000/v1"
     api_key_env: str = "OPENAI_API_KEY"
     retries: int = Field(2, ge=0, le=10)
     # transformers backend
@@ -200,9 +201,12 @@ class GeneratorConfig(_Model):
 
     @field_validator("base_url")
     @classmethod
-    def _http_url(cls, v: str) -> str:
-        if not v.startswith(("http://", "https://")):
-            raise ValueError(f"the server's URL must start with http:// or https://, e.g. http://{v}")
+    def _http_url(cls, v: str | list[str]) -> str | list[str]:
+        if isinstance(v, list) and not v:
+            raise ValueError("the list of servers is empty; give at least one URL, e.g. http://127.0.0.1:8000/v1")
+        for url in [v] if isinstance(v, str) else v:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"the server's URL must start with http:// or https://, e.g. http://{url}")
         return v
 
 
