@@ -8,13 +8,17 @@ under new ids when more are asked for than it has), asked with the default setti
 the judge) and the model named. Every run starts from a fresh memory store and the same index, so
 each answers the same questions from the same state. For each run: the wall time of the whole
 run (actors started and models loaded included), and the steady rate between the first answer
-and the last; and from the rows, the median time per stage and of the driver's memory writes.
+and the last; the CPU time this process and its children (Ray's actors) spent from the start to
+the last answer, per question, which a machine shared with other work does not inflate as it
+does the wall time; the load average; and from the rows, the median time per stage and of the
+driver's memory writes.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -39,6 +43,21 @@ def _questions(n: int) -> list[dict]:
     return out
 
 
+def _cpu_s() -> float:
+    """User + system CPU seconds of this process and every live descendant (Ray's actors and servers)."""
+    import psutil
+
+    me = psutil.Process()
+    total = 0.0
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
 def run_one(root: Path, label: str, model: str, threads: int, questions: list[dict], actors: int | None) -> dict:
     from self_improving_rag.batch import BatchSpec, QuestionsSpec, run_batch
     from self_improving_rag.config import load_config
@@ -51,8 +70,17 @@ def run_one(root: Path, label: str, model: str, threads: int, questions: list[di
                                 f"paths.log_dir={root / 'logs'}"])
     pool = RayPool(ExecutorSpec(actors=actors, cpus_per_actor=threads)) if actors else None
     stamps: list[float] = []
+    cpu: list[float] = []
+
+    def seen(row: dict) -> None:
+        stamps.append(time.perf_counter())
+        if len(stamps) == len(questions):  # the actors are still alive: their CPU time counts
+            cpu.append(_cpu_s())
+
+    load0 = os.getloadavg()[0]
+    cpu0 = _cpu_s()
     t0 = time.perf_counter()
-    run_batch(spec, root, config, progress=False, executor=pool, on_row=lambda row: stamps.append(time.perf_counter()))
+    run_batch(spec, root, config, progress=False, executor=pool, on_row=seen)
     wall = time.perf_counter() - t0
     rows = [json.loads(line) for line in (root / "runs" / label / "results.jsonl").read_text().splitlines()]
     stages: dict[str, list[float]] = {}
@@ -65,6 +93,8 @@ def run_one(root: Path, label: str, model: str, threads: int, questions: list[di
             "wall_s": round(wall, 1), "q_per_min": round(n / wall * 60, 2),
             "q_per_min_steady": round(steady, 2) if steady else None,
             "first_answer_s": round(stamps[0] - t0, 1),
+            "cpu_s_per_question": round((cpu[0] - cpu0) / n, 1) if cpu else None,
+            "load_average_1min": [round(load0, 1), round(os.getloadavg()[0], 1)],
             "median_ms": {k: round(statistics.median(v)) for k, v in stages.items()},
             "attempts_per_question": round(sum(len(r["attempts"]) for r in rows) / n, 2),
             "errors": sum(1 for r in rows if "error" in r)}
@@ -109,11 +139,13 @@ def main() -> int:
            "ray_init_s": round(ray_init_s, 1), "runs": results}
     name = f"ray_throughput-{args.model}.json"
     (OUT / name).write_text(json.dumps(out, indent=2))
-    print(f"| run | actors | threads each | questions | wall s | q/min | q/min steady | first answer s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| run | actors | threads each | questions | wall s | q/min | q/min steady | first answer s | "
+          "CPU s/question | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         print(f"| {r['run']} | {r['actors']} | {r['threads_per_engine']} | {r['questions']} | {r['wall_s']} | "
-              f"{r['q_per_min']} | {r['q_per_min_steady']} | {r['first_answer_s']} |")
+              f"{r['q_per_min']} | {r['q_per_min_steady']} | {r['first_answer_s']} | {r['cpu_s_per_question']} | "
+              f"{r['load_average_1min']} |")
     return 0
 
 

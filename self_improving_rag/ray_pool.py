@@ -247,6 +247,10 @@ class RayPool:
         cpus = self.spec.cpus_per_actor or _default_cpus(config)
         n_actors = min(self.spec.actors or _cluster_actors(ray, cpus), len(todo))
         _check_fits(ray, cpus)
+        if n_actors > _cluster_actors(ray, cpus):
+            print(f"note: {n_actors} Ray actors of {cpus:g} CPU(s) each are more than the cluster's CPUs hold now "
+                  f"({_cluster_actors(ray, cpus)}); the others start as CPUs free up or machines join",
+                  file=sys.stderr)
         alive_nodes = [n for n in ray.nodes() if n.get("Alive")]
         # A copy of memory only for actors on other machines (a cluster of several nodes).
         copy = self.memory_copy or (self.memory_copy is None and len(alive_nodes) > 1)
