@@ -168,7 +168,10 @@ class EngineActor:
                 self._tmp = tempfile.TemporaryDirectory(prefix="sirag-memory-")
                 db = str(Path(self._tmp.name) / "memory.db")
                 Path(db).write_bytes(snapshot)
-            store = MemoryStore(db, read_only=True) if Path(db).is_file() else None
+            if not Path(db).is_file():  # the driver made it before the run: this is another machine
+                raise BatchError(f"the memory store {db} is not on the machine of a Ray actor ({_node_name()}), "
+                                 "and no copy of it was sent; run the batch from a machine of the cluster")
+            store = MemoryStore(db, read_only=True)
             self.engine = Engine(config, memory=store, index_dir=index_dir, record=False, fit_id=fit_id)
             self.engine.warm_up()
         except SiragError as exc:
@@ -253,10 +256,12 @@ class RayPool:
                   file=sys.stderr)
         alive_nodes = [n for n in ray.nodes() if n.get("Alive")]
         # A copy of memory only for actors on other machines (a cluster of several nodes).
-        copy = self.memory_copy or (self.memory_copy is None and len(alive_nodes) > 1)
+        # Through Ray's client (ray://) the driver is on no machine of the cluster.
+        client = (self.spec.address or os.environ.get("RAY_ADDRESS", "")).startswith("ray://")
+        copy = self.memory_copy or client or (self.memory_copy is None and len(alive_nodes) > 1)
         snapshot = memory_snapshot(config.paths.memory_db) if copy else None
         actor_cls = ray.remote(EngineActor)
-        driver = _node_id() if not self.memory_copy else None  # None: no actor is on the driver's machine
+        driver = _node_id() if not (self.memory_copy or client) else None  # None: no actor is on its machine
         args = (config.model_dump(mode="json"), index_dir, fit_id, driver, snapshot)
         memory = MemoryStore(config.paths.memory_db)
         corpus = str(Path(index_dir).resolve())
