@@ -43,19 +43,26 @@ def _questions(n: int) -> list[dict]:
     return out
 
 
-def _cpu_s() -> float:
-    """User + system CPU seconds of this process and every live descendant (Ray's actors and servers)."""
+def _cpu_s() -> dict[int, float]:
+    """User + system CPU seconds of this process and of every live descendant (Ray's actors and
+    servers), by process id."""
     import psutil
 
     me = psutil.Process()
-    total = 0.0
+    out = {}
     for p in [me, *me.children(recursive=True)]:
         try:
             t = p.cpu_times()
-            total += t.user + t.system
+            out[p.pid] = t.user + t.system
         except psutil.Error:
             pass
-    return total
+    return out
+
+
+def _cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds spent between two :func:`_cpu_s` readings by the processes alive at the second
+    (a process ended in between, such as an earlier run's actor, counts for nothing)."""
+    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
 
 
 def run_one(root: Path, label: str, model: str, threads: int, questions: list[dict], actors: int | None) -> dict:
@@ -70,7 +77,7 @@ def run_one(root: Path, label: str, model: str, threads: int, questions: list[di
                                 f"paths.log_dir={root / 'logs'}"])
     pool = RayPool(ExecutorSpec(actors=actors, cpus_per_actor=threads)) if actors else None
     stamps: list[float] = []
-    cpu: list[float] = []
+    cpu: list[dict[int, float]] = []
 
     def seen(row: dict) -> None:
         stamps.append(time.perf_counter())
@@ -93,7 +100,7 @@ def run_one(root: Path, label: str, model: str, threads: int, questions: list[di
             "wall_s": round(wall, 1), "q_per_min": round(n / wall * 60, 2),
             "q_per_min_steady": round(steady, 2) if steady else None,
             "first_answer_s": round(stamps[0] - t0, 1),
-            "cpu_s_per_question": round((cpu[0] - cpu0) / n, 1) if cpu else None,
+            "cpu_s_per_question": round(_cpu_spent(cpu0, cpu[0]) / n, 1) if cpu else None,
             "load_average_1min": [round(load0, 1), round(os.getloadavg()[0], 1)],
             "median_ms": {k: round(statistics.median(v)) for k, v in stages.items()},
             "attempts_per_question": round(sum(len(r["attempts"]) for r in rows) / n, 2),
