@@ -112,7 +112,7 @@ def main() -> int:
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--questions", type=int, default=20)
     p.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray (this machine's)")
-    p.add_argument("--runs", default="single,ray1,ray2", help="which of single, ray1, ray2 to run")
+    p.add_argument("--runs", default="single,ray1,ray2", help="which of single, single1, ray1, ray2 to run")
     p.add_argument("--root", type=Path, help="work folder (default: a new temporary one); its index is reused")
     args = p.parse_args()
     need_shared()
@@ -133,7 +133,9 @@ def main() -> int:
     t = time.perf_counter()
     ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
     ray_init_s = time.perf_counter() - t
-    plans = {"single": (args.cpus, None), "ray1": (args.cpus, 1), "ray2": (max(1, args.cpus // 2), 2)}
+    # single1: one engine of one thread, the control for ray2 (two such engines).
+    plans = {"single": (args.cpus, None), "single1": (1, None), "ray1": (args.cpus, 1),
+             "ray2": (max(1, args.cpus // 2), 2)}
     results = []
     for name in args.runs.split(","):
         threads, actors = plans[name]
@@ -144,7 +146,7 @@ def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     out = {"benchmark": "ray_throughput", "commit": commit, "model": args.model, "cpus": args.cpus,
            "ray_init_s": round(ray_init_s, 1), "runs": results}
-    name = f"ray_throughput-{args.model}.json"
+    name = f"ray_throughput-{args.model}-{args.runs.replace(',', '-')}.json"
     (OUT / name).write_text(json.dumps(out, indent=2))
     print("| run | actors | threads each | questions | wall s | q/min | q/min steady | first answer s | "
           "CPU s/question | load |")
