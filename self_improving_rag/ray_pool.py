@@ -233,9 +233,6 @@ class RayPool:
         #: machine than the driver's (and only on a cluster of several machines); True, every actor.
         self.memory_copy: bool | None = None
 
-    def describe(self) -> str:
-        return f"Ray at {self.spec.address}" if self.spec.address else "a local Ray"
-
     def run(self, todo: list, run_name: str, keep: Callable[[dict], None], config, index_dir: str, loop: bool,
             fit_id: Any) -> None:
         """Ask ``todo`` (QAItems), passing each question's row to ``keep`` as its answer is recorded."""
