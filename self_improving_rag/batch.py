@@ -34,6 +34,7 @@ from .config import (NO_EFFECT, REMOVED_KEYS, Config, DuplicateKeyError, _merge,
                      load_yaml_unique, no_yes_no_for_numbers, parse_override, pins_strategy, to_yaml)
 from .errors import BatchError, ConfigError, SiragError
 from .evaluation.datasets import QAItem, load_qa, squad_contexts
+from .ray_pool import ExecutorSpec, file_before_ray, make_executor
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ class BatchSpec(BaseModel):
     loop: bool = True
     limit: int | None = Field(None, ge=1)
     offset: int = Field(0, ge=0)  # skip the first N questions (before --limit)
+    executor: ExecutorSpec | None = None  # ray: the questions are asked on Ray (ray_pool.py)
 
     @field_validator("name")
     @classmethod
@@ -1192,7 +1194,8 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
               loop: bool | None = None, progress: bool = True, suffix: str = "",
               on_row: Callable[[dict], None] | None = None, offset: int | None = None,
               cli_overrides: tuple[str, ...] | list[str] = (), guard_index: str | None = None,
-              derived: tuple[str, ...] = (), calibrate: bool = True, fits: dict[str, Any] | None = None) -> list[dict]:
+              derived: tuple[str, ...] = (), calibrate: bool = True, fits: dict[str, Any] | None = None,
+              executor: Any = None) -> list[dict]:
     """Run every grid point; returns one summary per run. ``cli_overrides`` are the command
     line's ``--set`` items, applied over the batch file's overrides. ``guard_index``: the index
     was named on the command line (what named it: "--index", --set paths.index_dir, or a --config
@@ -1202,7 +1205,8 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     ``calibrate``: fit the confidence weights first when memory's labels call for it
     (``calibration.auto_fit``); the runs themselves never fit. ``fits``: for a run (by name) that
     starts now, the calibration fit to score it with instead of memory's latest (a separate
-    loop-off run takes its loop run's, see :func:`_pin_fit`)."""
+    loop-off run takes its loop run's, see :func:`_pin_fit`). ``executor``: asks the questions
+    instead of this process or the ``workers`` (a :class:`~self_improving_rag.ray_pool.RayPool`)."""
     from tqdm import tqdm
 
     items = load_items(spec, base)
@@ -1273,7 +1277,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     runs = [(p, c.model_copy(update={"calibration": c.calibration.model_copy(update={"auto_fit": False})}), n, lp)
             for p, c, n, lp in runs]
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if workers > cpus:
+    if workers > cpus and executor is None:
         print(f"note: --workers {workers} is more than this machine's {cpus} CPU(s); each worker loads its own "
               "models and they share the CPUs, so the run will not be faster (use --workers "
               f"{cpus} or fewer)", file=sys.stderr)
@@ -1332,7 +1336,9 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
                                "it counts as wrong, under errors in the summary", file=sys.stderr)
                 bar.update(1)
 
-            if todo and workers <= 1:
+            if todo and executor is not None:
+                executor.run(todo, run_name, keep, config, index_dir, loop, fit_id)
+            elif todo and workers <= 1:
                 from .engine import Engine
                 from .memory import MemoryStore
 
@@ -1862,9 +1868,10 @@ def cmd_batch(args: argparse.Namespace, config: Config) -> int:
     # --index (or --set paths.index_dir) replaces the batch file's index:
     spec, named_by = _with_index(spec, *command_line_index(args, config))
     _note_default_index(args, config, spec, base, named_by)
-    summaries = run_batch(spec, base, config, limit=args.limit, workers=args.workers,
+    executor = make_executor(args.ray, args.workers, spec.executor)
+    summaries = run_batch(spec, base, config, limit=args.limit, workers=args.workers or 1,
                           loop=False if args.no_retry else None, progress=sys.stderr.isatty() and not args.json,
-                          offset=args.offset, cli_overrides=args.overrides, guard_index=named_by)
+                          offset=args.offset, cli_overrides=args.overrides, guard_index=named_by, executor=executor)
     if args.json:
         print(json.dumps(summaries))
     else:
@@ -1882,6 +1889,7 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
               sirag eval --dataset ../shared/data/qa/squad2_dev_normans.json --limit 40
               sirag eval configs/batch-sherlock-dev.yaml --retrieval-only
     """
+    file_before_ray(args)
     if args.file and args.dataset:
         raise BatchError("give a batch YAML file or --dataset FILE, not both (a batch file names its questions)")
     if args.separate_no_retry_run and not args.compare_no_retry:
@@ -1913,7 +1921,8 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
         raise BatchError("--compare-no-retry compares the loop with no loop, but this run has the loop off "
                          "(--no-retry, the batch file's loop: false, or loop.enabled: false); drop one of them")
     if args.retrieval_only:
-        ignored = [name for name, given in (("--workers", args.workers != 1), ("--no-retry", args.no_retry),
+        ignored = [name for name, given in (("--workers", args.workers not in (None, 1)),
+                                            ("--ray", args.ray is not None), ("--no-retry", args.no_retry),
                                             ("--compare-no-retry", args.compare_no_retry)) if given]
         if ignored:
             raise BatchError(f"--retrieval-only scores retrieval alone, with the default strategy and no answers: "
@@ -1936,9 +1945,10 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
     check_grid_conflicts(spec, args.overrides, memory=getattr(args, "memory", None))  # names --memory as such
     progress = sys.stderr.isatty() and not args.json
     derived = (("-plain",) if args.separate_no_retry_run else ("-single", "-plain")) if args.compare_no_retry else ()
-    summaries = run_batch(spec, base, config, limit=args.limit, workers=args.workers,
+    executor = make_executor(args.ray, args.workers, spec.executor)
+    summaries = run_batch(spec, base, config, limit=args.limit, workers=args.workers or 1,
                           loop=False if args.no_retry else None, progress=progress, offset=args.offset,
-                          cli_overrides=args.overrides, guard_index=named_by, derived=derived)
+                          cli_overrides=args.overrides, guard_index=named_by, derived=derived, executor=executor)
     out_root = _resolve(base, spec.output_dir)
     comparisons = [comparison_stem(out_root, spec.name, summaries)]  # a grid's, as run_batch wrote it
     if summaries and not any("correct_or_rightly_refused" in s for s in summaries):
@@ -1951,9 +1961,9 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
         if args.separate_no_retry_run:
             # calibrate=False: the loop run's gold labels must not calibrate its own comparison; and
             # each loop-off run is scored with the confidence weights of the loop run it is set beside.
-            noloop = run_batch(spec, base, config, limit=args.limit, workers=args.workers, loop=False,
+            noloop = run_batch(spec, base, config, limit=args.limit, workers=args.workers or 1, loop=False,
                                progress=progress, offset=args.offset, cli_overrides=args.overrides,
-                               guard_index=named_by, calibrate=False,
+                               guard_index=named_by, calibrate=False, executor=executor,
                                fits={s["run"] + "-noloop": pinned_fit(out_root / s["run"]) for s in loop_runs})
             comparisons.append(comparison_stem(out_root, spec.name, noloop))
             summaries += noloop
@@ -2040,9 +2050,13 @@ def add_batch_commands(sub, common, registry: dict, command) -> None:
         sp.add_argument("--limit", type=int_at_least(1), help="only the first N questions (after --offset); the summary "
                                                               "covers every question the run has answered")
         sp.add_argument("--offset", type=int_at_least(0), help="skip the first N questions")
-        sp.add_argument("--workers", type=int_at_least(1, 64), default=1,
+        sp.add_argument("--workers", type=int_at_least(1, 64),
                         help="worker processes sharing the memory store (each loads its own models: "
-                             "at most one per CPU helps)")
+                             "at most one per CPU helps; default 1); with --ray, the number of Ray actors")
+        sp.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                        help="ask the questions on Ray actors, this process alone recording the answers: a local "
+                             "Ray, or the cluster at ADDRESS (auto, HOST:6379, ray://HOST:10001); needs "
+                             "pip install -e '.[ray]' (docs/scale.md)")
         sp.add_argument("--no-retry", action="store_true", help="run with the loop off")
         if name == "eval":
             sp.add_argument("--dataset", help="JSONL or SQuAD 2.0 JSON with gold answers")

@@ -179,16 +179,21 @@ class GeneratorConfig(_Model):
                                description="0: greedy; above, replies are sampled (with a fixed seed, reproducible).")
     max_tokens: int = Field(160, ge=1, le=4096, description="The most tokens of a reply.")
     timeout_s: float = Field(300.0, gt=0, description="How long a reply from the server may take (openai).")
-    base_url: str = Field("http://127.0.0.1:8000/v1",
-                          description="The server's URL (openai); a key, if it wants one, is read from "
-                                      "$OPENAI_API_KEY.")
+    base_url: str | list[str] = Field(
+        "http://127.0.0.1:8000/v1",
+        description="The server's URL (openai), or a list of servers of the same model, asked in turn (one that "
+                    "cannot be reached is passed over; docs/scale.md); a key, if it wants one, is read from "
+                    "$OPENAI_API_KEY.")
     replies: list[str] = Field([], description="The scripted backend's replies, in order (tests).")
 
     @field_validator("base_url")
     @classmethod
-    def _http_url(cls, v: str) -> str:
-        if not v.startswith(("http://", "https://")):
-            raise ValueError(f"the server's URL must start with http:// or https://, e.g. http://{v}")
+    def _http_url(cls, v: str | list[str]) -> str | list[str]:
+        if isinstance(v, list) and not v:
+            raise ValueError("the list of servers is empty; give at least one URL, e.g. http://127.0.0.1:8000/v1")
+        for url in [v] if isinstance(v, str) else v:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"the server's URL must start with http:// or https://, e.g. http://{url}")
         return v
 
 

@@ -322,16 +322,12 @@ class Engine:
         if stop_note and answer.refused:
             answer = replace(answer, refusal_reason=f"{answer.refusal_reason}; {stop_note}")
         if self.record and self.memory is not None:
-            t = time.perf_counter()
             try:
-                outcome_id = self.memory.record(answer, features=features.__dict__, run_id=run_id, item_id=item_id,
-                                                success_threshold=self.config.loop.answer_threshold,
-                                                corpus=self.corpus)
+                answer = record_answer(self.memory, answer, threshold=self.config.loop.answer_threshold,
+                                       corpus=self.corpus, run_id=run_id, item_id=item_id, features=features,
+                                       started=t_start)
             except MemoryStoreError as exc:
                 raise AnswerNotRecordedError(f"the answer was not recorded in memory: {exc}", answer) from exc
-            timings = {**answer.timings_ms, "memory": (time.perf_counter() - t) * 1000}
-            timings["total"] = (time.perf_counter() - t_start) * 1000
-            answer = replace(answer, outcome_id=outcome_id, timings_ms=timings)
         return answer
 
     def _out_of_time(self, t_start: float, made: int) -> bool:
@@ -466,6 +462,24 @@ class Engine:
         self.searcher.close()
 
 
+def record_answer(memory, answer: Answer, *, threshold: float, corpus: str, run_id: str | None = None,
+                  item_id: str | None = None, features=None, started: float | None = None) -> Answer:
+    """Record ``answer`` in ``memory`` as :meth:`Engine.ask` does, and return it with its outcome id
+    and the time the write took (``memory``, added to ``total``; ``started``: the question's
+    ``perf_counter`` start in this process, else the answer's own total is extended). A batch run on
+    Ray records here, in the one process that writes memory, the answers its actors gave
+    (``Engine(record=False)``), so they are stored as a single-process run stores them."""
+    features = features if features is not None else query_features(answer.question)
+    t = time.perf_counter()
+    outcome_id = memory.record(answer, features=features.__dict__, run_id=run_id, item_id=item_id,
+                               success_threshold=threshold, corpus=corpus)
+    now = time.perf_counter()
+    timings = {**answer.timings_ms, "memory": (now - t) * 1000}
+    timings["total"] = ((now - started) * 1000 if started is not None
+                        else answer.timings_ms.get("total", 0.0) + timings["memory"])
+    return replace(answer, outcome_id=outcome_id, timings_ms=timings)
+
+
 def _no_repair_note(failure: str) -> str:
     """Why the loop stopped when no untried repair applies, for a refusal's reason."""
     return f"no retry: no repair after {failure} is left untried for this question"
@@ -546,4 +560,5 @@ def _sum_timings(attempts: list[AttemptRecord]) -> dict[str, float]:
     return out
 
 
-__all__ = ["VETO_FAILURES", "Engine", "acceptable", "answer_bar", "check_question", "restates_question"]
+__all__ = ["VETO_FAILURES", "Engine", "acceptable", "answer_bar", "check_question", "record_answer",
+           "restates_question"]

@@ -26,16 +26,29 @@ class OpenAIHTTPGenerator:
     With ``on_token`` (``sirag ask --stream``) the answer is asked for as a stream (server-sent
     events) and each piece is passed on as it arrives; a server that answers otherwise (an error
     status, or a whole JSON reply) is handled as without streaming.
+
+    ``base_url`` may list several servers of the same model: each request goes to the next one in
+    turn (round-robin, starting at a place drawn from the process id, so that the engines of a
+    batch's workers or Ray actors start on different servers), and a server that cannot be reached
+    is passed over for the next one (every server is tried before the request fails).
     """
 
     #: Longest wait a rate-limited request honours from the server's Retry-After header.
     MAX_RETRY_AFTER_S = 30.0
 
-    def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", timeout_s: float = 300.0,
+    def __init__(self, base_url: str | list[str] | tuple[str, ...], model: str, api_key_env: str = "OPENAI_API_KEY", timeout_s: float = 300.0,
                  retries: int = 2, temperature: float = 0.0, max_tokens: int = 160, seed: int = 0) -> None:
-        if not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
-        self.base_url = base_url.rstrip("/")
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        if not urls:
+            raise ValueError("base_url names no server; give one URL or a list of them")
+        for url in urls:
+            if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+                raise ValueError(f"base_url must start with http:// or https://, got {url!r}")
+        self.base_urls = [url.rstrip("/") for url in urls]
+        self._turn = os.getpid() % len(self.base_urls)
+        #: The server of the latest request (the one its messages name).
+        self.base_url = self.base_urls[self._turn]
+        self._clients: dict = {}
         self.model = model
         self.api_key_env = api_key_env
         self.api_key = os.environ.get(api_key_env, "")
@@ -45,16 +58,28 @@ class OpenAIHTTPGenerator:
         self.max_tokens = max_tokens
         self.seed = seed
         self.name = f"openai:{model}"
-        self._client = None
         self._logprobs = True  # False once the server refused a request for log-probs
         self._judge_ok = True  # False once it refused the judge's request for ten alternatives
 
     def warm_up(self) -> None:
-        if self._client is None:
+        if not self._clients:
             import httpx
 
             headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            self._client = httpx.Client(base_url=self.base_url, timeout=self.timeout_s, headers=headers)
+            self._clients = {url: httpx.Client(base_url=url, timeout=self.timeout_s, headers=headers)
+                             for url in self.base_urls}
+
+    @property
+    def _client(self):
+        """The HTTP client of the current server (:attr:`base_url`)."""
+        self.warm_up()
+        return self._clients[self.base_url]
+
+    def _next_server(self) -> None:
+        """Send the next request to the next server of ``base_url`` (round-robin)."""
+        if len(self.base_urls) > 1:
+            self._turn = (self._turn + 1) % len(self.base_urls)
+            self.base_url = self.base_urls[self._turn]
 
     def count_tokens(self, text: str) -> int:
         return max(1, len(text) // 4)
@@ -99,13 +124,21 @@ class OpenAIHTTPGenerator:
         self.warm_up()
         last: Exception | None = None
         where = f"generator.backend=openai: {self.base_url}"
-        for attempt in range(self.retries + 1):
+        # Every server of several is tried once at least before the request fails.
+        tries = max(self.retries + 1, len(self.base_urls))
+        for attempt in range(tries):
             try:
                 r = self._post_once(payload)
             except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as exc:
                 last = exc
-                if attempt < self.retries:
-                    time.sleep(min(4.0, 0.5 * 2 ** attempt))
+                if attempt < tries - 1:
+                    if len(self.base_urls) > 1:  # passed over for the next server
+                        log.warning("%s could not be reached (%s); trying %s", self.base_url, exc,
+                                    self.base_urls[(self._turn + 1) % len(self.base_urls)])
+                        self._next_server()
+                        where = f"generator.backend=openai: {self.base_url}"
+                    else:
+                        time.sleep(min(4.0, 0.5 * 2 ** attempt))
                 continue
             except httpx.TimeoutException as exc:
                 raise self._too_slow() from exc
@@ -155,7 +188,9 @@ class OpenAIHTTPGenerator:
             return data
         if isinstance(last, GeneratorUnavailableError):
             raise last
-        raise GeneratorUnavailableError(f"generator.backend=openai: cannot reach the server at {self.base_url} ({last}); "
+        at = (f"the server at {self.base_url}" if len(self.base_urls) == 1
+              else f"any of the servers {', '.join(self.base_urls)}")
+        raise GeneratorUnavailableError(f"generator.backend=openai: cannot reach {at} ({last}); "
                                         "start it or set generator.base_url") from last
 
     @staticmethod
@@ -275,6 +310,7 @@ class OpenAIHTTPGenerator:
                  read=None) -> Generation:
         # ``read`` is ignored: the server gives no log-probabilities for the prompt.
         t0 = time.perf_counter()
+        self._next_server()
         payload = {"model": self.model, "messages": messages, "temperature": self.temperature,
                    "max_tokens": self.max_tokens if max_tokens is None else max_tokens, "seed": self.seed}
         if self._logprobs:
@@ -315,6 +351,7 @@ class OpenAIHTTPGenerator:
         none (or a shape this cannot read): the claim is then checked without the judge."""
         if not (self._logprobs and self._judge_ok):
             return None
+        self._next_server()
         data = self._post({"model": self.model, "messages": messages, "temperature": 0.0, "max_tokens": 1,
                            "logprobs": True, "top_logprobs": 10})
         if not (self._logprobs and self._judge_ok):  # the server refused log-probs just now: no judgement

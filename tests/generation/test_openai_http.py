@@ -643,3 +643,63 @@ def test_streams_that_bend_the_format_are_read(fake_server, events) -> None:
     seen: list[str] = []
     out = _gen(fake_server).generate(MESSAGES, on_token=seen.append)
     assert seen == ["Hello", " world"] and out.text == "Hello world" and len(fake_server.requests) == 1
+
+
+# ---------------------------------------------------------------- several servers (round-robin)
+
+
+@pytest.fixture
+def two_fake_servers():
+    fakes = [FakeOpenAI(), FakeOpenAI()]
+    for fake in fakes:
+        fake.thread.start()
+    try:
+        yield fakes
+    finally:
+        for fake in fakes:
+            fake.release.set()
+            fake.server.shutdown()
+            fake.server.server_close()
+            fake.thread.join(5)
+
+
+def test_several_servers_are_asked_in_turn(two_fake_servers) -> None:
+    a, b = two_fake_servers
+    gen = OpenAIHTTPGenerator(base_url=[a.base_url, b.base_url], model="fake-model")
+    for _ in range(6):
+        assert gen.generate(MESSAGES).text == REPLY
+    assert len(a.requests) == len(b.requests) == 3
+    gen.yes_probability(MESSAGES)  # the judge's requests take their turn too
+    assert len(a.requests) + len(b.requests) == 7
+
+
+def test_a_server_that_cannot_be_reached_is_passed_over(two_fake_servers) -> None:
+    a, _ = two_fake_servers
+    down = f"http://127.0.0.1:{_free_port()}/v1"  # nothing listens there
+    gen = OpenAIHTTPGenerator(base_url=[down, a.base_url], model="fake-model", retries=0)
+    for _ in range(4):  # retries=0: every server is still tried once before a request fails
+        assert gen.generate(MESSAGES).text == REPLY
+    assert len(a.requests) == 4
+
+
+def test_no_server_reachable_names_them_all() -> None:
+    urls = [f"http://127.0.0.1:{_free_port()}/v1", f"http://127.0.0.1:{_free_port()}/v1"]
+    gen = OpenAIHTTPGenerator(base_url=urls, model="m", retries=0)
+    with pytest.raises(GenerationError, match="cannot reach any of the servers") as err:
+        gen.generate(MESSAGES)
+    assert all(u in str(err.value) for u in urls)
+
+
+def test_the_config_takes_a_list_of_servers_and_checks_each() -> None:
+    from self_improving_rag.config import load_config
+    from self_improving_rag.errors import ConfigError
+    from self_improving_rag.generation.factory import make_generator
+
+    config = load_config(None, ["generator.backend=openai",
+                                'generator.base_url=["http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1/"]'])
+    gen = make_generator(config)
+    assert gen.base_urls == ["http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1"]
+    with pytest.raises(ConfigError, match="http://"):
+        load_config(None, ['generator.base_url=["http://a:1/v1", "b:2/v1"]'])
+    with pytest.raises(ConfigError, match="empty"):
+        load_config(None, ["generator.base_url=[]"])
