@@ -232,11 +232,14 @@ class LoopConfig(_Model):
     max_attempts: int = Field(3, ge=1, le=20, description="The most attempts per question.")
     max_seconds: float = Field(180.0, gt=0,
                                description="No retry that would end past this many seconds for the question.")
-    # The answer bar is read off the shipped model's held-out curve (docs/results.md).
+    # The answer bar is read off the shipped model's held-out curve (docs/results.md). Null by
+    # default until the package ships a model fitted on enough labelled answers to carry over.
     target_precision: float | None = Field(
-        0.8, gt=0, lt=1,
+        None, gt=0, lt=1,
         description="The share of returned answers that should be right, on documents the confidence model never "
-                    "saw; null: the hand-set confidence weights, answer_threshold a raw bar.")
+                    "saw: the bar and the starting weights come from the shipped confidence model "
+                    "(evaluation/shipped_confidence.json, written by benchmarks/coldstart.py --ship); null, or no "
+                    "shipped model: the hand-set confidence weights, answer_threshold a raw bar.")
     answer_threshold: float | None = Field(
         None, ge=0, le=1,
         description="A raw bar on the confidence instead of the one target_precision gives; unset, it is filled in "

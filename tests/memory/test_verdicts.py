@@ -2,7 +2,7 @@
 
 The fake engine answers questions of every kind (answered, retried after a refusal, without
 evidence, with a date its passages leave unstated, a why question, long and short answers), with
-the question read back (question_fit, question_prior) and replies sampled (agreement), and records
+the question read back (question_fit, question_prior) and records
 them. Then, under several confidence models and bars, what the policy's counts say of each
 recorded attempt is what the engine's own rules say of it: its attribution with the confidence
 recomputed by calibration.confidence, against decision.answer_bar.
@@ -60,10 +60,7 @@ def _generator():
     def reader(messages, span):  # the question read back, a log-probability of its own for each word
         return [(w, -((len(w) * 7 + i) % 11) / 2) for i, w in enumerate(re.findall(r"\s*\S+", span))]
 
-    def sampler(messages, k, max_tokens):  # one sampled reply agrees with the first answer, one not
-        return [REPLIES[_question(messages)][0], "the harbour master"][:k]
-
-    return ScriptedGenerator([reply], reader=reader, sampler=sampler)
+    return ScriptedGenerator([reply], reader=reader)
 
 
 def _engine_diagnosis(attempt, thresholds, weights, verdicts: Verdicts) -> tuple[str, float, float]:
@@ -115,8 +112,7 @@ def test_the_stores_verdicts_are_the_engines_decisions(fake_config, built_index,
     # Recorded with the dates rule off, so that the attempts about 1923 are judged by their
     # confidence when they run, and by their dates when re-judged with it on.
     cfg = load_config(None, fake_overrides(tmp_path) + [
-        "loop.answer_threshold=0.75", "loop.retry_margin=0.05", "policy.stop_below=0", "thresholds.dates_unstated=1.0",
-        "scoring.question_check=true", "scoring.agreement_samples=2"])
+        "loop.answer_threshold=0.75", "loop.retry_margin=0.05", "policy.stop_below=0", "thresholds.dates_unstated=1.0"])
     fitted = {**DEFAULT_WEIGHTS, "bias": DEFAULT_WEIGHTS["bias"] + 0.5, "faithfulness": 2.0, "answer_words": -0.8,
               "question_fit": 0.3, "question_prior": 0.2, "agreement": 1.5, "explanation": -1.0,
               "dates_unstated": -0.5}
