@@ -24,8 +24,8 @@ agree when one's words contain the other's, or their token F1 is at least 0.5):
   refuse_share share of samples that decline
 
 `--fit RUN_DIR...` reads runs made with the engine's own feature (`sirag eval ... --set
-scoring.agreement_samples=4`, session 29; the setting and its sampling were removed since, so such
-runs come from a checkout of that time): every attempt that gave an answer, graded against gold
+scoring.agreement_samples=4`; the setting and its sampling were removed since, so such
+runs come from an older checkout): every attempt that gave an answer, graded against gold
 with its stored features, cross-fitted by the project's `cross_fit` (penalty chosen in each fold,
 5 folds grouped by question, five seeds; for the first seed also AUROC's 95% interval over the
 questions) with and without `agreement`, and what the draws cost beside the generator. Runs
@@ -44,7 +44,7 @@ measured on the other" with no TEST label in the fit:
   python benchmarks/sample_agreement_study.py --transfer runs/holmes-extra runs/sherlock-s30 --exclude xpg3289_08
 
 (`--exclude ID,...` leaves questions out of both sets: xpg3289_08 was taken out of
-data/qa/holmes_extra.jsonl after session 31's run for sharing a passage with sherlock_dev's d020.)
+data/qa/holmes_extra.jsonl after an earlier run for sharing a passage with sherlock_dev's d020.)
 Besides the default weights and the full refit it scores the scaled model (the default
 score's slope and shift fitted) and names the model `auto` would store.
 

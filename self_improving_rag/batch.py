@@ -447,13 +447,13 @@ def point_label(point: dict[str, Any]) -> str:
 # A run's own engines never fit the confidence weights (run_batch settles them before the runs).
 _ADDED_SINCE = {"policy.first_from_memory": True, "loop.retry_margin": 0.0, "calibration.auto_fit": False,
                "policy.rejudge": False, "scoring.question_check": False, "scoring.question_prior": False,
-               # Session 23: attribution's dates rule (1: off) and the fit's penalty (fixed at 1).
+               # Older runs: attribution's dates rule (1: off) and the fit's penalty (fixed at 1).
                "thresholds.dates_unstated": 1.0, "calibration.l2": 1.0,
-               # Session 24: one fit for every corpus.
+               # Older runs: one fit for every corpus.
                "calibration.per_corpus": False,
-               # Session 29: no sampled replies.
+               # Older runs: no sampled replies.
                "scoring.agreement_samples": 0,
-               # Session 32: every fit refitted every weight.
+               # Older runs: every fit refitted every weight.
                "calibration.model": "full"}
 
 # Settings that do not change what a run answers: a resume may change them.
@@ -1489,7 +1489,7 @@ def plain_attempt_row(row: dict) -> dict:
     a = row["attempts"][0]
     # The model's own words decide, not the engine's checks (its refusal signal also marks an
     # answer that only echoes the question, which plain RAG would return). The engine withholds
-    # such an answer (answer None) and keeps the model's words as raw_answer (since session 26).
+    # such an answer (answer None) and keeps the model's words as raw_answer.
     said = a["answer"] if a.get("answer") is not None else (a.get("raw_answer") or "")
     declined = not said.strip() or is_refusal(said)
     # With nothing retrieved the model was not asked (its attempt's failure_reason says so): plain

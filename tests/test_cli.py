@@ -88,7 +88,7 @@ def test_ingest_ask_json_and_memory(tmp_path):
     assert json.loads(r.stdout)["refused"] is True
     r = run(["memory", "stats", "--json"], tmp_path, ov)
     assert json.loads(r.stdout)["outcomes"] == 2
-    # A fit stored without its model (as before session 32) refitted every weight.
+    # A fit stored without its model (as an older version stored it) refitted every weight.
     assert json.loads(r.stdout)["calibration"]["weights"] == "fit 1 (full)"
     r = run(["memory", "stats"], tmp_path, ov + ["calibration.auto_fit=false"])
     assert ("calibration: weights fit 1 (full), fitted_on 20, corpus_fits none, labelled_answers 0, new_since_weights 0, "
@@ -584,7 +584,7 @@ def test_search_that_finds_nothing_says_so(tmp_path):
 
 def test_a_source_is_shown_from_the_sentence_that_states_the_answer():
     """A source was shown as its first 220 characters, so in a long passage the words that state
-    the answer were cut off (session 30: "Margaret" lay past them). The preview now starts at the
+    the answer were cut off ("Margaret" lay past them). The preview now starts at the
     sentence holding the most of what the answer adds to the question."""
     from self_improving_rag.cli import source_snippet
 

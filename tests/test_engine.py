@@ -676,7 +676,7 @@ def test_a_rightly_cited_answer_shows_only_what_it_cites(make_engine):
 def test_an_uncited_answer_shows_the_passage_that_states_it(make_engine):
     """README, `sirag ask --json`: the sources are the passages cited and "the passage that states
     each claim that cites none". An answer without any citation is shown with the passage its claim
-    was found in, not with every passage retrieved (which was the case until session 28)."""
+    was found in, not with every passage retrieved (as an older version did)."""
     seen = {}
 
     def uncited(messages):
@@ -930,7 +930,7 @@ def test_a_claim_whose_every_added_word_is_in_no_passage_is_not_supported(tmp_pa
     (below 0.5) never applied, the judge's yes carried it, and the answer was accepted. The judge
     cannot vouch for words the passages lack: when none of the words a claim adds to the question
     is in any passage, the claim is held below the support threshold. (Found while checking
-    "Robert Walton writes his letters to Margaret", session 30, whose "Margaret" a passage did hold.)"""
+    "Robert Walton writes his letters to Margaret", whose "Margaret" a passage did hold.)"""
     cfg = load_config(None, fake_overrides(tmp_path) + ["scoring.judge=llm"])
     engine, _, _ = make_engine([reply], judge=0.95, config=cfg)
     question = "Who did Keeper Tobias Lune row out with when he kept the light?"

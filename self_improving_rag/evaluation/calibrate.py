@@ -15,7 +15,7 @@ from .calibration import (DEFAULT_L2, DEFAULT_WEIGHTS, answer_words, choose_l2, 
 
 log = logging.getLogger(__name__)
 
-# How `sirag calibrate` and the automatic fit fit (docs/results.md, sessions 23, 24 and 32):
+# How `sirag calibrate` and the automatic fit fit (docs/results.md):
 #: the held-out figures and the keep-or-drop rule cross-fit the labels in this many folds (each
 #: label scored by weights fitted on the others; one question's answers in one fold);
 FOLDS = 5
@@ -83,8 +83,8 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
     the fit, each label held out (``after``): right answers below it, which the engine would
     withhold, and wrong ones at or above it, which it would return (:func:`threshold_counts`).
     A fit can calibrate better and still withhold many more right answers: on a corpus where the
-    model is right about half the time its confidences fall around the bar (docs/results.md,
-    session 31).
+    model is right about half the time its confidences fall around the bar
+    (docs/results.md).
     """
     last_label = store.last_label_id()  # before the rows: a label written meanwhile stays new to this fit
     rows = [{**r, "answer_words": answer_words(r.get("answer"), bool(r.get("refusal")))}
@@ -333,7 +333,7 @@ def calibration_status(store, auto_fit: bool, min_labels: int, refit_after: int)
     new = _new_labels(store, fit)
     unseen = _new_to_weights(store, fit)
     wait = max(min_labels - n, 0 if unseen is None else refit_after - unseen, 0)
-    # Its model (MODEL chose it); a fit stored before session 32 refitted every weight.
+    # Its model (MODEL chose it); a fit stored by an older version refitted every weight.
     model = "" if default else ((fit.get("metrics") or {}).get("model") or "full")
     status = {"weights": "default" if default else f"fit {fit['id']} ({model})",
               "fitted_on": 0 if default else int(fit["n"]),

@@ -90,8 +90,8 @@ NEUTRAL_VALUES: dict[str, float] = {
     "mean_logprob": -0.6,
     "refusal": 0.0,
     "answer_words": math.log1p(4),  # a four-word answer
-    "question_fit": -6.3,  # the median on SQuAD answers (docs/results.md, session 20)
-    "question_prior": -6.0,  # the median on SQuAD answers (docs/results.md, session 21)
+    "question_fit": -6.3,  # the median on SQuAD answers (docs/results.md)
+    "question_prior": -6.0,  # the median on SQuAD answers (docs/results.md)
     "dates_unstated": 0.0,  # a question without a date: nothing unstated
     "explanation": 0.0,
     "agreement": 0.5,  # half the samples agree: neither for nor against
@@ -122,7 +122,7 @@ _PRIOR_SLOPES: dict[str, float] = {
     "question_prior": 0.0,  # likewise
     # 0 until fitted: both mark answers that were mostly wrong in the evaluations (a date the
     # evidence does not state; a why/how question), but how much that weighs against the other
-    # signals is for a fit on labelled answers to say (docs/results.md, session 22).
+    # signals is for a fit on labelled answers to say (docs/results.md).
     "dates_unstated": 0.0,
     "explanation": 0.0,
     # 0 until fitted: off by default (sampling costs generator time), and how much it weighs
@@ -457,7 +457,7 @@ def choose_l2(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], groups: 
     the lowest Brier score, the stronger one on a tie (within 1e-9). Labels that agree with the
     priors then keep the fit near them, and many that disagree let it move: on SQuAD's 96
     labelled answers of one half a strength of 0.03–0.1 ranks answers better than 1
-    (docs/results.md, session 23).
+    (docs/results.md).
 
     ``prior`` is the weights the fits are pulled toward (default :data:`DEFAULT_WEIGHTS`), or,
     as :func:`cross_fit` takes it, a callable giving each fold's from its training row indices.
@@ -494,7 +494,7 @@ def choose_model(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], group
     the choice costs no more fits than the penalty's own). On 109 labelled answers to the
     project's Holmes questions the default weights rank answers better than any refit of them, and
     ``scaled`` was chosen; on SQuAD, whose answers they rank at 0.52–0.57, ``full`` was
-    (docs/results.md, session 32). A rule that took ``full`` only when it won by more than one
+    (docs/results.md). A rule that took ``full`` only when it won by more than one
     standard error chose ``scaled`` too often on SQuAD's 91 labels of one half. Labels of one
     kind, or all on one question, give ``scaled``: there is nothing to compare on."""
     return choose_model_and_l2(rows, labels, groups, folds, seed, l2, prior)[0]
@@ -735,7 +735,7 @@ def fit_corpora(rows: Sequence[Mapping[str, Any]], labels: Sequence[Any], groups
     rows of the corpus (made as ``pooled`` was: model ``pooled_model``, strength ``pooled_l2``),
     so that the choice never scores rows its prior has seen. Confidence does not carry across corpora: with SQuAD's, sherlock_dev's and
     literaryqa_dev's labels in one store, one fit for all ranks sherlock_dev's answers at 0.68
-    AUROC, its own fit at 0.78 (docs/results.md, session 24). Returns
+    AUROC, its own fit at 0.78 (docs/results.md). Returns
     ``{corpus: {"weights", "n", "l2"}}``."""
     out: dict[str, dict[str, Any]] = {}
     keys = own_fit_corpora(corpora, labels, min_labels) if only is None else [

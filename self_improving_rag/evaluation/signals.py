@@ -199,7 +199,7 @@ def lexical_support(claim: str, passage_text: str) -> float:
     All of the claim's terms count, also those it repeats from the question: an answer that
     restates the question ("The ship they sailed on was the Northumberland Hotel") is supported
     only if the passages speak of its premise too. Counting only the terms a claim adds to the
-    question was tried (session 7): on sherlock_dev it passed two such answers to unanswerable
+    question was tried earlier: on sherlock_dev it passed two such answers to unanswerable
     questions and recovered one right answer.
     """
     terms = set(claim_terms(claim))
@@ -528,7 +528,7 @@ def explanation_question(question: str) -> float:
     "how long", "how fast"). When the question has a sentence before it ("X did Y. Why ...?"),
     the last sentence's question word counts (sentences split as the chunkers split them, so
     "Dr." ends none). Such answers are sentences of reasoning, which neither a short gold answer
-    nor the claim checks confirm well (docs/results.md, session 22)."""
+    nor the claim checks confirm well (docs/results.md)."""
     text = question.strip()
     spans = split_sentences(text) if text else []
     last = text[spans[-1][0]:spans[-1][1]] if len(spans) > 1 else text

@@ -38,7 +38,7 @@ from .repairs import CATALOGUE, apply_repair, other_chunkers
 
 #: The most a repair's place in its failure's catalogue adds to its score (the first entry gets all
 #: of it, the last 1/len of it), divided by 1 + its attempts: a tie-breaker between repairs with
-#: no or equal records. At 0.5 (before session 27) an untried first entry scored 1.0 under
+#: no or equal records. At 0.5 (its earlier value) an untried first entry scored 1.0 under
 #: greedy, above any record a repair could show.
 CATALOGUE_PRIOR = 0.1
 #: Counted attempts of a query class before memory overrides the configured strategy.

@@ -48,7 +48,7 @@ REPAIRS: dict[str, Callable[[Strategy, tuple[str, ...]], Strategy | None]] = {
 }
 
 # Candidate repairs per failure, in the default order (used until memory has evidence).
-# Tried and dropped (session 5, docs/results.md): changing what is read first after a decline
+# Tried and dropped (docs/results.md): changing what is read first after a decline
 # (dense_retriever, then another chunker, before more_context) brought the answer into the
 # context more often when replayed through the searcher, but end to end on sherlock_dev it
 # lost 5 questions and gained 2: dense passages led to made-up answers that passed the checks,

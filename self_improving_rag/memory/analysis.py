@@ -65,7 +65,7 @@ class Analysis(StoreFile):
 
     def stats(self) -> dict[str, Any]:
         """Totals: questions, outcomes, answered, refused, attempts, rates and feedback counts, and
-        the outcomes of each corpus (``corpora``; "(not recorded)" for those from before session 24)."""
+        the outcomes of each corpus (``corpora``; "(not recorded)" for those recorded before corpora were)."""
         o = self._count(
             """
             SELECT COUNT(*) AS outcomes,

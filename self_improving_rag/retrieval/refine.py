@@ -8,7 +8,7 @@ from .reranker import SentenceScores
 #: What :func:`join_spans` puts where text was left out between two kept sentences.
 GAP = " … "
 
-# What the searcher refines with (docs/results.md, "Retrieval" and session 16, measured on
+# What the searcher refines with (docs/results.md, "Retrieval", measured on
 # sherlock_dev's 37 evidence questions): each kept sentence with one neighbour before it; after
 # it, the sentences that add up to at most 35 word pieces (at least one of them), and a question
 # keeps its reply (32 of 32 whole evidence quotes kept instead of 29 at the same tokens); the
@@ -35,9 +35,9 @@ def refine_passage_spans(
 ) -> list[list[tuple[int, int]]]:
     """For each text, the sentence spans to keep (offsets within that text), in order: the best
     sentences wherever they are, each with ``context_sentences`` neighbours. (Growing one
-    contiguous window per passage instead kept more whole quotes in session 3 but answered
+    contiguous window per passage instead kept more whole quotes in an earlier measurement but answered
     sherlock_dev worse end to end, 0.467 against 0.600 correct or rightly refused, and keeps fewer
-    quotes than this since session 16: docs/results.md.)
+    quotes than this now: docs/results.md.)
 
     Each sentence scores ``cosine + 0.3 · (share of the question's content terms it holds) +
     rank_weight · (1 − rank / n)``, where ``rank`` is its passage's place in the retrieval order

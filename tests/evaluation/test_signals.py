@@ -383,12 +383,12 @@ def _passages(*texts: str) -> list[Passage]:
     ("He died 1066.", False, [("1066", 1066, 1066)]),
     ("He died 1066.", True, []),
     ("page 42 of 3000", False, []),  # outside the range of years
-    # A year naming an event after "in the", "during the" (session 30: "Why did the buoys fail in
+    # A year naming an event after "in the", "during the" ("Why did the buoys fail in
     # the 2023 storm?" named no date, so the dates rule passed an answer from a 2024 passage).
     ("Why did the buoys fail in the 2023 storm?", True, [("2023", 2023, 2023)]),
     ("What changed after the 1887 storm?", True, [("1887", 1887, 1887)]),
     ("Who sailed in the 1000 ships?", True, []),  # still a count before a unit
-    # After "the", four digits only, and not before these units either (review, session 30).
+    # After "the", four digits only, and not before these units either (found in review).
     ("Who played in the 600 Club?", True, []),
     ("What is on the 900 pages?", True, []),
     ("Which cars race in the 1500 cc class?", True, []),
@@ -503,7 +503,7 @@ def test_the_passage_that_states_a_claim_is_one_holding_its_answer_not_only_the_
 ])
 def test_a_claim_whose_added_number_the_passage_writes_otherwise_is_still_supported(question, passage, reply) -> None:
     """A claim whose only added term is its number is held below the threshold when no passage
-    holds that term (session 30); the number must then be read as one term however it is
+    holds that term; the number must then be read as one term however it is
     written: "twenty-one" and "21", Doyle's "3d" and "3rd", "1,150" and "1150"."""
     emb = HashEmbedder(dim=64)
     scorer = SignalScorer(ScoringConfig(judge="llm"), emb.embed, Judge(0.95))

@@ -351,7 +351,7 @@ def test_rejudged_confidence_reads_question_fit_clipped_and_calibration_gets_it(
     expected = {with_fit("q1", -2.0): -2.0,
                 with_fit("q2", -500.0): -500.0,  # clipped to -20
                 with_fit("q3", None): None}  # recorded before the feature: neutral
-    # Session 19's version read it from another prompt and kept no tokens: not this feature, neutral.
+    # An older version read it from another prompt and kept no tokens: not this feature, neutral.
     expected[with_fit("q4", -1.0, tokens=False)] = None
     weights = {**{k: 0.0 for k in DEFAULT_WEIGHTS}, "bias": 3.0, "question_fit": 0.25}
 

@@ -331,7 +331,7 @@ def test_a_resumed_run_made_without_question_prior_is_not_scored_with_it(tmp_pat
 
 
 def test_a_resumed_run_made_before_the_dates_rule_and_the_chosen_l2_is_not_judged_with_them(tmp_path):
-    """A run made before session 23 had no dates rule in attribution and fitted at l2 1: resuming
+    """A run made by an older version had no dates rule in attribution and fitted at l2 1: resuming
     it with today's defaults would answer its later questions by other rules, so it is refused;
     the dates rule can be set as the run had it, the fit's penalty (no longer a setting) cannot."""
     from pathlib import Path
