@@ -51,7 +51,7 @@ def add_memory_routes(app: FastAPI, engine) -> None:
         s = store()
         if not q or not q.strip():
             return {"q": None, "limit": limit, "offset": offset, **s.recent(limit, offset)}
-        from ..memory.store import search_words
+        from ..memory.analysis import search_words
 
         if not search_words(q):
             raise ApiError(422, "q holds no word to look for (quotes, punctuation and operators are not searched)",
