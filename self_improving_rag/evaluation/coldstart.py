@@ -6,20 +6,15 @@ the *other* corpora only, its answer bar is chosen on those other corpora for th
 precision, and the held-out corpus's questions are then decided with that model and bar.
 
 Answering hundreds of questions takes hours on a CPU, so each corpus's questions are answered
-once (``sirag eval``, which records every attempt with the features the confidence model reads)
-and each fold's model is applied to the recorded attempts, replaying the loop's decisions:
+once (``sirag eval`` with ``loop.target_precision`` null, which records every attempt with the
+features the confidence model reads) and each fold's model is applied to the recorded attempts.
+The replay is exact, because the confidence model and its bar do not steer the loop: the loop
+retries by its own confidence (the hand-set weights, or memory's fit) and bar
+(``loop.answer_threshold``), and only the choice of what to return, among the attempts it made,
+reads the shipped model (:func:`replay`, the engine's ``Engine._finish``, one rule:
+:func:`~self_improving_rag.decision.acceptable`).
 
-* an attempt's diagnosis is recomputed only where it depends on the confidence (NONE against
-  LOW_CONFIDENCE, :func:`~self_improving_rag.decision.rediagnose`); every other diagnosis is made
-  before the confidence is read, so it is the recorded one;
-* the loop stops at the first attempt diagnosed NONE; a recorded attempt after it is dropped
-  (the engine would not have made it), and the one to return is chosen among the attempts kept by
-  :func:`~self_improving_rag.decision.acceptable`, as the engine chooses;
-* where the recorded loop stopped because an attempt was accepted that the new model would not
-  accept, the attempts the engine would then have made were never recorded: the question is
-  counted as refused and as *truncated* (reported, so the bias is visible: it lowers coverage).
-
-Memory's influence on the first strategy is as recorded (each corpus was answered from an empty
+Memory's influence on the strategies is as recorded (each corpus was answered from an empty
 store); the replay does not recompute it.
 """
 
@@ -38,7 +33,7 @@ from self_improving_rag.evaluation.calibration import choose_model_and_l2, confi
 from self_improving_rag.evaluation.metrics import auroc, expected_calibration_error, reliability_bins
 
 #: The answer bars the curve is traced over.
-BAR_GRID: tuple[float, ...] = tuple(round(0.2 + 0.025 * i, 3) for i in range(31))  # 0.2 .. 0.95
+BAR_GRID: tuple[float, ...] = tuple(round(0.3 + 0.01 * i, 2) for i in range(66))  # 0.30 .. 0.95
 
 
 @dataclass(frozen=True)
@@ -79,7 +74,6 @@ class Decision:
     confidence: float  # of the answer returned; for a refusal, of the refusal
     prompt_tokens: int
     seconds: float
-    truncated: bool = False
 
 
 def _grade(answer: str | None, gold: Sequence[str], answerable: bool) -> bool | None:
@@ -141,31 +135,20 @@ def fit(questions: Sequence[RecordedQuestion], folds: int = 5, seed: int = 0) ->
     return {"model": model, "l2": l2, "weights": fit_model(rows, labels, model, l2), "n_labels": len(labels)}
 
 
-def replay(q: RecordedQuestion, weights: Mapping[str, float] | None, threshold: float, retry_margin: float,
-           floor: float) -> Decision:
-    """The engine's decision for ``q`` had its confidence come from ``weights`` and its bar from
-    ``threshold`` (see the module's docstring for what is replayed exactly)."""
-    kept: list[tuple[RecordedAttempt, float, str]] = []
-    truncated = False
-    for a in q.attempts:
-        conf = confidence(a.features, weights)  # a declined attempt's features hold refusal 1.0
-        bar = decision.answer_bar(threshold, retry_margin, a.number)
-        failure = decision.rediagnose(a.failure, conf, bar, floor)
-        kept.append((a, conf, failure))
-        if failure == "NONE":
-            break
-    else:
-        last = q.attempts[-1]
-        truncated = last.failure == "NONE" and kept[-1][2] != "NONE"
-    tokens = sum(a.prompt_tokens for a, _, _ in kept)
-    seconds = sum(a.seconds for a, _, _ in kept)
-    ok = [(a, c) for a, c, f in kept
-          if decision.acceptable(a.answer, c, f, decision.answer_bar(threshold, retry_margin, a.number))]
-    if ok and not truncated:
+def replay(q: RecordedQuestion, weights: Mapping[str, float] | None, bar: float, retry_margin: float) -> Decision:
+    """The engine's decision for ``q`` had the answer to return been chosen with the confidence of
+    ``weights`` and the bar ``bar``: the most confident acceptable attempt, or a refusal. Every
+    recorded attempt is one the engine makes (see the module's docstring), so this is exact."""
+    scored = [(a, confidence(a.features, weights)) for a in q.attempts]
+    tokens = sum(a.prompt_tokens for a in q.attempts)
+    seconds = sum(a.seconds for a in q.attempts)
+    ok = [(a, c) for a, c in scored
+          if decision.acceptable(a.answer, c, a.failure, decision.answer_bar(bar, retry_margin, a.number))]
+    if ok:
         best, conf = max(ok, key=lambda t: t[1])
         return Decision(q, True, bool(best.correct) and q.answerable, conf, tokens, seconds)
-    best_conf = max(c for _, c, _ in kept)
-    return Decision(q, False, not q.answerable, decision.refusal_confidence(best_conf), tokens, seconds, truncated)
+    best_conf = max((c for a, c in scored if a.answer is not None), default=0.0)
+    return Decision(q, False, not q.answerable, decision.refusal_confidence(best_conf), tokens, seconds)
 
 
 def as_recorded(q: RecordedQuestion) -> Decision:
@@ -201,7 +184,6 @@ def figures(decisions: Sequence[Decision]) -> dict[str, float | None]:
         "prompt_tokens": float(np.mean(tokens)) if tokens else None,
         "p50_s": float(np.percentile(secs, 50)) if secs else None,
         "p95_s": float(np.percentile(secs, 95)) if secs else None,
-        "truncated": sum(d.truncated for d in decisions),
     }
 
 
@@ -213,18 +195,18 @@ def bootstrap(decisions: Sequence[Decision], draws: int = 1000, seed: int = 0) -
     for _ in range(draws if n else 0):
         pick = [decisions[i] for i in rng.integers(0, n, n)]
         for k, v in figures(pick).items():
-            if v is not None and k not in ("truncated",) and not k.startswith("n"):
+            if v is not None and not k.startswith("n"):
                 samples.setdefault(k, []).append(float(v))
     return {k: (float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))) for k, v in samples.items()}
 
 
 def curve(questions: Sequence[RecordedQuestion], weights_of: Mapping[str, Mapping[str, float] | None],
-          retry_margin: float, floor: float, grid: Sequence[float] = BAR_GRID) -> list[dict[str, float]]:
+          retry_margin: float, grid: Sequence[float] = BAR_GRID) -> list[dict[str, float]]:
     """Precision of the answers returned and coverage (share of questions answered) at each bar
     of ``grid``; each question decided with its own corpus's weights (``weights_of[corpus]``)."""
     out = []
     for t in grid:
-        ds = [replay(q, weights_of[q.corpus], t, retry_margin, floor) for q in questions]
+        ds = [replay(q, weights_of[q.corpus], t, retry_margin) for q in questions]
         ret = [d for d in ds if d.answered]
         out.append({"bar": t, "coverage": len(ret) / len(ds) if ds else 0.0,
                     "precision": (sum(d.correct for d in ret) / len(ret)) if ret else 1.0,
@@ -242,22 +224,29 @@ def bar_for(points: Sequence[Mapping[str, float]], target: float) -> float:
     return float(max(p["bar"] for p in points))
 
 
+def held_out_curve(corpora: Mapping[str, Sequence[RecordedQuestion]], retry_margin: float, folds: int = 5,
+                   seed: int = 0) -> tuple[list[dict[str, float]], dict[str, dict[str, float]]]:
+    """The curve of :func:`curve` with every corpus decided by a fit on the other corpora only, and
+    those fits' weights by held-out corpus."""
+    weights = {name: fit([q for other, qs in corpora.items() if other != name for q in qs],
+                         folds=folds, seed=seed)["weights"] for name in corpora}
+    return curve([q for qs in corpora.values() for q in qs], weights, retry_margin), weights
+
+
 def leave_one_corpus_out(corpora: Mapping[str, Sequence[RecordedQuestion]], target: float, retry_margin: float,
-                         floor: float, folds: int = 5, seed: int = 0) -> dict[str, Any]:
-    """For each corpus: fit on the others, choose the bar on the others for ``target``, decide
-    the corpus's questions. Returns each fold's fit, bar and decisions, and the held-out curve
-    (every corpus decided by the fit that did not see it)."""
-    out: dict[str, Any] = {"folds": {}, "decisions": [], "held_out_weights": {}}
+                         folds: int = 5, seed: int = 0) -> dict[str, Any]:
+    """For each corpus: fit on the others, choose the bar for ``target`` on the others' own
+    held-out curve (each scored by a fit without it, as the shipped bar is chosen), decide the
+    corpus's questions. Returns each fold's fit, bar and decisions, and the held-out curve (every
+    corpus decided by the fit that did not see it)."""
+    out: dict[str, Any] = {"folds": {}, "decisions": []}
     for name, questions in corpora.items():
-        train = [q for other, qs in corpora.items() if other != name for q in qs]
-        f = fit(train, folds=folds, seed=seed)
-        bar = bar_for(curve(train, {c: f["weights"] for c in corpora}, retry_margin, floor), target)
-        ds = [replay(q, f["weights"], bar, retry_margin, floor) for q in questions]
+        train = {other: qs for other, qs in corpora.items() if other != name}
+        f = fit([q for qs in train.values() for q in qs], folds=folds, seed=seed)
+        bar = bar_for(held_out_curve(train, retry_margin, folds, seed)[0], target) if len(train) > 1 else 0.5
+        out["decisions"].extend(replay(q, f["weights"], bar, retry_margin) for q in questions)
         out["folds"][name] = {"model": f["model"], "l2": f["l2"], "n_labels": f["n_labels"], "bar": bar}
-        out["held_out_weights"][name] = f["weights"]
-        out["decisions"].extend(ds)
-    every = [q for qs in corpora.values() for q in qs]
-    out["curve"] = curve(every, out["held_out_weights"], retry_margin, floor)
+    out["curve"], out["held_out_weights"] = held_out_curve(corpora, retry_margin, folds, seed)
     return out
 
 
@@ -279,7 +268,7 @@ def summary_table(rows: Mapping[str, Mapping[str, Any]], intervals: Mapping[str,
                   ) -> str:
     """A Markdown table of :func:`figures` per corpus (with intervals where given)."""
     cols = ("n", "precision", "answered_right", "unanswerable_refused", "adversarial_refused", "false_refusals",
-            "ece", "auroc", "prompt_tokens", "p50_s", "p95_s", "truncated")
+            "ece", "auroc", "prompt_tokens", "p50_s", "p95_s")
 
     def cell(name: str, k: str) -> str:
         v = rows[name].get(k)
@@ -299,5 +288,5 @@ def summary_table(rows: Mapping[str, Mapping[str, Any]], intervals: Mapping[str,
 
 
 __all__ = ["BAR_GRID", "Decision", "RecordedAttempt", "RecordedQuestion", "as_recorded", "bar_for", "bootstrap",
-           "curve", "figures", "fit", "held_out_reliability", "leave_one_corpus_out", "load_run", "replay",
+           "curve", "figures", "fit", "held_out_curve", "held_out_reliability", "leave_one_corpus_out", "load_run", "replay",
            "summary_table", "training_rows"]

@@ -29,34 +29,35 @@ def question(*attempts, kind="answerable", corpus="c"):
     return cs.RecordedQuestion(corpus, "q", kind, tuple(attempts))
 
 
-def test_replay_stops_at_the_first_attempt_the_new_bar_accepts():
+def test_replay_returns_the_most_confident_acceptable_attempt_or_refuses():
     q = question(attempt(1, features=WEAK, failure="LOW_CONFIDENCE", correct=False), attempt(2, correct=True))
-    low = confidence(WEAK)
-    # A bar below the weak attempt's confidence: the loop stops there; attempt 2 was never made.
-    d = cs.replay(q, None, low - 0.01, 0.0, 0.0)
-    assert d.answered and not d.correct and d.prompt_tokens == 100 and d.seconds == 1.0
-    # A bar above it: attempt 2 is made and returned.
-    d = cs.replay(q, None, low + 0.01, 0.0, 0.0)
-    assert d.answered and d.correct and d.prompt_tokens == 200
+    low, high = confidence(WEAK), confidence(GOOD)
+    # A bar both attempts clear: the more confident one is returned; every attempt was made.
+    d = cs.replay(q, None, low - 0.01, 0.0)
+    assert d.answered and d.correct and d.confidence == pytest.approx(high) and d.prompt_tokens == 200
+    # A bar only the second clears: the same. A bar neither clears: a refusal of the best.
+    assert cs.replay(q, None, (low + high) / 2, 0.0).correct
+    d = cs.replay(q, None, high + 0.001, 0.0)
+    assert not d.answered and not d.correct
+    assert d.confidence == pytest.approx(decision.refusal_confidence(high))
+    # The retry margin raises the second attempt's bar, as the engine's.
+    assert not cs.replay(q, None, (low + high) / 2, high).answered
 
 
-def test_replay_keeps_vetoes_and_marks_what_was_never_recorded():
+def test_replay_keeps_vetoes_and_refuses_rightly_an_unanswerable_question():
     vetoed = question(attempt(1, failure="HALLUCINATION_RISK"))
-    d = cs.replay(vetoed, None, 0.1, 0.0, 0.0)
-    assert not d.answered and not d.truncated  # a veto holds whatever the weights
-    # Recorded as accepted, rejected by a stricter bar: the retries the engine would make are unknown.
-    stopped = question(attempt(1, features=WEAK, failure="NONE"))
-    d = cs.replay(stopped, None, 0.99, 0.0, 0.0)
-    assert not d.answered and d.truncated
-    assert d.confidence == pytest.approx(decision.refusal_confidence(confidence(WEAK)))
+    assert not cs.replay(vetoed, None, 0.0, 0.0).answered  # a veto holds whatever the weights
+    declined = question(attempt(1, answer=None, failure="LOW_CONFIDENCE"), kind="unanswerable")
+    d = cs.replay(declined, None, 0.0, 0.0)
+    assert not d.answered and d.correct and d.confidence == 1.0
 
 
-def test_replay_agrees_with_the_recorded_run_under_its_own_weights():
-    # Replayed with the weights and bar that recorded it, a question is decided as it was.
+def test_replay_agrees_with_the_engine_under_its_own_weights():
+    # Decided with the weights and bar of the loop that recorded it, a question ends as recorded.
     conf = confidence(GOOD)
     q = question(attempt(1, features=WEAK, failure="LOW_CONFIDENCE"), attempt(2, failure="NONE"))
-    d = cs.replay(q, DEFAULT_WEIGHTS, 0.5, 0.1, 0.5)
-    assert d.answered and d.confidence == pytest.approx(conf) and not d.truncated
+    d = cs.replay(q, DEFAULT_WEIGHTS, 0.5, 0.1)
+    assert d.answered and d.confidence == pytest.approx(conf)
 
 
 def test_figures_and_bar_for():
