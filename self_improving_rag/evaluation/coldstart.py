@@ -129,8 +129,12 @@ def training_rows(questions: Iterable[RecordedQuestion]) -> tuple[list[dict], li
 
 def fit(questions: Sequence[RecordedQuestion], folds: int = 5, seed: int = 0) -> dict[str, Any]:
     """A confidence model fitted on the questions' answered attempts: the model (``full`` or
-    ``scaled``) and strength chosen by cross-fitted Brier score, as ``sirag calibrate`` chooses."""
+    ``scaled``) and strength chosen by Brier score on corpora left out of the fit (questions left
+    out when there is one corpus), as a new user's corpus is one the fit never saw."""
     rows, labels, groups = training_rows(questions)
+    corpora = [g.split("/", 1)[0] for g in groups]
+    if len(set(corpora)) > 1:
+        groups, folds = corpora, min(folds, len(set(corpora)))
     model, l2 = choose_model_and_l2(rows, labels, groups, folds=folds, seed=seed, l2="auto")
     return {"model": model, "l2": l2, "weights": fit_model(rows, labels, model, l2), "n_labels": len(labels)}
 
