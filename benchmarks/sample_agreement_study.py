@@ -137,7 +137,7 @@ def run(argv: list[str], name: str, samples: int, temperature: float, max_tokens
 # -- analysis ---------------------------------------------------------------------------------
 
 def _words(text: str) -> list[str]:
-    from self_improving_rag.generation.prompts import strip_citations
+    from self_improving_rag.text import strip_citations
 
     text = re.sub(r"\[[^\]]*\]?", " ", strip_citations(text or "").lower())
     return [w for w in re.findall(r"[a-z0-9]+", text) if w not in {"a", "an", "the"}]
@@ -186,7 +186,7 @@ def _graded_attempts(run_dir: Path) -> list[dict]:
     from self_improving_rag.batch import grade
     from self_improving_rag.evaluation.calibration import answer_words
 
-    from self_improving_rag.generation.prompts import strip_citations
+    from self_improving_rag.text import strip_citations
 
     traces: dict[tuple, dict] = {}
     rows_read = [json.loads(line) for line in (run_dir / TRACE_NAME).read_text(encoding="utf-8").splitlines()]
