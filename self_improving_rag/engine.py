@@ -16,10 +16,11 @@ from .errors import (AnswerNotRecordedError, GenerationError, GeneratorUnavailab
                      MemoryStoreError)
 from .evaluation import shipped
 from .evaluation.calibrate import weights_for
-from .evaluation.signals import SignalScorer, question_prior_needs
+from .evaluation.question_signals import question_prior_needs
+from .evaluation.scorer import SignalScorer
 from .feedback.attribution import attribute
 from .feedback.policy import StrategyPolicy, query_features
-from .evaluation.metrics import normalize_answer
+from .evaluation.answer_metrics import normalize_answer
 from .generation.prompts import (REFUSAL_PHRASE, build_messages, drop_unknown_citations, is_refusal, load_template,
                                  parse_citations, question_span, strip_citations)
 from .memory.verdicts import Verdicts

@@ -594,7 +594,7 @@ def test_the_engine_reads_the_question_while_the_answer_prompt_is_evaluated(make
 def test_the_engine_records_its_corpus_and_answers_with_that_corpus_fit(tmp_path, make_engine):
     """Every outcome is recorded with the engine's index folder; a stored fit with a fit of its
     own for that corpus gives the engine (and the policy's verdicts) those weights."""
-    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS
+    from self_improving_rag.confidence import DEFAULT_WEIGHTS
     from self_improving_rag.memory import MemoryStore
 
     cfg = load_config(None, fake_overrides(tmp_path) + ["calibration.auto_fit=false"])
@@ -874,7 +874,7 @@ def test_a_yes_is_not_refused_for_a_title_or_an_initial_the_passage_cannot_hold(
     ("Did O'Brien win the race", "O'Brien won the race."),
 ])
 def test_a_yes_s_names_and_numbers_can_be_found_in_a_passage_that_says_the_same(statement, passage):
-    from self_improving_rag.evaluation.signals import yes_key_terms
+    from self_improving_rag.evaluation.faithfulness import yes_key_terms
     from self_improving_rag.text import claim_terms
 
     assert yes_key_terms(statement) <= set(claim_terms(passage))

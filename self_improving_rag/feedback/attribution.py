@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from ..config import ThresholdsConfig
-from ..evaluation.signals import RELEVANCE_THRESHOLD
+from ..evaluation.retrieval_signals import RELEVANCE_THRESHOLD
 from ..types import Attribution, Signals
 from .repairs import CATALOGUE
 
