@@ -14,6 +14,7 @@ import numpy as np
 
 from ..generation.prompts import parse_citations
 from ..ingestion.sentences import split_sentences
+from ..query import query_features
 from ..text import CITATION, capitalised_terms, claim_terms, stemmer, strip_citations
 from ..types import Signal
 
@@ -89,8 +90,6 @@ def checked_claim(question: str, claim: str) -> str:
     words, which the passages need not hold, so it is checked by its own words, as any claim.
     A question that offers a choice ("Was it built by Venn or by Lune?") is not answered by a
     "yes": that claim is checked as it is (as Engine's restates_question reads such a question)."""
-    from ..feedback.policy import query_features
-
     m = _YES.match(claim)
     if m is None or query_features(question).query_class != "yes-no" or re.search(r"\bor\b", question, re.I):
         return claim
