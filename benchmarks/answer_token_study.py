@@ -115,7 +115,7 @@ def trace_features(trace: dict) -> dict[str, float]:
 
 
 def _auroc(scores, labels) -> float | None:
-    from self_improving_rag.evaluation.metrics import auroc
+    from self_improving_rag.evaluation.confidence_metrics import auroc
 
     return auroc(list(scores), list(labels))
 
@@ -141,7 +141,7 @@ def _cv_auroc(X: np.ndarray, y: np.ndarray, seeds: int = 20) -> tuple[float, flo
 
 def analyse(run_dirs: list[Path]) -> None:
     from self_improving_rag.batch import grade
-    from self_improving_rag.evaluation.calibration import FEATURES, NEUTRAL_VALUES as NEUTRAL
+    from self_improving_rag.confidence import FEATURES, NEUTRAL_VALUES as NEUTRAL
 
     rows = []
     for run_dir in run_dirs:

@@ -35,7 +35,7 @@ def main() -> None:
     args = ap.parse_args()
     from self_improving_rag.batch import grade, read_done
     from self_improving_rag.config import load_config
-    from self_improving_rag.evaluation.metrics import auroc
+    from self_improving_rag.evaluation.confidence_metrics import auroc
     from self_improving_rag.generation.factory import make_generator
     from self_improving_rag.generation.prompts import format_passages, load_template
     from self_improving_rag.retrieval.embedder import embedder_from_config

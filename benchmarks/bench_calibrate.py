@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import report  # noqa: E402
 
 from self_improving_rag.evaluation.calibrate import calibrate_from_memory  # noqa: E402
-from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS, confidence  # noqa: E402
+from self_improving_rag.confidence import DEFAULT_WEIGHTS, confidence  # noqa: E402
 
 
 class _Rows:

@@ -54,7 +54,7 @@ def prior_read_ms(engine, question: str, attempt) -> float:
     from the question's first token on, evaluated with the read's rows of logits and without."""
     import time
 
-    from self_improving_rag.evaluation.signals import question_prior_needs
+    from self_improving_rag.evaluation.question_signals import question_prior_needs
     from self_improving_rag.generation.prompts import build_messages, question_span
 
     gen = engine.generator

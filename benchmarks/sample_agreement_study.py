@@ -137,7 +137,7 @@ def run(argv: list[str], name: str, samples: int, temperature: float, max_tokens
 # -- analysis ---------------------------------------------------------------------------------
 
 def _words(text: str) -> list[str]:
-    from self_improving_rag.generation.prompts import strip_citations
+    from self_improving_rag.text import strip_citations
 
     text = re.sub(r"\[[^\]]*\]?", " ", strip_citations(text or "").lower())
     return [w for w in re.findall(r"[a-z0-9]+", text) if w not in {"a", "an", "the"}]
@@ -148,7 +148,7 @@ def _declines(text: str) -> bool:
 
 
 def _agree(a: list[str], b: list[str]) -> bool:
-    from self_improving_rag.evaluation.metrics import token_f1
+    from self_improving_rag.evaluation.answer_metrics import token_f1
 
     if not a or not b:
         return False
@@ -184,9 +184,9 @@ def sample_features(greedy: str, samples: list[str]) -> dict[str, float]:
 
 def _graded_attempts(run_dir: Path) -> list[dict]:
     from self_improving_rag.batch import grade
-    from self_improving_rag.evaluation.calibration import answer_words
+    from self_improving_rag.confidence import answer_words
 
-    from self_improving_rag.generation.prompts import strip_citations
+    from self_improving_rag.text import strip_citations
 
     traces: dict[tuple, dict] = {}
     rows_read = [json.loads(line) for line in (run_dir / TRACE_NAME).read_text(encoding="utf-8").splitlines()]
@@ -248,8 +248,8 @@ def _grouped_cv_auroc(X: np.ndarray, y: np.ndarray, groups: list[str], seeds: in
 
 
 def analyse(run_dirs: list[Path]) -> None:
-    from self_improving_rag.evaluation.calibration import _feature_vector
-    from self_improving_rag.evaluation.metrics import auroc
+    from self_improving_rag.confidence import _feature_vector
+    from self_improving_rag.evaluation.confidence_metrics import auroc
 
     rows = [row for d in run_dirs for row in _graded_attempts(d)]
     for label, sel in (("every answer given", rows), ("answers returned", [r for r in rows if r["returned"]])):
@@ -301,8 +301,8 @@ def _stored_attempts(run_dir: Path) -> list[dict]:
 
 
 def fit(specs: list[str], seeds: int = 5) -> None:
-    from self_improving_rag.evaluation.calibration import cross_fit
-    from self_improving_rag.evaluation.metrics import auroc
+    from self_improving_rag.evaluation.crossfit import cross_fit
+    from self_improving_rag.evaluation.confidence_metrics import auroc
 
     def cross(rows: list[dict], without: bool) -> str:
         use = [{**r, "agreement": None} if without else r for r in rows]
@@ -348,8 +348,9 @@ def _measure(train_all: list[dict], test_all: list[dict], train_name: str, test_
     """Fit on ``train_all``'s labels, score ``test_all``: the default weights, the full refit
     (penalty chosen on the training labels), the scaled model, and the one the model
     "auto" would store (chosen on the training labels alone)."""
-    from self_improving_rag.evaluation.calibration import (choose_l2, choose_model, evaluate_fit, fit_scaled,
-                                                           fit_weights, scaled_params)
+    from self_improving_rag.evaluation.crossfit import choose_l2, choose_model
+    from self_improving_rag.evaluation.fit_scores import evaluate_fit
+    from self_improving_rag.evaluation.fitting import fit_scaled, fit_weights, scaled_params
 
     def line(res: dict) -> str:
         iv = res.get("auroc_interval") or {}
@@ -405,9 +406,11 @@ def pooled(train_spec: str, test_spec: str, exclude: frozenset[str] = frozenset(
     held out once and the fit also holds labels of TEST's own kind; the models as ``--transfer``
     names them. Then how low an ECE a perfectly calibrated confidence would show on TEST's answers,
     and TEST alone cross-fitted (``cross_fit``, as ``sirag calibrate`` does)."""
-    from self_improving_rag.evaluation.calibration import (_design, _folds, _scores, _sigmoid, _weight_vector,
-                                                           choose_l2, choose_model_and_l2, cross_fit, fit_model)
-    from self_improving_rag.evaluation.metrics import expected_calibration_error
+    from self_improving_rag.confidence import _sigmoid, _weight_vector
+    from self_improving_rag.evaluation.crossfit import _folds, choose_l2, choose_model_and_l2, cross_fit
+    from self_improving_rag.evaluation.fit_scores import _scores
+    from self_improving_rag.evaluation.fitting import _design, fit_model
+    from self_improving_rag.evaluation.confidence_metrics import expected_calibration_error
 
     train_all, test_all = _load_runs(train_spec, exclude, "--pooled"), _load_runs(test_spec, exclude, "--pooled")
     shared = {r["group"] for r in train_all} & {r["group"] for r in test_all}

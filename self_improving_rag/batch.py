@@ -768,7 +768,7 @@ def append_row(path: Path, row: dict) -> None:
 
 def grade(row: dict) -> dict:
     """Per-question gold scores for a result row."""
-    from .evaluation.metrics import contains_gold, exact_match, token_f1
+    from .evaluation.answer_metrics import contains_gold, exact_match, token_f1
 
     out: dict[str, Any] = {}
     if row.get("answerable") is None:
@@ -792,8 +792,9 @@ def grade(row: dict) -> dict:
 
 def summarise(rows: list[dict]) -> dict:
     """The evaluation summary of a run."""
-    from .evaluation.metrics import (auroc, auroc_interval, expected_calibration_error, percentiles,
-                                     reliability_bins, refusal_metrics, risk_coverage)
+    from .evaluation.answer_metrics import refusal_metrics
+    from .evaluation.confidence_metrics import (auroc, auroc_interval, expected_calibration_error, percentiles,
+                                                reliability_bins, risk_coverage)
 
     s: dict[str, Any] = {"n": len(rows)}
     if not rows:
@@ -868,7 +869,7 @@ def summarise(rows: list[dict]) -> dict:
 
 
 def _evidence_hit(item: QAItem, answer_json: dict) -> bool | None:
-    from .evaluation.metrics import evidence_hit
+    from .evaluation.retrieval_metrics import evidence_hit
 
     if not item.evidence or not answer_json["attempts"]:
         return None

@@ -383,7 +383,7 @@ def _format_answer(ans: dict, verbose: bool) -> str:
         if chosen is not None and chosen["failure"] != "NONE":
             # Accepted on its confidence although a check flagged it (no attempt passed them all).
             lines.append(f"note: its checks flagged {chosen['failure']}: {chosen['failure_reason']}")
-        from .evaluation.signals import miscitations
+        from .evaluation.faithfulness import miscitations
 
         claims = ((chosen or {}).get("signals", {}).get("faithfulness", {}).get("detail") or {}).get("claims") or []
         if miscited := miscitations(claims):

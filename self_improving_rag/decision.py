@@ -8,17 +8,19 @@ rule is written once.
 
 from __future__ import annotations
 
+from .types import Failure
+
 #: Diagnoses that veto an answer whatever its confidence: the answer is not supported by its
 #: passages (HALLUCINATION_RISK), or its evidence was not found (WEAK_RETRIEVAL: coverage or
 #: grounding below threshold, no claim supported and its words absent from the passages, or
 #: the passages behind it leave the question's dates unstated). Of the answers returned with
 #: WEAK_RETRIEVAL in the evaluations 2 of 14 were right, against 105 of 231 returned with NONE.
-VETO_FAILURES = frozenset({"HALLUCINATION_RISK", "WEAK_RETRIEVAL"})
+VETO_FAILURES = frozenset({Failure.HALLUCINATION_RISK.value, Failure.WEAK_RETRIEVAL.value})
 
 #: The diagnoses that depend on the confidence itself: an attempt is diagnosed NONE (and the loop
 #: stops) only if its confidence clears its bar, LOW_CONFIDENCE otherwise. Every other diagnosis is
 #: made before the confidence is looked at (feedback.attribution), so it holds whatever the weights.
-CONFIDENCE_FAILURES = frozenset({"NONE", "LOW_CONFIDENCE"})
+CONFIDENCE_FAILURES = frozenset({Failure.NONE.value, Failure.LOW_CONFIDENCE.value})
 
 
 def answer_bar(threshold: float, retry_margin: float, number: int) -> float:
@@ -39,7 +41,7 @@ def rediagnose(failure: str, confidence: float | None, bar: float, floor: float)
     LOW_CONFIDENCE as the confidence clears ``max(floor, bar)``; any other diagnosis as recorded."""
     if failure not in CONFIDENCE_FAILURES:
         return failure
-    return "NONE" if (confidence or 0.0) >= max(floor, bar) else "LOW_CONFIDENCE"
+    return (Failure.NONE if (confidence or 0.0) >= max(floor, bar) else Failure.LOW_CONFIDENCE).value
 
 
 def refusal_confidence(best_answer_confidence: float | None) -> float:

@@ -16,13 +16,15 @@ from .errors import (AnswerNotRecordedError, GenerationError, GeneratorUnavailab
                      MemoryStoreError)
 from .evaluation import shipped
 from .evaluation.calibrate import weights_for
-from .evaluation.signals import SignalScorer, question_prior_needs
+from .evaluation.question_signals import question_prior_needs
+from .evaluation.scorer import SignalScorer
 from .feedback.attribution import attribute
-from .feedback.policy import StrategyPolicy, query_features
-from .evaluation.metrics import normalize_answer
+from .feedback.policy import StrategyPolicy
+from .evaluation.answer_metrics import normalize_answer
 from .generation.prompts import (REFUSAL_PHRASE, build_messages, drop_unknown_citations, is_refusal, load_template,
                                  parse_citations, question_span, strip_citations)
 from .memory.verdicts import Verdicts
+from .query import query_features
 from .retrieval.embedder import Embedder, embedder_from_config
 from .retrieval.searcher import Searcher
 from .types import Answer, AttemptRecord, Generation, RetrievalResult, Strategy
@@ -72,7 +74,7 @@ def restates_question(question: str, answer: str) -> bool:
     ("... by Venn or by Lune?" -> "Venn", "the former") or asks yes or no ("Did Holmes go to
     Paris?" -> "Holmes went to Paris", "No").
     """
-    from .feedback.policy import query_features
+    from .query import query_features
     from .generation.prompts import strip_citations
     from .text import content_terms
 

@@ -1,4 +1,5 @@
-"""Lexical helpers shared by BM25, coverage and faithfulness: content terms, stemmed."""
+"""Lexical helpers shared by BM25, coverage and faithfulness: content terms, stemmed, and the
+citation marks of an answer."""
 
 from __future__ import annotations
 
@@ -118,3 +119,15 @@ def capitalised_terms(text: str) -> set[str]:
         if i > 0 and t[:1].isupper() and t.lower() not in STOP_WORDS and t.lower() not in QUESTION_WORDS:
             out.add(stemmer().stemWord(t.lower()))
     return out
+
+
+# "[2]", "[1, 3]", "[1-3]", and the same with the prompts' own word for a passage ("[Passage 2]",
+# "[passages 1, 2]"), which small models copy from the numbered list they were given.
+_CITE_WORD = r"(?:(?i:passages?)\s*)?"
+#: A citation mark of an answer, its passage numbers in group 1.
+CITATION = re.compile(rf"\[{_CITE_WORD}(\d{{1,3}}(?:\s*[,;-]\s*{_CITE_WORD}\d{{1,3}})*)\]")
+
+
+def strip_citations(text: str) -> str:
+    """``text`` without its citation marks (:data:`CITATION`), whitespace runs made one space."""
+    return " ".join(CITATION.sub("", text).split()).replace(" .", ".").replace(" ,", ",")

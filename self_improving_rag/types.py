@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
 
 
@@ -155,11 +156,25 @@ class Signals:
         return out
 
 
+class Failure(StrEnum):
+    """The diagnoses of an attempt (feedback/attribution.py says which signals give each). A member
+    equals its name as a plain string, so the names stored in memory, JSON and YAML compare equal."""
+
+    NONE = "NONE"
+    WEAK_RETRIEVAL = "WEAK_RETRIEVAL"
+    HALLUCINATION_RISK = "HALLUCINATION_RISK"
+    LOW_CONFIDENCE = "LOW_CONFIDENCE"
+    REDUNDANT_CONTEXT = "REDUNDANT_CONTEXT"
+    MISSED_ANSWER = "MISSED_ANSWER"
+
+
 @dataclass(frozen=True)
 class Attribution:
     """Why an attempt failed (or NONE), and which repairs may help."""
 
-    failure: str  # NONE | WEAK_RETRIEVAL | HALLUCINATION_RISK | LOW_CONFIDENCE | REDUNDANT_CONTEXT | MISSED_ANSWER
+    # A Failure's value as a plain str: records written to memory (sqlite_utils infers column
+    # types from Python types), JSON and YAML hold the name as they always did.
+    failure: str
     reason: str
     repairs: tuple[str, ...] = ()
 

@@ -602,7 +602,7 @@ def test_a_run_resumed_after_a_fit_is_scored_with_the_weights_it_started_with(tm
     """A run split over two commands, with a fit stored in between (by another command, or the
     automatic one), scores its later answers with the weights its first were scored with: its
     summary's AUROC and ECE pool the confidences of one model. A new run takes the new fit."""
-    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS
+    from self_improving_rag.confidence import DEFAULT_WEIGHTS
     from self_improving_rag.memory import MemoryStore
 
     f = _batch(tmp_path)
@@ -714,7 +714,7 @@ def test_runs_compared_are_summarised_on_their_shared_questions_only(tmp_path):
 
 
 def test_a_separate_loop_off_run_is_scored_with_its_loop_runs_fit(tmp_path):
-    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS
+    from self_improving_rag.confidence import DEFAULT_WEIGHTS
     from self_improving_rag.memory import MemoryStore
 
     qa = tmp_path / "qa.jsonl"

@@ -461,7 +461,7 @@ def test_plain_rag_returns_an_answer_that_only_echoes_the_question(make_engine):
 def test_aurc_covers_every_question_and_the_answers_alone():
     """Selective answering over all questions: an answer to an unanswerable question is a wrong
     answer (it used to be left out of the AURC); aurc_answered ranks the answers alone."""
-    from self_improving_rag.evaluation.metrics import risk_coverage
+    from self_improving_rag.evaluation.confidence_metrics import risk_coverage
 
     rows = [loop_row("a", [attempt(1, "Clara Venn [1].", 0.9, "NONE")], chosen=1),
             loop_row("b", [attempt(1, "Clara Venn [1].", 0.97, "NONE")], gold=(), chosen=1),  # unanswerable

@@ -77,7 +77,7 @@ def test_ingest_ask_json_and_memory(tmp_path):
     first, second = r.stderr.index("I cannot answer"), r.stderr.index("Clara Venn built")
     assert first < r.stderr.index("[attempt 1:") < second < r.stderr.index("[attempt 2: NONE]")
     # --no-memory writes nothing but still scores with the stored calibration fit.
-    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS
+    from self_improving_rag.confidence import DEFAULT_WEIGHTS
     from self_improving_rag.memory import MemoryStore
 
     store = MemoryStore(tmp_path / "memory" / "memory.db")

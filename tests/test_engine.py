@@ -146,13 +146,13 @@ def test_policy_prefers_historically_successful_first_strategy(tmp_path, make_en
     gen._i = 0
     for i in range(12):
         engine.ask(f"Who rowed the boat number {i}?", first_strategy=default, loop=False)
-    picks = [engine.policy.first(f"Who kept the light {i}?", __import__("self_improving_rag.feedback.policy", fromlist=["x"]).query_features("Who kept the light?")).chunker
+    picks = [engine.policy.first(f"Who kept the light {i}?", __import__("self_improving_rag.query", fromlist=["x"]).query_features("Who kept the light?")).chunker
              for i in range(20)]
     assert picks.count("semantic") >= 16
 
 
 def test_policy_orders_repairs_by_history(make_engine):
-    from self_improving_rag.feedback.policy import query_features
+    from self_improving_rag.query import query_features
 
     engine, gen, store = make_engine([REFUSE])
     feats = query_features("Who saved the sailors?")
@@ -176,7 +176,7 @@ def test_policy_learns_a_first_strategy_from_successful_repairs(make_engine):
     """A strategy that only ever succeeded as a repair becomes the first choice for its class."""
     from dataclasses import replace
 
-    from self_improving_rag.feedback.policy import query_features
+    from self_improving_rag.query import query_features
 
     engine, gen, store = make_engine([GOOD])
     default = engine.policy.default
@@ -308,7 +308,7 @@ def test_futile_borrows_other_failures_record_for_a_failure_with_little_of_its_o
 
 
 def test_futile_reads_the_query_class_when_it_has_evidence_of_its_own(tmp_path, make_engine, monkeypatch):
-    from self_improving_rag.feedback.policy import query_features
+    from self_improving_rag.query import query_features
 
     monkeypatch.setattr(policy_module, "STOP_EXPLORE", 0.0)
     cfg = load_config(None, fake_overrides(tmp_path))
@@ -337,7 +337,7 @@ def test_futile_reads_the_query_class_when_it_has_evidence_of_its_own(tmp_path, 
 
 def test_futile_lets_a_seeded_share_of_questions_retry(tmp_path, make_engine):
     """Exploration keeps the record that stopped the loop changing; a run repeats its choices."""
-    from self_improving_rag.feedback.policy import query_features
+    from self_improving_rag.query import query_features
 
     engine, gen, store = make_engine([GOOD])
     policy = engine.policy
@@ -542,7 +542,7 @@ def test_the_policy_judges_memory_by_the_confidence_in_use(tmp_path, make_engine
     assert (verdicts.answer_threshold, verdicts.retry_margin, verdicts.confidence_floor) == (
         cfg.loop.answer_threshold, 0.05, cfg.thresholds.confidence)
     # Every count the policy reads is asked with these verdicts.
-    from self_improving_rag.feedback.policy import query_features
+    from self_improving_rag.query import query_features
 
     real, fake = engine.policy.memory, RepairCounts({"rerank": (0, 30)})
     engine.policy.memory = fake
@@ -594,7 +594,7 @@ def test_the_engine_reads_the_question_while_the_answer_prompt_is_evaluated(make
 def test_the_engine_records_its_corpus_and_answers_with_that_corpus_fit(tmp_path, make_engine):
     """Every outcome is recorded with the engine's index folder; a stored fit with a fit of its
     own for that corpus gives the engine (and the policy's verdicts) those weights."""
-    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS
+    from self_improving_rag.confidence import DEFAULT_WEIGHTS
     from self_improving_rag.memory import MemoryStore
 
     cfg = load_config(None, fake_overrides(tmp_path) + ["calibration.auto_fit=false"])
@@ -874,7 +874,7 @@ def test_a_yes_is_not_refused_for_a_title_or_an_initial_the_passage_cannot_hold(
     ("Did O'Brien win the race", "O'Brien won the race."),
 ])
 def test_a_yes_s_names_and_numbers_can_be_found_in_a_passage_that_says_the_same(statement, passage):
-    from self_improving_rag.evaluation.signals import yes_key_terms
+    from self_improving_rag.evaluation.faithfulness import yes_key_terms
     from self_improving_rag.text import claim_terms
 
     assert yes_key_terms(statement) <= set(claim_terms(passage))

@@ -8,9 +8,10 @@ from typing import Any
 from ..errors import InputError, MemoryStoreError
 from ..memory.analysis import NOT_RECORDED
 from ..memory.fits import ANY_LATEST
-from .calibration import (DEFAULT_L2, DEFAULT_WEIGHTS, answer_words, choose_l2, choose_model_and_l2, confidence,
-                          cross_fit, evaluate_fit, fit_corpora, fit_weights, scaled_params, scaled_weights,
-                          threshold_counts)
+from ..confidence import DEFAULT_WEIGHTS, answer_words, confidence
+from .crossfit import DEFAULT_L2, choose_l2, choose_model_and_l2, cross_fit, fit_corpora
+from .fit_scores import evaluate_fit, threshold_counts
+from .fitting import fit_weights, scaled_params, scaled_weights
 
 
 log = logging.getLogger(__name__)
@@ -22,7 +23,7 @@ FOLDS = 5
 #: a full refit's pull toward the default weights: "auto" picks, from 0.01 to 10, the strength
 #: whose cross-fitted Brier score is lowest on the labels at hand (a number fixes it);
 L2 = "auto"
-#: the confidence model (:data:`~.calibration.MODELS`): "auto" takes "scaled" (the default
+#: the confidence model (:data:`~.fitting.MODELS`): "auto" takes "scaled" (the default
 #: weights' score rescaled, their ranking kept) or "full" (every weight refitted), whichever has
 #: the lower cross-fitted Brier score, "scaled" on a tie;
 MODEL = "auto"
@@ -52,7 +53,7 @@ def calibrate_from_memory(store, min_labels: int = 20, seed: int = 0, save: bool
     uncertainty (the automatic fit, which shows no AUROC interval, leaves it out: it costs a
     bootstrap of 1000 draws per score).
 
-    ``model`` is the confidence model (:data:`~.calibration.MODELS`): ``"full"`` refits every
+    ``model`` is the confidence model (:data:`~.fitting.MODELS`): ``"full"`` refits every
     weight, ``"scaled"`` only the slope and shift of the default weights' score
     (:func:`fit_scaled`), and ``"auto"`` chooses between them (:func:`choose_model`) on all labels
     for the stored fit and inside each training fold for the held-out figures.

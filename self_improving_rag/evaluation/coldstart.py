@@ -29,8 +29,10 @@ from typing import Any
 import numpy as np
 
 from self_improving_rag import decision
-from self_improving_rag.evaluation.calibration import choose_model_and_l2, confidence, fit_model
-from self_improving_rag.evaluation.metrics import auroc, expected_calibration_error, reliability_bins
+from self_improving_rag.confidence import confidence
+from self_improving_rag.evaluation.confidence_metrics import auroc, expected_calibration_error, reliability_bins
+from self_improving_rag.evaluation.crossfit import choose_model_and_l2
+from self_improving_rag.evaluation.fitting import fit_model
 
 #: The answer bars the curve is traced over.
 BAR_GRID: tuple[float, ...] = tuple(round(0.3 + 0.01 * i, 2) for i in range(66))  # 0.30 .. 0.95

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..config import Config
 from .datasets import QAItem
-from .metrics import collapse_spaces, evidence_hit, mrr, recall_at_k
+from .retrieval_metrics import collapse_spaces, evidence_hit, mrr, recall_at_k
 
 
 def _hit(item: QAItem, doc_id: str, text: str) -> bool:

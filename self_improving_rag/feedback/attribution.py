@@ -5,15 +5,16 @@ from __future__ import annotations
 import textwrap
 
 from ..config import ThresholdsConfig
-from ..evaluation.signals import RELEVANCE_THRESHOLD
-from ..types import Attribution, Signals
+from ..evaluation.retrieval_signals import RELEVANCE_THRESHOLD
+from ..types import Attribution, Failure, Signals
 from .repairs import CATALOGUE
 
 #: The reason of an attempt whose retrieval found nothing (rule 0): the engine did not ask the
 #: model, and an attempt's stored ``failure_reason`` says so in these words.
 NO_PASSAGE_REASON = "retrieval found no passage for the question, so the model was not asked"
 
-FAILURES = ("NONE", "WEAK_RETRIEVAL", "HALLUCINATION_RISK", "LOW_CONFIDENCE", "REDUNDANT_CONTEXT", "MISSED_ANSWER")
+#: The diagnoses as plain strings, in the order of :class:`~self_improving_rag.types.Failure`.
+FAILURES = tuple(f.value for f in Failure)
 
 
 def _fmt(v: float | None) -> str:
@@ -45,13 +46,13 @@ def attribute(signals: Signals, thr: ThresholdsConfig, retrieved: bool = True, e
     weak_cov = cov is not None and cov < thr.coverage
     weak_grd = grd is not None and grd < thr.grounding
 
-    def make(failure: str, reason: str) -> Attribution:
-        return Attribution(failure, reason, CATALOGUE.get(failure, ()))
+    def make(failure: Failure, reason: str) -> Attribution:
+        return Attribution(failure.value, reason, CATALOGUE.get(failure.value, ()))
 
     if not retrieved:
         # Nothing to read: the engine refused for the model, so "the model declined" and "the
         # passages do not mention ..." would both describe something that did not happen.
-        return make("WEAK_RETRIEVAL", NO_PASSAGE_REASON)
+        return make(Failure.WEAK_RETRIEVAL, NO_PASSAGE_REASON)
     if signals.refusal:
         # shorten() drops whole words: a reply whose next word is long (a URL) would keep almost nothing.
         quoted = textwrap.shorten(echo, 80, placeholder=" …") if echo else ""
@@ -59,32 +60,32 @@ def attribute(signals: Signals, thr: ThresholdsConfig, retrieved: bool = True, e
             quoted = " ".join(echo.split())[:78] + " …"
         said = f"the model's reply {quoted!r} names nothing the question does not," if echo else "the model declined"
         if not weak_cov and not weak_grd:
-            return make("MISSED_ANSWER", f"{said} although coverage {_fmt(cov)} >= {thr.coverage:.2f} "
+            return make(Failure.MISSED_ANSWER, f"{said} although coverage {_fmt(cov)} >= {thr.coverage:.2f} "
                                          f"and grounding {_fmt(grd)} >= {thr.grounding:.2f}")
-        return make("WEAK_RETRIEVAL", f"{said} and the evidence is weak: " + _weak_reason(signals, thr))
+        return make(Failure.WEAK_RETRIEVAL, f"{said} and the evidence is weak: " + _weak_reason(signals, thr))
     if weak_cov or weak_grd:
-        return make("WEAK_RETRIEVAL", _weak_reason(signals, thr))
+        return make(Failure.WEAK_RETRIEVAL, _weak_reason(signals, thr))
     fth = signals.faithfulness.value
     if fth is not None and fth < thr.faithfulness and _evidence_absent(signals):
         bad = signals.faithfulness.detail.get("unsupported", [])
-        return make("WEAK_RETRIEVAL", f"no claim of the answer is supported and most of its words are not in the "
+        return make(Failure.WEAK_RETRIEVAL, f"no claim of the answer is supported and most of its words are not in the "
                                       f"passages (e.g. {bad[0][:60]!r}): the evidence was probably not retrieved"
                     if bad else "no claim of the answer is supported: the evidence was probably not retrieved")
     detail = signals.confidence.detail or {}
     dates = (detail.get("features") or {}).get("dates_unstated")
     if dates is not None and dates > thr.dates_unstated:
-        return make("WEAK_RETRIEVAL", _dates_reason(detail.get("dates_unstated") or {}))
+        return make(Failure.WEAK_RETRIEVAL, _dates_reason(detail.get("dates_unstated") or {}))
     if fth is not None and fth < thr.faithfulness:
         bad = signals.faithfulness.detail.get("unsupported", [])
         named = f": unsupported claim {bad[0]!r}" if bad else ""
-        return make("HALLUCINATION_RISK", f"faithfulness {fth:.2f} < {thr.faithfulness:.2f} with good evidence{named}")
+        return make(Failure.HALLUCINATION_RISK, f"faithfulness {fth:.2f} < {thr.faithfulness:.2f} with good evidence{named}")
     red = signals.redundancy.value
     if red is not None and red > thr.redundancy:
-        return make("REDUNDANT_CONTEXT", f"redundancy {red:.2f} > {thr.redundancy:.2f}: passages repeat each other")
+        return make(Failure.REDUNDANT_CONTEXT, f"redundancy {red:.2f} > {thr.redundancy:.2f}: passages repeat each other")
     conf = signals.confidence.value
     if conf is not None and conf < thr.confidence:
-        return make("LOW_CONFIDENCE", f"confidence {conf:.2f} < {thr.confidence:.2f}")
-    return make("NONE", f"all signals clear their thresholds (confidence {_fmt(conf)})")
+        return make(Failure.LOW_CONFIDENCE, f"confidence {conf:.2f} < {thr.confidence:.2f}")
+    return make(Failure.NONE, f"all signals clear their thresholds (confidence {_fmt(conf)})")
 
 
 def _evidence_absent(signals: Signals) -> bool:

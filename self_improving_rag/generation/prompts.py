@@ -14,16 +14,13 @@ from importlib import resources
 
 import yaml
 
+from ..text import CITATION, strip_citations
 from ..types import Passage
 from .guard import withhold_instructions
 
 PROMPTS = ("base", "cite_then_answer", "strict")
 REFUSAL_PHRASE = "I cannot answer this from the documents."
 
-# "[2]", "[1, 3]", "[1-3]", and the same with the prompts' own word for a passage ("[Passage 2]",
-# "[passages 1, 2]"), which small models copy from the numbered list they were given.
-_CITE_WORD = r"(?:(?i:passages?)\s*)?"
-_CITATION = re.compile(rf"\[{_CITE_WORD}(\d{{1,3}}(?:\s*[,;-]\s*{_CITE_WORD}\d{{1,3}})*)\]")
 _REFUSAL_PATTERNS = re.compile(
     r"(cannot answer|can't answer|can not answer|unable to answer|not (?:stated|mentioned|contained|provided|given|found|answerable)"
     r"|no (?:information|mention|answer)|(?:do|does|did)(?:n't| not) (?:contain|mention|say|state|provide|specify|have enough)"
@@ -125,7 +122,7 @@ def parse_citations(text: str, n_passages: int | None = None) -> tuple[int, ...]
     Numbers outside 1..n_passages (when given) are dropped: a model may invent them.
     """
     out: list[int] = []
-    for m in _CITATION.finditer(text):
+    for m in CITATION.finditer(text):
         for part in re.split(r"\s*[,;]\s*", re.sub(r"(?i)passages?", "", m.group(1))):
             if "-" in part:
                 ends = [int(x) for x in re.split(r"\s*-\s*", part) if x.strip().isdigit()]
@@ -146,12 +143,8 @@ def drop_unknown_citations(text: str, n_passages: int) -> str:
     def keep(m: re.Match) -> str:
         return m.group(0) if parse_citations(m.group(0), n_passages) else ""
 
-    out = _CITATION.sub(keep, text)
+    out = CITATION.sub(keep, text)
     return out if out == text else re.sub(r"[ \t]+([.,;:!?])", r"\1", re.sub(r"[ \t]{2,}", " ", out)).strip()
-
-
-def strip_citations(text: str) -> str:
-    return " ".join(_CITATION.sub("", text).split()).replace(" .", ".").replace(" ,", ",")
 
 
 def is_refusal(text: str) -> bool:
@@ -171,6 +164,6 @@ def is_refusal(text: str) -> bool:
         return False
     if _FIRM_REFUSAL.search(first):
         return True
-    if _CITATION.search(t) and not _SOURCE_WORDS.search(first):
+    if CITATION.search(t) and not _SOURCE_WORDS.search(first):
         return False
     return bool(_REFUSAL_PATTERNS.search(first))

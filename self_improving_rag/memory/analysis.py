@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..evaluation.metrics import bin_index
+from ..confidence import bin_index
 from .connection import StoreFile, _loads
 
 #: How the outcomes recorded without a corpus (by a version before corpora were recorded) are named.

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MemoryStoreError, OlderSchemaError
-from ..evaluation.calibration import answer_words, sigmoid
+from ..confidence import answer_words, sigmoid
 from ..types import Answer, AttemptRecord
 from .analysis import Analysis
 from .connection import _after, _dumps, _loads, _utcnow

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..decision import CONFIDENCE_FAILURES, answer_bar, rediagnose
-from ..evaluation.calibration import FEATURES, answer_words, confidence_function
+from ..confidence import FEATURES, answer_words, confidence_function
 from .connection import StoreFile
 from .interrupts import interruptible
 

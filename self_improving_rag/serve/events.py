@@ -42,9 +42,8 @@ def supporting_sentences(answer: Answer) -> list[dict[str, Any]]:
     """For each source, the sentence that holds most of the answer's words (of the claims that
     cite it or were found in it), or for a refusal most of the question's: what the page
     highlights. Sources where no sentence shares a word are left out."""
-    from ..generation.prompts import strip_citations
     from ..ingestion.sentences import split_sentences
-    from ..text import claim_terms
+    from ..text import claim_terms, strip_citations
 
     asked = set(claim_terms(answer.question))
     chosen = next((a for a in answer.attempts if a.number == answer.chosen_attempt), None)

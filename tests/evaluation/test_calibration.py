@@ -9,26 +9,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from self_improving_rag.evaluation.calibration import (
+from self_improving_rag.confidence import (
     ADDED_FEATURES,
     DEFAULT_WEIGHTS,
     FEATURES,
     LOGPROB_FLOOR,
     NEUTRAL_VALUES,
+    confidence,
+    answer_words,
+)
+from self_improving_rag.evaluation.crossfit import (
     L2_GRID,
-    MODELS,
     choose_l2,
     choose_model,
-    confidence,
     cross_fit,
-    evaluate_fit,
-    answer_words,
     fit_corpora,
-    fit_scaled,
-    fit_weights,
     own_fit_corpora,
-    scaled_params,
 )
+from self_improving_rag.evaluation.fit_scores import evaluate_fit
+from self_improving_rag.evaluation.fitting import MODELS, fit_scaled, fit_weights, scaled_params
 
 
 def _logit(p: float) -> float:
@@ -237,7 +236,7 @@ def test_cross_fit_improves_ece_on_miscalibrated_data() -> None:
 
 
 def test_cross_fit_gives_auroc_intervals_over_questions_only_when_asked() -> None:
-    from self_improving_rag.evaluation.metrics import auroc_interval
+    from self_improving_rag.evaluation.confidence_metrics import auroc_interval
 
     rows = _synthetic_rows(300, seed=21)
     labels = _labels_from(rows, DEFAULT_WEIGHTS, seed=22)
@@ -260,7 +259,7 @@ def test_cross_fit_gives_auroc_intervals_over_questions_only_when_asked() -> Non
 
 
 def test_cross_fit_is_seeded_and_stratified() -> None:
-    from self_improving_rag.evaluation.calibration import _folds
+    from self_improving_rag.evaluation.crossfit import _folds
 
     rows = _synthetic_rows(40, seed=13)
     labels = [1] * 10 + [0] * 30
@@ -282,7 +281,7 @@ def test_cross_fit_is_seeded_and_stratified() -> None:
 def test_cross_fit_keeps_a_questions_answers_in_one_fold() -> None:
     """The same question asked four times must not be fitted and scored at once: its answers share
     a fold. With fewer groups than folds, there are as many folds as groups."""
-    from self_improving_rag.evaluation.calibration import _folds
+    from self_improving_rag.evaluation.crossfit import _folds
 
     labels = np.array([1, 1, 0, 1, 0, 0, 1, 0, 1, 0, 0, 1], dtype=float)
     groups = ["q1"] * 4 + ["q2"] * 2 + ["q3"] * 3 + ["q4"] * 3
@@ -303,7 +302,9 @@ def test_cross_fit_keeps_a_questions_answers_in_one_fold() -> None:
 def test_cross_fit_scores_each_label_with_a_fit_that_never_saw_it() -> None:
     """One fold per row: each row's held-out confidence is that of a fit on the other 29 rows,
     exactly as computed by hand."""
-    from self_improving_rag.evaluation.calibration import _design, _scores, _sigmoid, _weight_vector
+    from self_improving_rag.confidence import _sigmoid, _weight_vector
+    from self_improving_rag.evaluation.fit_scores import _scores
+    from self_improving_rag.evaluation.fitting import _design
 
     base = _synthetic_rows(30, seed=21)
     labels = _labels_from(base, DEFAULT_WEIGHTS, seed=22)
@@ -347,7 +348,10 @@ def _cross_fit_by_hand(rows, labels, folds: int, seed: int, fit) -> tuple[list, 
     """cross_fit's folds (one row a question) computed here: ``fit(training rows, their labels,
     their indices)`` gives each fold's (choice, weights); returns the choices and the Brier score
     of the held-out confidences."""
-    from self_improving_rag.evaluation.calibration import _design, _folds, _scores, _sigmoid, _weight_vector
+    from self_improving_rag.confidence import _sigmoid, _weight_vector
+    from self_improving_rag.evaluation.crossfit import _folds
+    from self_improving_rag.evaluation.fit_scores import _scores
+    from self_improving_rag.evaluation.fitting import _design
 
     n = len(rows)
     fold = _folds(np.array(labels, dtype=float), list(range(n)), folds, seed=seed)
@@ -473,7 +477,7 @@ def test_choose_model_compares_the_two_cross_fitted_brier_scores() -> None:
 def test_with_auto_l2_the_full_refit_competes_with_its_chosen_strengths_score() -> None:
     """l2='auto': the full refit's score is the lowest cross-fitted Brier over the penalty grid
     (choose_l2's own search, on the same folds), and a full pick comes with that strength."""
-    from self_improving_rag.evaluation.calibration import choose_model_and_l2
+    from self_improving_rag.evaluation.crossfit import choose_model_and_l2
 
     for seed, weights in ((85, {**DEFAULT_WEIGHTS, "redundancy": 3.0, "bias": -0.5}),
                           (86, {k: 3.0 * v for k, v in DEFAULT_WEIGHTS.items()})):
@@ -546,16 +550,16 @@ def test_cross_fit_hands_each_folds_model_to_the_corpus_fits(monkeypatch) -> Non
     """With corpora, each fold's corpus fits are pulled toward that fold's fit on all training
     rows and choose their penalty with inner priors made the same way: fit_corpora is told the
     fold's model (its l2 only for a full one; a scaled fold passes the unused default)."""
-    from self_improving_rag.evaluation import calibration
+    from self_improving_rag.evaluation import crossfit
 
     seen = []
-    real = calibration.fit_corpora
+    real = crossfit.fit_corpora
 
     def spy(*args, **kwargs):
         seen.append((kwargs["pooled_model"], kwargs["pooled_l2"]))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(calibration, "fit_corpora", spy)
+    monkeypatch.setattr(crossfit, "fit_corpora", spy)
     rows, labels, corpora = _two_corpora(60, seed=87)
     out = cross_fit(rows, labels, seed=1, l2=0.5, folds=3, corpora=corpora, corpus_min=20, model="scaled")
     assert out["models"] == ["scaled"] * 3 and seen == [("scaled", 1.0)] * 3
@@ -669,7 +673,7 @@ def test_a_corpus_with_enough_labels_in_all_is_fitted_in_every_fold() -> None:
     keep = [i for i, c in enumerate(corpora) if c == "a" or i < 80 + 24]
     rows, labels, corpora = [rows[i] for i in keep], [labels[i] for i in keep], [corpora[i] for i in keep]
     assert corpora.count("b") == 24 and len(set(labels[80:])) == 2
-    from self_improving_rag.evaluation.calibration import _folds
+    from self_improving_rag.evaluation.crossfit import _folds
 
     fold = _folds(np.array(labels, dtype=float), list(range(len(rows))), 5, seed=1)
     in_training = [sum(1 for i, c in enumerate(corpora) if c == "b" and fold[i] != f) for f in range(5)]
@@ -757,7 +761,7 @@ def test_a_fit_stored_before_answer_words_and_question_fit_keeps_its_meaning() -
 
 
 def test_question_fit_is_clipped_and_its_default_weight_leaves_the_confidence_unchanged() -> None:
-    from self_improving_rag.evaluation.calibration import QUESTION_FIT_FLOOR
+    from self_improving_rag.confidence import QUESTION_FIT_FLOOR
 
     base = {"coverage": 0.8, "grounding": 0.7, "faithfulness": 0.9, "redundancy": 0.1, "mean_logprob": -0.3}
     assert DEFAULT_WEIGHTS["question_fit"] == 0.0

@@ -12,7 +12,7 @@ import yaml
 
 from self_improving_rag import decision
 from self_improving_rag.evaluation import coldstart as cs
-from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS, confidence
+from self_improving_rag.confidence import DEFAULT_WEIGHTS, confidence
 from tests.conftest import DOCS, REPO, batch_overrides
 
 GOOD = {"coverage": 0.9, "grounding": 0.9, "faithfulness": 0.9, "redundancy": 0.1, "mean_logprob": -0.1,

@@ -9,7 +9,7 @@ import pytest
 
 from self_improving_rag.errors import InputError
 from self_improving_rag.evaluation.datasets import QAItem, load_qa, squad_contexts
-from self_improving_rag.evaluation.metrics import evidence_hit
+from self_improving_rag.evaluation.retrieval_metrics import evidence_hit
 from tests.conftest import IN_CI, skip_or_fail
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"

@@ -9,24 +9,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from self_improving_rag.evaluation.metrics import (
+from self_improving_rag.evaluation.answer_metrics import (
+    contains_gold,
+    exact_match,
+    normalize_answer,
+    refusal_metrics,
+    token_f1,
+)
+from self_improving_rag.evaluation.confidence_metrics import (
     accuracy_at_coverage,
     auroc,
     auroc_interval,
-    contains_gold,
-    evidence_hit,
-    exact_match,
     ece_noise_floor,
     expected_calibration_error,
-    mrr,
-    normalize_answer,
     percentiles,
-    recall_at_k,
-    refusal_metrics,
     reliability_bins,
     risk_coverage,
-    token_f1,
 )
+from self_improving_rag.evaluation.retrieval_metrics import evidence_hit, mrr, recall_at_k
 
 # --------------------------------------------------------------------------- answers
 
@@ -343,7 +343,8 @@ def test_retrieval_metrics_bounded_and_monotone(hits, k) -> None:
 
 
 def test_bins_hold_their_lower_edge_despite_float_rounding():
-    from self_improving_rag.evaluation.metrics import bin_index, reliability_bins
+    from self_improving_rag.confidence import bin_index
+    from self_improving_rag.evaluation.confidence_metrics import reliability_bins
 
     # 0.57 * 100 is 56.99999999999999 in floating point: the value still belongs to [0.57, 0.58).
     for value in (0.29, 0.57, 0.58):

@@ -8,7 +8,7 @@ import pytest
 
 from self_improving_rag.config import load_config
 from self_improving_rag.evaluation import shipped
-from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS
+from self_improving_rag.confidence import DEFAULT_WEIGHTS
 
 CURVE = [{"bar": 0.3, "precision": 0.55, "coverage": 0.9}, {"bar": 0.45, "precision": 0.72, "coverage": 0.7},
          {"bar": 0.6, "precision": 0.83, "coverage": 0.5}, {"bar": 0.8, "precision": 0.91, "coverage": 0.2}]
@@ -50,7 +50,7 @@ def test_a_new_store_scores_with_the_shipped_weights(model_file, make_engine, fa
     ans = eng.ask("Who built the lighthouse of Marrow Point?")
     first = ans.attempts[0].signals.confidence
     assert "(shipped weights)" in first.reason
-    from self_improving_rag.evaluation.calibration import confidence
+    from self_improving_rag.confidence import confidence
 
     assert first.value == pytest.approx(confidence(first.detail["features"], model_file))
     # Without a target the hand-set weights score, as before.

@@ -9,18 +9,15 @@ import numpy as np
 import pytest
 
 from self_improving_rag.config import ScoringConfig
-from self_improving_rag.evaluation.signals import (
-    SignalScorer,
-    claim_support,
+from self_improving_rag.evaluation.faithfulness import claim_support, faithfulness_score, lexical_support, split_claims
+from self_improving_rag.evaluation.question_signals import question_fit
+from self_improving_rag.evaluation.retrieval_signals import (
     coverage_score,
-    faithfulness_score,
     grounding_score,
-    lexical_support,
-    question_fit,
     redundancy_score,
     soft_coverage,
-    split_claims,
 )
+from self_improving_rag.evaluation.scorer import SignalScorer
 from self_improving_rag.retrieval.embedder import HashEmbedder
 from self_improving_rag.types import Chunk, Hit, Passage, RetrievalResult
 
@@ -79,7 +76,7 @@ def test_split_claims_keeps_citations_and_inherits_the_sentence_s() -> None:
 
 
 def test_passage_sentences_that_only_look_like_orders_stay_evidence() -> None:
-    from self_improving_rag.evaluation.signals import is_instruction
+    from self_improving_rag.evaluation.faithfulness import is_instruction
 
     for prose in ("Answer: The warranty lasts two years.", "Reply cards were posted in 1901.",
                   "Say what you will, the keeper was brave.", "Holmes would answer with a shrug."):
@@ -145,9 +142,9 @@ def _retrieval(texts: list[str]) -> RetrievalResult:
 
 
 def test_scorer_checks_cited_passage_first_then_all_and_limits_judged_claims(monkeypatch) -> None:
-    from self_improving_rag.evaluation import signals
+    from self_improving_rag.evaluation import scorer
 
-    monkeypatch.setattr(signals, "JUDGE_MAX_CLAIMS", 1)
+    monkeypatch.setattr(scorer, "JUDGE_MAX_CLAIMS", 1)
     emb = HashEmbedder(dim=64)
     judge = Judge(0.9)
     scorer = SignalScorer(ScoringConfig(judge="llm"), emb.embed, judge)
@@ -187,7 +184,7 @@ def test_scorer_flags_an_invented_claim_by_text() -> None:
 
 
 def test_question_fit_is_the_lowest_content_word_clipped() -> None:
-    from self_improving_rag.evaluation.calibration import QUESTION_FIT_FLOOR
+    from self_improving_rag.confidence import QUESTION_FIT_FLOOR
 
     scored = [("Who", -6.0), (" built", -0.4), (" the", -9.0), (" light", -2.5), ("house", -0.1), ("?", -7.0)]
     # "Who" is a question word, "the" a stop word, "?" no word: the lowest content word is
@@ -200,7 +197,7 @@ def test_question_fit_is_the_lowest_content_word_clipped() -> None:
 
 
 def test_question_words_join_pieces_and_leave_punctuation_alone() -> None:
-    from self_improving_rag.evaluation.signals import question_words
+    from self_improving_rag.evaluation.question_signals import question_words
 
     scored = [("When", -1.0), (" was", -0.2), (" V", -2.0), ("arden", -0.4), (" built", -0.3), (" in", -0.1),
               (" ", -0.5), ("1", -1.0), ("9", -6.0), ("5", -0.5), ("0", -0.2), ("?", -0.1)]
@@ -209,7 +206,7 @@ def test_question_words_join_pieces_and_leave_punctuation_alone() -> None:
 
 
 def test_question_words_keep_contractions_and_split_characters_whole() -> None:
-    from self_improving_rag.evaluation.signals import question_words
+    from self_improving_rag.evaluation.question_signals import question_words
 
     # "What's" is the question word "what", not a content word of its own.
     assert question_fit([("What", -6.0), ("'s", -0.1), (" the", -0.2), (" capital", -0.5), ("?", -0.1)]) == (-0.5, "capital")
@@ -227,7 +224,7 @@ def test_question_words_keep_contractions_and_split_characters_whole() -> None:
 def test_question_fit_needs_only_the_pieces_of_telling_words() -> None:
     """A row of logits costs more than reading a token: the backend is asked only for the pieces
     question_fit uses, and question_fit gives the same value from them as from every token."""
-    from self_improving_rag.evaluation.signals import question_fit_needs
+    from self_improving_rag.evaluation.question_signals import question_fit_needs
 
     scored = [("When", -1.0), (" was", -0.2), (" V", -4.0), ("arden", -0.4), (" built", -0.3), ("?", -0.1)]
     pieces = [p for p, _ in scored]
@@ -270,7 +267,7 @@ def test_question_prior_reads_the_question_where_the_answer_prompt_holds_it() ->
     lowest word the answer does not repeat; it is stored with its word and the tokens, and its
     default weight of 0 leaves the confidence as it was. A backend that did not read them leaves
     it undefined: the scorer does not read the prompt again."""
-    from self_improving_rag.evaluation.signals import question_prior_needs
+    from self_improving_rag.evaluation.question_signals import question_prior_needs
     from self_improving_rag.generation.prompts import question_span
     from self_improving_rag.types import Generation
 
@@ -397,13 +394,13 @@ def _passages(*texts: str) -> list[Passage]:
     ("What sank during the 1887 gale?", True, [("1887", 1887, 1887)]),
 ])
 def test_dates_in(text, question, expected) -> None:
-    from self_improving_rag.evaluation.signals import dates_in
+    from self_improving_rag.evaluation.dates import dates_in
 
     assert dates_in(text, question=question) == expected
 
 
 def test_dates_unstated_checks_the_questions_dates_against_the_cited_evidence() -> None:
-    from self_improving_rag.evaluation.signals import dates_unstated
+    from self_improving_rag.evaluation.dates import dates_unstated
 
     ps = _passages("Dyrrachium fell to the Normans in 1185.", "The Normans reached Italy in 1017.")
     # The question's century is not the cited passage's: 1.0, naming the unstated date.
@@ -460,7 +457,7 @@ def test_dates_unstated_checks_the_questions_dates_against_the_cited_evidence() 
     ("What did Mr. Holmes say about why the dog was silent?", 0.0),
 ])
 def test_explanation_question(question, expected) -> None:
-    from self_improving_rag.evaluation.signals import explanation_question
+    from self_improving_rag.evaluation.question_signals import explanation_question
 
     assert explanation_question(question) == expected
 

@@ -227,3 +227,21 @@ def test_the_dates_reason_says_where_it_looked_and_what_it_found(info, words):
     detail = {**sig.confidence.detail, "dates_unstated": {"unstated": ["10th century"], **info}}
     got = attribute(replace(sig, confidence=Signal("confidence", 0.9, "test", detail)), ThresholdsConfig())
     assert got.failure == "WEAK_RETRIEVAL" and got.reason.startswith(words), got.reason
+
+
+def test_the_failure_names_are_the_enum_s_and_are_recorded_as_plain_strings():
+    """Every diagnosis is a Failure with a catalogue entry; an attribution carries its name as a
+    plain str, as memory, JSON and YAML have always held it."""
+    from self_improving_rag.decision import CONFIDENCE_FAILURES, VETO_FAILURES, rediagnose
+    from self_improving_rag.feedback.attribution import FAILURES
+    from self_improving_rag.feedback.repairs import CATALOGUE
+    from self_improving_rag.types import Failure
+
+    assert FAILURES == ("NONE", "WEAK_RETRIEVAL", "HALLUCINATION_RISK", "LOW_CONFIDENCE", "REDUNDANT_CONTEXT",
+                        "MISSED_ANSWER")
+    assert set(CATALOGUE) == set(Failure) and VETO_FAILURES | CONFIDENCE_FAILURES <= set(Failure)
+    for values in ({"confidence": 0.9}, {"confidence": 0.2}, {"coverage": 0.1}):
+        got = attribute(_signals(**values), ThresholdsConfig())
+        assert type(got.failure) is str and got.failure in FAILURES
+    assert type(rediagnose("LOW_CONFIDENCE", 0.9, 0.5, 0.0)) is str and rediagnose("LOW_CONFIDENCE", 0.9, 0.5, 0.0) == "NONE"
+    assert type(rediagnose("NONE", 0.1, 0.5, 0.0)) is str and rediagnose("NONE", 0.1, 0.5, 0.0) == "LOW_CONFIDENCE"

@@ -8,7 +8,8 @@ import pytest
 
 from self_improving_rag.config import PolicyConfig
 from self_improving_rag.feedback import policy as policy_module
-from self_improving_rag.feedback.policy import StrategyPolicy, query_features
+from self_improving_rag.feedback.policy import StrategyPolicy
+from self_improving_rag.query import query_features
 from self_improving_rag.types import Strategy
 
 DEFAULT = Strategy()

@@ -19,7 +19,7 @@ from memory_testkit import make_answer, make_attempt  # noqa: E402
 
 from self_improving_rag.errors import InputError  # noqa: E402
 from self_improving_rag.evaluation.calibrate import calibrate_from_memory  # noqa: E402
-from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS  # noqa: E402
+from self_improving_rag.confidence import DEFAULT_WEIGHTS  # noqa: E402
 from self_improving_rag.memory import MemoryStore  # noqa: E402
 
 SHORT = "Tobias Lune [1]"
@@ -272,7 +272,9 @@ def test_automatic_calibration_needs_both_kinds_of_label_and_a_writable_store(tm
 def test_the_fits_penalty_is_chosen_from_the_labels_unless_set(store: MemoryStore) -> None:
     """l2="auto" (the default): the full fit uses choose_l2's strength on all labels, kept with the
     fit's metrics, and the held-out figures chose per fold; a number is used as given."""
-    from self_improving_rag.evaluation.calibration import answer_words, choose_l2, fit_weights
+    from self_improving_rag.confidence import answer_words
+    from self_improving_rag.evaluation.crossfit import choose_l2
+    from self_improving_rag.evaluation.fitting import fit_weights
 
     _record(store, 30, SHORT, correct_every=1)
     _record(store, 30, LONG, correct_every=6)
@@ -293,7 +295,9 @@ def test_the_fit_rescales_the_default_score_unless_a_full_refit_scores_the_label
     """The model "auto" (MODEL, what sirag uses): choose_model's pick on all labels is the stored fit's
     model, kept with its metrics, and the held-out figures chose per fold; "scaled" and "full" are
     used as given, a scaled fit with its slope and shift and no penalty."""
-    from self_improving_rag.evaluation.calibration import answer_words, choose_model, fit_scaled, scaled_params
+    from self_improving_rag.confidence import answer_words
+    from self_improving_rag.evaluation.crossfit import choose_model
+    from self_improving_rag.evaluation.fitting import fit_scaled, scaled_params
 
     _record(store, 30, SHORT, correct_every=1)
     _record(store, 30, LONG, correct_every=6)
@@ -338,7 +342,7 @@ def test_each_corpus_gets_a_fit_of_its_own_when_its_answers_go_another_way(store
     """On corpus a short answers are right and long ones wrong; on corpus b the other way round.
     One fit for both cannot tell; a fit per corpus can, and the engine on each uses its own."""
     from self_improving_rag.evaluation.calibrate import weights_for
-    from self_improving_rag.evaluation.calibration import confidence
+    from self_improving_rag.confidence import confidence
 
     _record_on(store, "/i/a", 30, SHORT, correct_every=1)
     _record_on(store, "/i/a", 30, LONG, correct_every=10)
@@ -579,11 +583,11 @@ def test_a_fit_without_a_label_id_counts_labels_by_time_and_by_number(store: Mem
 def test_the_automatic_fit_draws_no_auroc_interval_it_never_shows(store: MemoryStore, monkeypatch) -> None:
     """The engine's fit at start (and batch's) printed no interval, yet drew 1000 bootstrap samples
     for each held-out score, four per corpus: about 2 s more on 2000 labels of four corpora."""
-    import self_improving_rag.evaluation.calibration as calibration
+    import self_improving_rag.evaluation.fit_scores as fit_scores
     from self_improving_rag.evaluation.calibrate import auto_calibrate
 
     calls = []
-    monkeypatch.setattr(calibration, "auroc_interval", lambda *a, **k: calls.append(1))
+    monkeypatch.setattr(fit_scores, "auroc_interval", lambda *a, **k: calls.append(1))
     _record_on(store, "/i/a", 30, SHORT, correct_every=1)
     _record_on(store, "/i/a", 30, LONG, correct_every=10)
     _record_on(store, "/i/b", 30, SHORT, correct_every=10)
@@ -631,7 +635,7 @@ def test_calibrate_says_how_the_answer_threshold_sorts_the_labelled_answers(stor
 
 
 def test_threshold_counts() -> None:
-    from self_improving_rag.evaluation.calibration import threshold_counts
+    from self_improving_rag.evaluation.fit_scores import threshold_counts
 
     p, y = [0.2, 0.5, 0.7, 0.4, 0.6, 0.9], [1, 1, 1, 0, 0, 0]
     assert threshold_counts(p, y, 0.5) == {"right": 3, "right_below": 1, "wrong": 3, "wrong_at_or_above": 2}

@@ -249,7 +249,7 @@ def test_repairs_by_failure_with_labels(store: MemoryStore) -> None:
 
 def _stored_features(answer: str | None) -> dict:
     """The confidence features memory_testkit's attempts are stored with."""
-    from self_improving_rag.evaluation.calibration import answer_words
+    from self_improving_rag.confidence import answer_words
 
     return {"coverage": 0.7, "grounding": 0.6, "faithfulness": None, "redundancy": 0.1, "mean_logprob": None,
             "refusal": 1.0 if answer is None else 0.0, "answer_words": answer_words(answer, answer is None)}
@@ -258,7 +258,7 @@ def _stored_features(answer: str | None) -> dict:
 def test_counts_rejudge_attempts_by_the_confidence_in_use(store: MemoryStore) -> None:
     """With Verdicts, an attempt counts as a success when its recomputed confidence reaches
     today's bar, whatever was stored; other failures stay failures."""
-    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS, confidence
+    from self_improving_rag.confidence import DEFAULT_WEIGHTS, confidence
     from self_improving_rag.memory.store import Verdicts
 
     store.record(make_answer("q1", (make_attempt(1, failure="NONE"),)))
@@ -288,7 +288,7 @@ def test_counts_rejudge_attempts_by_the_confidence_in_use(store: MemoryStore) ->
 def test_rejudged_confidence_equals_the_scorers_for_stored_features(store: MemoryStore, mean_logprob) -> None:
     """The SQL confidence imputes, clips and reads answer_words as calibration.confidence does:
     the bar just below it passes the attempt, the bar just above fails it."""
-    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS, confidence
+    from self_improving_rag.confidence import DEFAULT_WEIGHTS, confidence
     from self_improving_rag.memory.store import Verdicts
 
     store.record(make_answer("q1", (make_attempt(1, mean_logprob=mean_logprob),)))
@@ -302,7 +302,7 @@ def test_rejudged_confidence_equals_the_scorers_for_stored_features(store: Memor
 def test_rejudged_answer_words_are_the_scorers_not_the_shown_answers(store: MemoryStore) -> None:
     """answer_words comes from the features the scorer stored (the raw answer's), not from the
     answer text kept for display."""
-    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS
+    from self_improving_rag.confidence import DEFAULT_WEIGHTS
     from self_improving_rag.memory.store import Verdicts
 
     attempt = make_attempt(1, answer="Paris [1]")
@@ -340,7 +340,7 @@ def test_rejudged_confidence_reads_question_fit_clipped_and_calibration_gets_it(
     """question_fit lives only in the stored features: the SQL confidence reads it from there,
     clips it at QUESTION_FIT_FLOOR as the scorer does, takes the neutral value when it is missing,
     and labelled_attempts hands it to calibration."""
-    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS, NEUTRAL_VALUES, QUESTION_FIT_FLOOR, sigmoid
+    from self_improving_rag.confidence import DEFAULT_WEIGHTS, NEUTRAL_VALUES, QUESTION_FIT_FLOOR, sigmoid
 
     def with_fit(q: str, value, tokens: bool = True) -> str:
         detail = {"features": {} if value is None else {"question_fit": value}}
@@ -368,7 +368,7 @@ def test_rejudged_confidence_reads_question_fit_clipped_and_calibration_gets_it(
 def test_rejudged_confidence_reads_question_prior_clipped_and_calibration_gets_it(store: MemoryStore) -> None:
     """question_prior, like question_fit, lives only in the stored features: the SQL confidence
     reads and clips it, a missing value is neutral, and labelled_attempts hands it on."""
-    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS, NEUTRAL_VALUES, QUESTION_FIT_FLOOR, sigmoid
+    from self_improving_rag.confidence import DEFAULT_WEIGHTS, NEUTRAL_VALUES, QUESTION_FIT_FLOOR, sigmoid
 
     def with_prior(q: str, value) -> str:
         features = {} if value is None else {"question_prior": value}
@@ -390,7 +390,7 @@ def test_dates_unstated_and_explanation_reach_the_sql_confidence_and_calibration
     """dates_unstated and explanation live in the stored features: the SQL confidence reads them (a
     missing value is the neutral 0.0), and labelled_attempts hands them on (None before they
     existed)."""
-    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS, sigmoid
+    from self_improving_rag.confidence import DEFAULT_WEIGHTS, sigmoid
 
     def with_features(q: str, features: dict) -> str:
         return _record_with_detail(store, q, {"features": features}, correct=True)
@@ -413,7 +413,7 @@ def test_rejudged_attempts_fail_by_todays_dates_threshold(store: MemoryStore) ->
     """An attempt stored NONE before attribution's dates rule existed (or under another threshold)
     fails today when its stored dates_unstated is above today's thresholds.dates_unstated; one
     without the feature (no date in its question) is judged by its confidence alone."""
-    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS
+    from self_improving_rag.confidence import DEFAULT_WEIGHTS
     from self_improving_rag.memory.store import Verdicts
 
     for q, features in (("q1", {"dates_unstated": 1.0}), ("q2", {"dates_unstated": 0.5}),
@@ -432,7 +432,7 @@ def test_rejudged_attempts_fail_by_todays_dates_threshold(store: MemoryStore) ->
 
 def test_rejudged_bar_rises_with_the_attempt_number(store: MemoryStore) -> None:
     """A repair (attempt 2) must clear answer_threshold + retry_margin, as the engine asks."""
-    from self_improving_rag.evaluation.calibration import confidence
+    from self_improving_rag.confidence import confidence
     from self_improving_rag.memory.store import Verdicts
 
     for i in range(3):
@@ -849,7 +849,7 @@ def test_outcomes_keep_their_corpus_and_calibration_rows_carry_it(store: MemoryS
 
 def test_a_fit_keeps_its_corpus_fits(store: MemoryStore) -> None:
     from self_improving_rag.evaluation.calibrate import weights_for
-    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS
+    from self_improving_rag.confidence import DEFAULT_WEIGHTS
 
     own = {**DEFAULT_WEIGHTS, "bias": 2.0}
     fit_id = store.save_calibration(dict(DEFAULT_WEIGHTS), 40, {}, corpus_fits={"/i/a": {"weights": own, "n": 25,
@@ -869,7 +869,7 @@ def test_a_fit_keeps_its_corpus_fits(store: MemoryStore) -> None:
 def test_counts_rejudge_each_corpus_by_its_own_weights(store: MemoryStore) -> None:
     """An outcome of a corpus with a fit of its own is judged by that fit, as the engine on that
     corpus would judge it; the others by the fit on all labels."""
-    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS
+    from self_improving_rag.confidence import DEFAULT_WEIGHTS
     from self_improving_rag.memory.store import Verdicts
 
     store.record(make_answer("q1", (make_attempt(1),)), corpus="/i/a")
@@ -998,7 +998,7 @@ def test_a_ctrl_c_that_lands_as_a_write_takes_the_lock_leaves_no_transaction_ope
 def test_agreement_reaches_the_sql_confidence_and_calibration(store: MemoryStore) -> None:
     """agreement lives in the stored features: the SQL confidence reads it (a missing value is the
     neutral 0.5), and labelled_attempts hands it on (None where no replies were sampled)."""
-    from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS, sigmoid
+    from self_improving_rag.confidence import DEFAULT_WEIGHTS, sigmoid
 
     def with_agreement(q: str, value) -> str:
         return _record_with_detail(store, q, {"features": {} if value is None else {"agreement": value}}, correct=True)

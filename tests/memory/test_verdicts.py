@@ -17,7 +17,7 @@ from collections import Counter
 
 from self_improving_rag import decision
 from self_improving_rag.config import load_config
-from self_improving_rag.evaluation.calibration import DEFAULT_WEIGHTS, confidence
+from self_improving_rag.confidence import DEFAULT_WEIGHTS, confidence
 from self_improving_rag.feedback.attribution import attribute
 from self_improving_rag.memory import MemoryStore
 from self_improving_rag.memory.verdicts import Verdicts

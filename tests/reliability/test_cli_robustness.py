@@ -18,7 +18,8 @@ import pytest
 
 import self_improving_rag
 from self_improving_rag.config import pins_strategy
-from self_improving_rag.feedback.policy import QueryFeatures, StrategyPolicy
+from self_improving_rag.feedback.policy import StrategyPolicy
+from self_improving_rag.query import QueryFeatures
 from self_improving_rag.memory.store import MemoryStore
 from self_improving_rag.retrieval.index import EmbeddingCache
 from tests.conftest import batch_overrides, fake_overrides, write_corpus

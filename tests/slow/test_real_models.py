@@ -36,7 +36,7 @@ def _question(shared_dir: Path, qid: str) -> dict:
 
 
 def test_real_embedder_retrieves_the_evidence(scarlet_index, shared_dir):
-    from self_improving_rag.evaluation.metrics import evidence_hit
+    from self_improving_rag.evaluation.retrieval_metrics import evidence_hit
     from self_improving_rag.retrieval.searcher import Searcher
 
     cfg, embedder = scarlet_index
@@ -100,7 +100,7 @@ def test_the_question_read_while_the_prompt_is_evaluated_scores_as_read_token_by
     import numpy as np
 
     from self_improving_rag.config import load_config
-    from self_improving_rag.evaluation.signals import question_prior_needs, question_words
+    from self_improving_rag.evaluation.question_signals import question_prior_needs, question_words
     from self_improving_rag.generation.llamacpp import LlamaCppGenerator
     from self_improving_rag.generation.prompts import build_messages, question_span
     from self_improving_rag.generation.registry import resolve_model
@@ -197,7 +197,7 @@ def test_real_model_attributes_injected_failures(scarlet_index, shared_dir):
     from dataclasses import replace
 
     from self_improving_rag.engine import Engine
-    from self_improving_rag.evaluation.metrics import evidence_hit
+    from self_improving_rag.evaluation.retrieval_metrics import evidence_hit
     from self_improving_rag.feedback.attribution import attribute
     from self_improving_rag.generation.prompts import parse_citations
 

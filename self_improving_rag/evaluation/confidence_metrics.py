@@ -1,32 +1,25 @@
-"""Pure scoring functions for answers, refusals, selective prediction and retrieval.
+"""Metrics of a confidence: how well it ranks answers (AUROC with its bootstrap interval,
+risk-coverage, accuracy at a coverage) and how well it is calibrated (reliability bins, ECE and
+its noise floor); and percentiles of a list of values.
 
 Every function is deterministic and side-effect free. A value that is undefined for
 the given input (no denominator, a single class, an empty list) is ``None`` -- never a
-silent 0.0 -- and the dict-returning functions say why under ``"notes"``. Bad
-arguments (mismatched lengths, confidences outside [0, 1], k < 1) raise ``ValueError``.
+silent 0.0 -- and the dict-returning functions say why under ``"notes"``. Bad arguments
+(mismatched lengths, confidences outside [0, 1]) raise ``ValueError``.
 """
 
 from __future__ import annotations
 
 import math
-import re
-import string
-import unicodedata
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ..text import number_word_to_digits
+from ..confidence import bin_index
+from .answer_metrics import _as_bools
 
 __all__ = [
-    "bin_index",
-    "normalize_answer",
-    "exact_match",
-    "token_f1",
-    "contains_gold",
-    "refusal_metrics",
     "risk_coverage",
     "accuracy_at_coverage",
     "expected_calibration_error",
@@ -35,174 +28,7 @@ __all__ = [
     "auroc",
     "auroc_interval",
     "percentiles",
-    "collapse_spaces",
-    "evidence_hit",
-    "recall_at_k",
-    "mrr",
 ]
-
-# --------------------------------------------------------------------------- answers
-
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_ASCII_PUNCT = frozenset(string.punctuation)
-
-
-#: Hyphens (ASCII, U+2010, and what NFKC leaves of U+2011): deleted like other punctuation, so
-#: "night‐jar" and "night-jar" both read "nightjar"; the long dashes become a space.
-_HYPHENS = frozenset("-\u2010\u2011")
-
-
-def _strip_punct_char(ch: str) -> str:
-    # Long dashes join words in 19th-century prose ("Holmes—the"); deleting them would glue
-    # the words together, so they become a space. Other punctuation is deleted as in SQuAD.
-    if ch == "\u00ad":  # a soft hyphen (HTML's &shy;) marks where a word may break: not a character
-        return ""
-    cat = unicodedata.category(ch)
-    if cat == "Pd" and ch not in _HYPHENS:
-        return " "
-    if ch in _ASCII_PUNCT or cat.startswith("P"):
-        return ""
-    return ch
-
-
-def normalize_answer(s: str) -> str:
-    """SQuAD-style answer normalisation.
-
-    Steps: Unicode NFKC; lowercase; delete punctuation (ASCII ``string.punctuation`` and
-    every Unicode ``P*`` character, so curly quotes and ellipses go too; long dashes
-    become a space); drop the articles *a*, *an*, *the*; collapse whitespace; number words
-    from two to twenty, the tens, "hundred", "thousand" and the ordinals from third to twentieth
-    in digits ("seven" → "7", "third" → "3rd"; "one", "first" and "second" stay words, as in "no
-    one" or "at first"). The last step is not in the official SQuAD script: "7"
-    answers "how many wives" as well as "seven" does.
-
-    >>> normalize_answer("“The Book of Life,”")
-    'book of life'
-    >>> normalize_answer("about seven")
-    'about 7'
-    """
-    s = unicodedata.normalize("NFKC", s).lower()
-    s = "".join(_strip_punct_char(ch) for ch in s)
-    s = _ARTICLES.sub(" ", s)
-    return " ".join(number_word_to_digits(w) for w in s.split())
-
-
-def _gold_list(golds: Sequence[str] | str) -> list[str]:
-    # A bare string is one gold answer, not a sequence of one-character answers.
-    gold_list = [golds] if isinstance(golds, str) else list(golds)
-    if not gold_list:
-        raise ValueError(
-            "golds is empty: answer metrics are undefined for unanswerable questions; "
-            "score those with refusal_metrics"
-        )
-    return gold_list
-
-
-def exact_match(pred: str, golds: Sequence[str] | str) -> float:
-    """EM = max over golds g of [normalize(pred) == normalize(g)], in {0.0, 1.0}."""
-    p = normalize_answer(pred)
-    return float(any(p == normalize_answer(g) for g in _gold_list(golds)))
-
-
-def _f1_tokens(pred_tokens: list[str], gold_tokens: list[str]) -> float:
-    if not pred_tokens or not gold_tokens:
-        # SQuAD convention: two empty answers agree; one empty answer shares nothing.
-        return float(pred_tokens == gold_tokens)
-    common = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
-    if common == 0:
-        return 0.0
-    precision = common / len(pred_tokens)
-    recall = common / len(gold_tokens)
-    return 2 * precision * recall / (precision + recall)
-
-
-def token_f1(pred: str, golds: Sequence[str] | str) -> float:
-    """Token F1 = max over golds of 2PR / (P + R) on normalised whitespace tokens.
-
-    With c = |tokens(pred) ∩ tokens(gold)| counted as a multiset, P = c / |pred| and
-    R = c / |gold|. If either side normalises to nothing, F1 is 1 when both do, else 0.
-    """
-    p = normalize_answer(pred).split()
-    return max(_f1_tokens(p, normalize_answer(g).split()) for g in _gold_list(golds))
-
-
-def contains_gold(pred: str, golds: Sequence[str] | str) -> float:
-    """1.0 if some normalised gold occurs in the normalised prediction on token boundaries.
-
-    Containment is checked as ``" " + gold + " " in " " + pred + " "`` so the gold
-    "eloi" does not match inside "eloise". A gold that normalises to nothing (e.g. "The")
-    counts only for a prediction that normalises to nothing too, so EM <= contains.
-    """
-    p = normalize_answer(pred)
-    padded = f" {p} "
-    for g in _gold_list(golds):
-        n = normalize_answer(g)
-        if (n and f" {n} " in padded) or (not n and not p):
-            return 1.0
-    return 0.0
-
-
-# --------------------------------------------------------------------------- refusals
-
-
-def _as_bools(name: str, values: Sequence[Any]) -> list[bool]:
-    out = []
-    for v in values:
-        if isinstance(v, (bool, np.bool_)) or v in (0, 1):
-            out.append(bool(v))
-        else:
-            raise ValueError(f"{name} must hold booleans or 0/1, got {v!r}")
-    return out
-
-
-def _ratio(num: int, den: int, what: str, notes: dict[str, str], key: str) -> float | None:
-    if den == 0:
-        notes[key] = f"undefined: {what} is zero"
-        return None
-    return num / den
-
-
-def refusal_metrics(refused: Sequence[bool], answerable: Sequence[bool]) -> dict[str, Any]:
-    """Quality of refusing unanswerable questions (the positive class is "unanswerable").
-
-    With TP = refused ∧ unanswerable:
-      precision = TP / #refused, recall = TP / #unanswerable, F1 = 2PR / (P + R),
-      false_refusal_rate = #(refused ∧ answerable) / #answerable.
-    A rate with a zero denominator is ``None`` and ``notes`` says why; F1 is ``None``
-    when P or R is, and 0.0 when P + R = 0.
-    """
-    if len(refused) != len(answerable):
-        raise ValueError(f"refused has {len(refused)} items but answerable has {len(answerable)}")
-    r = _as_bools("refused", refused)
-    a = _as_bools("answerable", answerable)
-    tp = sum(ri and not ai for ri, ai in zip(r, a))
-    wrong_refusals = sum(ri and ai for ri, ai in zip(r, a))
-    n_refused = sum(r)
-    n_answerable = sum(a)
-    n_unanswerable = len(a) - n_answerable
-    notes: dict[str, str] = {}
-    precision = _ratio(tp, n_refused, "the number of refusals", notes, "precision")
-    recall = _ratio(tp, n_unanswerable, "the number of unanswerable questions", notes, "recall")
-    if precision is None or recall is None:
-        f1 = None
-        notes["f1"] = "undefined: precision or recall is undefined"
-    elif precision + recall == 0:
-        f1 = 0.0
-    else:
-        f1 = 2 * precision * recall / (precision + recall)
-    frr = _ratio(wrong_refusals, n_answerable, "the number of answerable questions", notes, "false_refusal_rate")
-    return {
-        "precision": precision,
-        "recall": recall,
-        "f1": f1,
-        "false_refusal_rate": frr,
-        "n": len(r),
-        "n_refused": n_refused,
-        "n_unanswerable": n_unanswerable,
-        "n_answerable": n_answerable,
-        "notes": notes,
-    }
-
 
 # --------------------------------------------------------------------------- selective prediction
 
@@ -296,15 +122,6 @@ def accuracy_at_coverage(confidences: Sequence[float], correct: Sequence[Any], c
     # The small tolerance keeps 0.8 * 10 from rounding up to 9 via 8.000000000000002.
     k = max(1, math.ceil(coverage * conf.size - 1e-9))
     return float(np.mean(corr_s[:k]))
-
-
-def bin_index(conf, n_bins: int):
-    """The equal-width bin of a confidence in [0, 1] (or of each in an array): [k/n, (k+1)/n) holds
-    bin k, and 1.0 the last bin. A tolerance of 1e-9 keeps 0.57 out of [0.56, 0.57) when 0.57 · 100
-    rounds to 56.99999999999999."""
-    idx = np.floor(np.asarray(conf, dtype=float) * n_bins + 1e-9).astype(int)
-    idx = np.clip(idx, 0, n_bins - 1)
-    return idx if idx.ndim else int(idx)
 
 
 def _check_bins(conf: np.ndarray, n_bins: int) -> None:
@@ -492,60 +309,3 @@ def percentiles(values: Sequence[float], ps: Sequence[float] = (50, 95)) -> dict
         key = f"p{int(p)}" if float(p).is_integer() else f"p{p}"
         out[key] = float(np.percentile(v, p)) if v.size else None
     return out
-
-
-# --------------------------------------------------------------------------- retrieval
-
-
-def collapse_spaces(text: str) -> str:
-    """``text`` with every run of whitespace (line breaks too) one space, and none at either end:
-    the form in which :func:`evidence_hit` compares a quote with a passage."""
-    return " ".join(text.split())
-
-
-def evidence_hit(chunk_text: str, evidence_quote: str) -> bool:
-    """True if the evidence quote occurs in the chunk after collapsing whitespace runs.
-
-    Characters are compared exactly (curly and straight quotes differ): the quotes are
-    verbatim copies of the source, so only line wrapping may differ.
-    """
-    quote = collapse_spaces(evidence_quote)
-    if not quote:
-        raise ValueError("evidence_quote is empty; an empty quote would match every chunk")
-    return quote in collapse_spaces(chunk_text)
-
-
-def _check_k(k: int | None) -> None:
-    if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
-        raise ValueError(f"k must be a positive integer, got {k!r}")
-
-
-def recall_at_k(ranked_hits_per_query: Sequence[Sequence[bool]], k: int) -> float | None:
-    """Fraction of queries with at least one relevant item among their first k results.
-
-    ``ranked_hits_per_query[q][i]`` says whether the i-th result of query q is relevant.
-    ``None`` when there are no queries.
-    """
-    _check_k(k)
-    if not ranked_hits_per_query:
-        return None
-    return sum(any(hits[:k]) for hits in ranked_hits_per_query) / len(ranked_hits_per_query)
-
-
-def mrr(ranked_hits_per_query: Sequence[Sequence[bool]], k: int | None = None) -> float | None:
-    """Mean reciprocal rank: mean over queries of 1 / (rank of the first relevant result).
-
-    A query with no relevant result (within the first k, if k is given) contributes 0.
-    ``None`` when there are no queries.
-    """
-    _check_k(k)
-    if not ranked_hits_per_query:
-        return None
-    total = 0.0
-    for hits in ranked_hits_per_query:
-        window = hits if k is None else hits[:k]
-        for rank, hit in enumerate(window, start=1):
-            if hit:
-                total += 1.0 / rank
-                break
-    return total / len(ranked_hits_per_query)
