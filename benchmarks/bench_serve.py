@@ -39,7 +39,7 @@ def serve(engine):
     import uvicorn
 
     from self_improving_rag.serve.app import create_app
-    from self_improving_rag.serve.cli import listen
+    from self_improving_rag.serve.listen import listen
 
     sock = listen("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(create_app(engine), log_config=None, log_level="warning"))

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from self_improving_rag.cli import COMMANDS, build_parser
+from self_improving_rag.cli.app import build_parser
+from self_improving_rag.cli.common import COMMANDS
 from self_improving_rag.config import Config
 from tests.conftest import batch_overrides, fake_overrides, main_in_process, write_corpus
 
@@ -34,6 +35,25 @@ def test_every_command_has_help_with_an_example():
     for name in COMMANDS:
         r = subprocess.run([sys.executable, "-m", "self_improving_rag.cli", name, "--help"], capture_output=True, text=True)
         assert r.returncode == 0 and "usage: sirag" in r.stdout
+
+
+def test_every_memory_action_is_a_subcommand_with_help_and_an_example(capsys):
+    from self_improving_rag.cli.memory import ACTIONS
+
+    parser = build_parser()
+    for name, (fn, _) in ACTIONS.items():
+        assert fn.__doc__ and "Example: sirag memory " + name in fn.__doc__, f"memory {name} needs an example"
+        with pytest.raises(SystemExit) as info:
+            parser.parse_args(["memory", name, "--help"])
+        out = capsys.readouterr().out
+        assert info.value.code == 0 and out.startswith(f"usage: sirag memory {name} "), out
+    # Each shows its own options only: another action's is refused by name, not offered.
+    with pytest.raises(SystemExit):
+        parser.parse_args(["memory", "stats", "--help"])
+    assert "--csv" not in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        parser.parse_args(["memory", "export", "--help"])
+    assert "--csv" in capsys.readouterr().out
 
 
 def test_packaged_default_yaml_matches_the_models():
@@ -586,7 +606,7 @@ def test_a_source_is_shown_from_the_sentence_that_states_the_answer():
     """A source was shown as its first 220 characters, so in a long passage the words that state
     the answer were cut off ("Margaret" lay past them). The preview now starts at the
     sentence holding the most of what the answer adds to the question."""
-    from self_improving_rag.cli import source_snippet
+    from self_improving_rag.cli.ask import source_snippet
 
     text = ("The keeper's log opens with the weather of every day of that long winter, the wind, the "
             "rain and the state of the lamp, written in a careful hand. " * 3

@@ -54,7 +54,7 @@ def test_several_config_files_layer_in_order(tmp_path: Path) -> None:
 
 
 def test_repeated_config_on_the_command_line_layers_every_file(tmp_path: Path) -> None:
-    from self_improving_rag.cli import build_parser
+    from self_improving_rag.cli.app import build_parser
 
     args = build_parser().parse_args(["ask", "Who?", "--config", "a.yaml", "--config", "b.yaml"])
     assert args.config == ["a.yaml", "b.yaml"]

@@ -30,9 +30,6 @@ CLI_IMPORTERS = frozenset({ROOT})
 #: Known exceptions, (importing module, imported part): each closes an import cycle between
 #: top-level parts or imports the CLI, and none can be removed by moving an import line alone.
 KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
-    # `sirag serve` is a CLI command that lives in serve/; it builds its engine with the CLI's
-    # `_engine` (cli <-> serve).
-    (f"{ROOT}.serve.cli", "cli"): "serve's command builds its engine with cli._engine",
     # The settings resolve loop.target_precision to an answer bar from the shipped confidence
     # model's curve (config -> evaluation -> ... -> config).
     (f"{ROOT}.config", "evaluation"): "config reads the shipped model's bar (evaluation.shipped.bar_for)",

@@ -369,9 +369,9 @@ def test_each_corpus_gets_a_fit_of_its_own_when_its_answers_go_another_way(store
     short = next({**r, "answer_words": math.log1p(2)} for r in store.labelled_attempts() if r["answer"] == SHORT)
     assert confidence(short, weights_for(fit, "/i/a")) > 0.7 > 0.3 > confidence(short, weights_for(fit, "/i/b"))
     # `sirag calibrate` shows each corpus: the default weights, one fit for all, and its own.
-    from self_improving_rag.cli import _print_calibration
+    from self_improving_rag.cli.calibrate import print_calibration
 
-    _print_calibration(result)
+    print_calibration(result)
     out = capsys.readouterr().out
     assert "by corpus, each label held out (a corpus's own fit is pulled toward" in out and "  /i/a (60 labels)" in out and "  /i/b (60 labels)" in out
     # Each held-out AUROC comes with its interval over the questions, the in-sample one without.
@@ -386,10 +386,10 @@ def test_each_corpus_gets_a_fit_of_its_own_when_its_answers_go_another_way(store
     assert "weights of the fit on all labels: " in out and out.count("    its weights (l2 ") == 2
     assert out.count("; each held-out fold chose its own): ") == 2  # L2 "auto"
     assert f"stored as fit {result['fit_id']}, with the own fits shown above for 2 corpora" in out
-    _print_calibration({k: v for k, v in result.items() if k != "fit_id"})  # a dry run: nothing in use
+    print_calibration({k: v for k, v in result.items() if k != "fit_id"})  # a dry run: nothing in use
     dry_out = capsys.readouterr().out
     assert "its own fit (5 of 5 folds)" in dry_out and ", in use" not in dry_out
-    _print_calibration(one)
+    print_calibration(one)
     assert "by corpus" not in capsys.readouterr().out
     from self_improving_rag.evaluation.calibrate import describe_auto_fit
 
@@ -409,7 +409,7 @@ def test_a_corpus_whose_own_fit_scores_worse_held_out_keeps_none(store: MemorySt
     folds: answers recorded in one millisecond come in the order recorded, not by their random
     ids, which made this test fail now and then.)
     The CLI says why b has none."""
-    from self_improving_rag.cli import _print_calibration
+    from self_improving_rag.cli.calibrate import print_calibration
 
     _record_on(store, "/i/a", 30, SHORT, correct_every=1)
     _record_on(store, "/i/a", 30, LONG, correct_every=6)
@@ -422,7 +422,7 @@ def test_a_corpus_whose_own_fit_scores_worse_held_out_keeps_none(store: MemorySt
     assert b["after"] == b["pooled"]
     kept = {c for c, f in by_corpus.items() if f["kept"]}
     assert "/i/b" not in kept and set(result["corpus_fits"]) == set(store.latest_calibration()["corpus_fits"]) == kept
-    _print_calibration(result)
+    print_calibration(result)
     out = capsys.readouterr().out
     assert (f"(scored by the fit on all labels: its own fit scored a worse held-out Brier, {b['own']['brier']:.4f} "
             f"against {b['pooled']['brier']:.4f})") in out
@@ -431,7 +431,7 @@ def test_a_corpus_whose_own_fit_scores_worse_held_out_keeps_none(store: MemorySt
         assert "with the own fit shown above for 1 corpus (questions on it use it)" in out
     # Too few labels in a corpus: said so.
     _record_on(store, "/i/c", 5, SHORT, correct_every=2)
-    _print_calibration(calibrate_from_memory(store, min_labels=20, seed=0, save=False))
+    print_calibration(calibrate_from_memory(store, min_labels=20, seed=0, save=False))
     assert "too few labelled answers, or not both right and wrong ones, for a fit of its own" in capsys.readouterr().out
 
 
@@ -450,9 +450,9 @@ def test_a_corpus_fit_that_scored_no_held_out_label_is_not_kept(store: MemorySto
     assert figures["n"] == 2 and figures["own_folds"] == 0 and figures["kept"] is False
     assert figures["after"] == figures["pooled"]
     assert "/i/tiny" not in result["corpus_fits"] and "/i/tiny" not in store.latest_calibration()["corpus_fits"]
-    from self_improving_rag.cli import _print_calibration
+    from self_improving_rag.cli.calibrate import print_calibration
 
-    _print_calibration(result)
+    print_calibration(result)
     out = capsys.readouterr().out
     tiny = out[out.index("  /i/tiny (2 labels)"):]
     assert "its own fit (" not in tiny and "worse held-out Brier" not in tiny
@@ -460,7 +460,7 @@ def test_a_corpus_fit_that_scored_no_held_out_label_is_not_kept(store: MemorySto
 
 
 def test_a_fixed_strength_is_not_said_to_be_chosen(store: MemoryStore, capsys) -> None:
-    from self_improving_rag.cli import _print_calibration
+    from self_improving_rag.cli.calibrate import print_calibration
 
     _record_on(store, "/i/a", 30, SHORT, correct_every=1)
     _record_on(store, "/i/a", 30, LONG, correct_every=10)
@@ -468,7 +468,7 @@ def test_a_fixed_strength_is_not_said_to_be_chosen(store: MemoryStore, capsys) -
     _record_on(store, "/i/b", 30, LONG, correct_every=1)
     result = calibrate_from_memory(store, min_labels=20, seed=0, save=False, l2=0.5, model="full")
     assert set(result["corpus_fits"]) == {"/i/a", "/i/b"} and not result["l2_chosen"]
-    _print_calibration(result)
+    print_calibration(result)
     out = capsys.readouterr().out
     assert out.count("    its weights (l2 0.5, fixed): ") == 2 and "chose its own" not in out
     assert "pull toward the default weights: l2 0.5 (fixed)" in out
@@ -477,7 +477,7 @@ def test_a_fixed_strength_is_not_said_to_be_chosen(store: MemoryStore, capsys) -
 def test_each_corpus_fit_is_made_toward_the_stored_fits_model(store: MemoryStore, monkeypatch, capsys) -> None:
     """A corpus's own fit is pulled toward the fit on all labels, and its penalty's inner priors
     are made as that fit was: fit_corpora is told the stored fit's model (scaled: no l2 of its own)."""
-    from self_improving_rag.cli import _print_calibration
+    from self_improving_rag.cli.calibrate import print_calibration
     from self_improving_rag.evaluation import calibrate
 
     _record_on(store, "/i/a", 30, SHORT, correct_every=1)
@@ -495,7 +495,7 @@ def test_each_corpus_fit_is_made_toward_the_stored_fits_model(store: MemoryStore
     result = calibrate_from_memory(store, min_labels=20, seed=0, save=False, l2=0.5, model="scaled")
     assert result["model"] == "scaled" and result["l2"] is None and seen == ["scaled"]
     assert set(result["corpus_fits"]) == {"/i/a", "/i/b"}
-    _print_calibration(result)
+    print_calibration(result)
     out = capsys.readouterr().out
     assert out.count("    its weights (l2 0.5, fixed): ") == 2
     assert "model: scaled, the default weights' score times " in out and "pull toward the default weights" not in out
@@ -621,9 +621,9 @@ def test_calibrate_says_how_the_answer_threshold_sorts_the_labelled_answers(stor
     assert high["before"]["right_below"] == high["after"]["right_below"] == 35
     assert high["before"]["wrong_at_or_above"] == high["after"]["wrong_at_or_above"] == 0
     assert "confidences" not in result["held_out"]  # per-label lists stay out of `calibrate --json`
-    from self_improving_rag.cli import _print_calibration
+    from self_improving_rag.cli.calibrate import print_calibration
 
-    _print_calibration(result)
+    print_calibration(result)
     out = capsys.readouterr().out
     b, a = t["before"], t["after"]
     assert (f"at loop.answer_threshold 0.50 (what a first attempt must reach to be returned): right answers below "

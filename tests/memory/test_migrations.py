@@ -162,31 +162,31 @@ def test_commands_that_only_read_upgrade_an_older_store_first(tmp_path: Path) ->
 
 
 def test_an_older_store_that_cannot_be_written_says_to_upgrade_a_copy(tmp_path: Path, monkeypatch) -> None:
-    from self_improving_rag import cli
+    from self_improving_rag.cli import common
     from self_improving_rag.config import Config
 
     path = tmp_path / "old.db"
     with Database(path) as old:
         MIGRATIONS.apply(old, stop_before=OLDEST_STOP)
-    opened = cli._memory
+    opened = common.open_memory
 
     def busy_file(config, read_only=False):  # another process holds the write lock
         if not read_only:
             raise MemoryStoreError(f"memory database {path} is locked by another process")
         return opened(config, read_only=True)
 
-    monkeypatch.setattr(cli, "_memory", busy_file)
+    monkeypatch.setattr(common, "open_memory", busy_file)
     config = Config.model_validate({"paths": {"memory_db": str(path)}})
     # A file that can be written but was not (busy): the cause is given, not advice to copy it.
     with pytest.raises(MemoryStoreError, match=r"has an older schema and could not be upgraded: memory database "
                                                r".* is locked by another process$"):
-        cli._readable_memory(config, "memory")
+        common.readable_memory(config, "memory")
     # A file that cannot be written (as on a read-only mount; root ignores permissions, so the
     # check is what is replaced): upgrade a copy.
-    monkeypatch.setattr(cli.os, "access", lambda p, mode: False)
+    monkeypatch.setattr(common.os, "access", lambda p, mode: False)
     with pytest.raises(MemoryStoreError, match=r"has an older schema and cannot be upgraded where it is.*copy it "
                                                r"\(with its -wal file, if any\) to a writable folder"):
-        cli._readable_memory(config, "memory")
+        common.readable_memory(config, "memory")
     assert applied(path) == ["m001_create_tables"]
 
 

@@ -341,13 +341,14 @@ def test_world_is_still_usable(world: Path, tmp_path: Path) -> None:
 # A crash the CLI does not know: a stand-in command raises, main() must still print one line.
 _CRASH = """
 import sys
-import self_improving_rag.cli as cli
+from self_improving_rag.cli import main
+from self_improving_rag.cli.common import COMMANDS
 
 def boom(args, config):
     raise RuntimeError("simulated failure deep in a command")
 
-cli.COMMANDS["stats"] = boom
-sys.exit(cli.main(sys.argv[1:]))
+COMMANDS["stats"] = boom
+sys.exit(main(sys.argv[1:]))
 """
 
 

@@ -433,14 +433,14 @@ def test_calibrate_reset_and_its_refused_mixes(tmp_path):
 
 
 def test_an_answer_accepted_despite_a_flag_says_so():
-    from self_improving_rag.cli import _format_answer
+    from self_improving_rag.cli.ask import format_answer
     from tests.memory.memory_testkit import make_answer, make_attempt
 
     flagged = make_answer("Who built it?", (make_attempt(1, failure="WEAK_RETRIEVAL", confidence=0.9),), confidence=0.9)
-    text = _format_answer(flagged.to_json(), verbose=False)
+    text = format_answer(flagged.to_json(), verbose=False)
     assert "note: its checks flagged WEAK_RETRIEVAL: reason for WEAK_RETRIEVAL" in text
     clean = make_answer("Who built it?")
-    assert "flagged" not in _format_answer(clean.to_json(), verbose=False)
+    assert "flagged" not in format_answer(clean.to_json(), verbose=False)
 
 
 @pytest.mark.parametrize("setting, words", [

@@ -29,7 +29,7 @@ class LiveServer:
     def __init__(self, app) -> None:
         import uvicorn
 
-        from self_improving_rag.serve.cli import listen
+        from self_improving_rag.serve.listen import listen
 
         self.app = app
         self.sock = listen("127.0.0.1", 0)  # as `sirag serve` listens

@@ -46,7 +46,7 @@ def test_a_port_in_use_is_said_before_any_model_loads(tmp_path, capsys, built_in
 
 
 def test_the_listening_socket_is_tcp_by_protocol_so_replies_are_not_held_by_nagle():
-    from self_improving_rag.serve.cli import listen
+    from self_improving_rag.serve.listen import listen
 
     # asyncio sets TCP_NODELAY only on sockets whose proto is IPPROTO_TCP: a socket made as
     # socket.socket() (proto 0) answered each keep-alive request ~40 ms late.

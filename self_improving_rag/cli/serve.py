@@ -1,25 +1,22 @@
 """``sirag serve``: the engine as an HTTP service (the API, its OpenAPI page at /docs, and the web
-page at /). Registered on the CLI by :func:`add_serve_command`; FastAPI and uvicorn are imported
-only when it runs (the ``serve`` extra)."""
+page at /). FastAPI and uvicorn are imported only when it runs (the ``serve`` extra)."""
 
 from __future__ import annotations
 
 import argparse
-import inspect
-import logging
 import os
-import socket
 import sys
 
-from ..errors import InputError, SiragError
-
-log = logging.getLogger("sirag")
+from ..config import Config
+from ..errors import InputError
+from .common import add_command, command, make_engine
 
 #: Where the token may come from instead of --token (which other users can read in `ps`).
 TOKEN_ENV = "SIRAG_SERVE_TOKEN"
 
 
-def cmd_serve(args: argparse.Namespace, config) -> int:
+@command
+def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     """Serve the engine over HTTP: the API (OpenAPI page at /docs) and a web page at / that shows
     each attempt, its checks and its repair as the answer is written.
 
@@ -30,8 +27,8 @@ def cmd_serve(args: argparse.Namespace, config) -> int:
     says otherwise, which then needs a token (--token, or the SIRAG_SERVE_TOKEN variable) that
     every request must carry (Authorization: Bearer TOKEN; the page: open /?token=TOKEN).
     """
-    from ..cli import _engine
-    from .security import is_loopback
+    from ..serve.listen import listen
+    from ..serve.security import is_loopback
 
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
     if not is_loopback(args.host) and token is None:
@@ -41,7 +38,7 @@ def cmd_serve(args: argparse.Namespace, config) -> int:
     try:
         import uvicorn
 
-        from .app import ServeSettings, create_app
+        from ..serve.app import ServeSettings, create_app
     except ImportError as exc:
         raise InputError(f"sirag serve needs FastAPI and uvicorn ({exc.name} is missing): "
                          "pip install 'self_improving_rag[serve]'") from exc
@@ -52,7 +49,7 @@ def cmd_serve(args: argparse.Namespace, config) -> int:
     except ValueError as exc:
         raise InputError(str(exc)) from None
     sock = listen(args.host, args.port)  # a port in use is said before any model loads
-    engine = _engine(args, config)
+    engine = make_engine(args, config)
     try:
         app = create_app(engine, settings)
         host = f"[{args.host}]" if ":" in args.host else args.host
@@ -72,30 +69,11 @@ def cmd_serve(args: argparse.Namespace, config) -> int:
     return 0
 
 
-def listen(host: str, port: int) -> socket.socket:
-    """A listening socket for uvicorn (``port`` 0: any free one). Made from getaddrinfo's answer,
-    so that it is a TCP socket by protocol too: asyncio turns Nagle's algorithm off only on those,
-    and with it on, a reply written in two parts waits ~40 ms for the client's delayed ACK."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        sock = socket.socket(family, kind, proto or socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(128)
-    except OSError as exc:
-        raise SiragError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); choose another --port, or stop "
-                         "what uses it") from None
-    sock.set_inheritable(True)
-    return sock
-
-
-def add_serve_command(sub, common: argparse.ArgumentParser, registry: dict) -> None:
-    """Register ``serve`` on the CLI's subparsers."""
+def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """Add ``serve`` to the ``sirag`` parser."""
     from ..batch import int_at_least
 
-    doc = inspect.cleandoc(cmd_serve.__doc__ or "")
-    sp = sub.add_parser("serve", parents=[common], help=" ".join(doc.split("\n\n")[0].split()), description=doc,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sp = add_command(sub, "serve", cmd_serve, common)
     sp.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine "
                                                         "only; any other needs --token)")
     sp.add_argument("--port", type=int_at_least(0, 65535), default=8000, help="port (default 8000; 0: any free one)")
@@ -109,4 +87,3 @@ def add_serve_command(sub, common: argparse.ArgumentParser, registry: dict) -> N
                     help="largest request body, in KiB (default 64)")
     sp.add_argument("--cors-origin", action="append", metavar="ORIGIN",
                     help="a web origin allowed to call the API from its pages (repeatable; default: none)")
-    registry["serve"] = cmd_serve
