@@ -21,7 +21,8 @@ from .. import __version__
 from ..config import Config
 from ..errors import IngestionError, InterruptedAfterCommit, NoTextError, SiragError
 from ..retrieval.embedder import Embedder
-from ..retrieval.index import ANN_THRESHOLD, FORMAT_VERSION, CorpusIndex, EmbeddingCache
+from ..retrieval.embedding_cache import EmbeddingCache
+from ..retrieval.index import ANN_THRESHOLD, FORMAT_VERSION, CorpusIndex
 from ..types import Chunk
 from .chunkers import make_chunker
 from .chunkers.base import CHUNKING_VERSION
