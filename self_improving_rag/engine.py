@@ -123,7 +123,7 @@ class Engine:
     def _warn_if_stale(self) -> None:
         """Say when documents changed or went away since the index was built: answers come from
         the text it holds, which the files no longer say."""
-        from .ingestion.pipeline import stale_documents
+        from .ingestion.fingerprints import stale_documents
 
         changed, gone = stale_documents(self.searcher.manifest)
         if not changed and not gone:

@@ -43,7 +43,7 @@ class Searcher:
     def warm_up(self) -> None:
         if self._manifest is not None:
             return
-        from ..ingestion.pipeline import chunker_params
+        from ..ingestion.chunk_vectors import chunker_params
 
         self.embedder.warm_up()
         # Every chunker is loaded from the generation checked here, never from a newer one an
