@@ -8,7 +8,13 @@ import re
 from pathlib import Path
 
 from .fingerprints import file_sha256
-from .loaders import doc_slug
+
+
+def doc_slug(path: Path) -> str:
+    """A document's id from its file name: the stem in lower case, each space and ASCII
+    whitespace control (tab, newline, ...) an underscore. Other characters, no-break spaces
+    included, stay as they are, so ids made by earlier versions do not change."""
+    return re.sub(r"[ \t\n\r\f\v]", "_", path.stem.lower())
 
 
 def assign_doc_ids(files: list[Path], held: dict[str, dict] | None = None, max_bytes: int | None = None,
@@ -18,7 +24,8 @@ def assign_doc_ids(files: list[Path], held: dict[str, dict] | None = None, max_b
     A file the index already holds (``held``: the manifest's ``files``, id -> metadata) keeps its
     id, so adding, removing or moving another file never renames it (the memory store and
     earlier results cite documents by id). A file is known by its absolute path as given
-    (``file``; a symlink beside its target is not ingested: see :func:`iter_source_files`), or, in an index written before that was
+    (``file``; a symlink beside its target is not ingested: see
+    :func:`~.source_files.iter_source_files`), or, in an index written before that was
     recorded, by its resolved ``path`` when one held document has it; a file at a new path with the
     name and the content of a held document whose path is not among ``files`` is that document
     moved (its folder renamed, reached through a link), and keeps its id (files over ``max_bytes``

@@ -20,9 +20,10 @@ from .chunk_vectors import chunker_params, pooled_vectors
 from .chunkers import make_chunker
 from .doc_ids import assign_doc_ids
 from .fingerprints import file_sha256, stamp
-from .loaders import SUPPORTED_SUFFIXES, iter_source_files, load_document
+from .loaders import load_document
 from .lock import ingest_lock
 from .report import IngestReport
+from .source_files import SUPPORTED_SUFFIXES, iter_source_files
 
 
 def _parts_present(gen: Path | None, manifest: dict) -> bool:
