@@ -28,7 +28,8 @@ from self_improving_rag.ingestion.decoding import decode
 from self_improving_rag.ingestion.doc_ids import doc_slug
 from self_improving_rag.ingestion.headers import field_text, gutenberg_fields, split_front_matter, strip_gutenberg
 from self_improving_rag.ingestion.html_text import html_to_markdown
-from self_improving_rag.ingestion.sections import detect_sections, markdown_title
+from self_improving_rag.ingestion.markdown_headings import markdown_title
+from self_improving_rag.ingestion.sections import detect_sections
 from self_improving_rag.ingestion.source_files import FORMAT_OF_SUFFIX, unsupported_message
 from self_improving_rag.types import Document
 
