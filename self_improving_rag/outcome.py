@@ -7,6 +7,7 @@ import time
 from dataclasses import replace
 
 from . import decision
+from .config import LoopConfig
 from .decision import VETO_FAILURES, acceptable
 from .evaluation.metrics import normalize_answer
 from .feedback.policy import query_features
@@ -14,12 +15,13 @@ from .generation.prompts import strip_citations
 from .types import Answer, AttemptRecord
 
 
-def answer_bar(loop_config, number: int) -> float:
+def answer_bar(loop_config: LoopConfig, number: int) -> float:
     """The bar of attempt ``number`` under ``loop_config`` (:func:`decision.answer_bar`)."""
     return decision.answer_bar(loop_config.answer_threshold, loop_config.retry_margin, number)
 
 
-def finish(question: str, attempts: list[AttemptRecord], query_class: str, t_start: float, loop) -> Answer:
+def finish(question: str, attempts: list[AttemptRecord], query_class: str, t_start: float,
+           loop: LoopConfig) -> Answer:
     """The question's answer from its ``attempts``: the most confident acceptable one under
     ``loop`` (the loop settings: bars, passages shown), else a refusal that says why, with the
     closest passages."""
