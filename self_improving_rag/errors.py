@@ -20,6 +20,11 @@ class ConfigError(SiragError):
 class IngestionError(SiragError):
     """Documents could not be read or indexed."""
 
+    @classmethod
+    def for_file(cls, path: object, problem: str, fix: str) -> IngestionError:
+        """The error of one file: one line naming the file, the problem and the fix."""
+        return cls(f"{path}: {problem}; {fix}")
+
 
 class NoTextError(IngestionError):
     """A document file holds no text to index (empty, whitespace only, a page with nothing

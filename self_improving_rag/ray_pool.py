@@ -3,7 +3,7 @@
 The questions go to a pool of Ray actors, each holding one engine whose models are loaded once
 (:class:`EngineActor`). An actor answers with ``Engine(record=False)`` and returns the
 :class:`~self_improving_rag.types.Answer`; the driver (the ``sirag`` process) is the one writer:
-it records each answer in memory (:func:`~self_improving_rag.engine.record_answer`, as
+it records each answer in memory (:func:`~self_improving_rag.outcome.record_answer`, as
 ``Engine.ask`` does) and appends its row to ``results.jsonl`` through the batch's own
 ``_ask_row``, so a row and a memory record are made exactly as in a single-process run, and
 nothing has to be merged afterwards. Each actor has one question at a time, handed out as the
@@ -213,7 +213,7 @@ class _Answered:
         self.got, self.memory, self.threshold, self.corpus = got, memory, threshold, corpus
 
     def ask(self, question: str, *, loop: bool, run_id: str, item_id: str):
-        from .engine import record_answer
+        from .outcome import record_answer
 
         if isinstance(self.got, BaseException):
             raise self.got

@@ -1,4 +1,4 @@
-"""The single-attempt (loop-off) view of a loop-on run: engine.acceptable, batch.single_attempt_row,
+"""The single-attempt (loop-off) view of a loop-on run: decision.acceptable, batch.single_attempt_row,
 derive_single_attempt_run, and ``sirag eval --compare-no-retry`` / ``--separate-no-retry-run`` /
 ``--offset`` through the real CLI entry point (in-process, with the hash embedder and scripted generator)."""
 
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from self_improving_rag import batch
-from self_improving_rag.engine import acceptable
+from self_improving_rag.decision import acceptable
 from self_improving_rag.evaluation.datasets import QAItem
 from tests.conftest import fake_overrides, main_in_process, write_corpus
 
@@ -23,7 +23,7 @@ MADE_UP = "Tobias Lune saved eleven sailors [1]. He was later crowned king of Po
 QUESTION = "Who saved the sailors of the Greyling in the storm?"
 
 
-# -- 1. acceptable and Engine._finish -------------------------------------------------------
+# -- 1. acceptable and outcome.finish -------------------------------------------------------
 
 @pytest.mark.parametrize("answer, conf, failure, threshold, expected", [
     ("Clara Venn", 0.5, "NONE", 0.5, True),  # the threshold itself clears it
@@ -53,7 +53,7 @@ def test_finish_chooses_through_acceptable(make_engine, monkeypatch):
     engine, _, _ = make_engine([GOOD])
     assert not engine.ask(QUESTION, loop=False).refused
     seen = []
-    monkeypatch.setattr("self_improving_rag.engine.acceptable", lambda *a: seen.append(a) or False)
+    monkeypatch.setattr("self_improving_rag.outcome.acceptable", lambda *a: seen.append(a) or False)
     ans = engine.ask(QUESTION, loop=False)
     assert ans.refused and ans.answer is None
     assert seen and seen[0][0] == GOOD and seen[0][2] == "NONE" and seen[0][3] == engine.config.loop.answer_threshold

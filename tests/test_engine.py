@@ -372,7 +372,7 @@ def test_futile_lets_a_seeded_share_of_questions_retry(tmp_path, make_engine):
     ("Tobias Lune was in Paris, right?", "No [1].", False),
 ])
 def test_an_answer_that_only_echoes_the_question_is_no_answer(question, answer, echo):
-    from self_improving_rag.engine import restates_question
+    from self_improving_rag.questions import restates_question
 
     assert restates_question(question, answer) is echo
 
@@ -400,7 +400,7 @@ def test_an_attempt_below_the_answer_threshold_is_retried_not_accepted_as_none(t
 def test_a_retry_must_clear_a_higher_bar(tmp_path, make_engine):
     """loop.retry_margin: attempt n needs answer_threshold + retry_margin * (n - 1). A retry that
     clears the first attempt's bar but not its own is LOW_CONFIDENCE, and the loop goes on."""
-    from self_improving_rag.engine import answer_bar
+    from self_improving_rag.outcome import answer_bar
 
     question = "Who saved the sailors of the Greyling in the storm?"
     base = fake_overrides(tmp_path) + ["policy.stop_below=0", "loop.retry_margin=0"]
@@ -707,7 +707,7 @@ def test_a_refusal_shows_passages_when_only_a_later_attempt_found_any(tmp_path, 
 
 
 def test_a_keyword_rewrite_that_declines_adds_nothing_to_the_query():
-    from self_improving_rag.engine import rewrite_query
+    from self_improving_rag.attempt import rewrite_query
     from self_improving_rag.generation.scripted import ScriptedGenerator
 
     query, _ = rewrite_query(ScriptedGenerator([REFUSE]), "When was the lamp changed?")
@@ -945,7 +945,7 @@ def test_the_passage_that_states_the_answer_is_shown_even_when_another_is_cited(
     # cited passage for its support: passage 1, which states the answer, is shown too.
     from dataclasses import replace
 
-    from self_improving_rag.engine import _source_numbers
+    from self_improving_rag.outcome import _source_numbers
     from self_improving_rag.types import Signal
 
     eng, _, _ = make_engine(["Clara Venn [2]"])

@@ -32,10 +32,11 @@ CLI_IMPORTERS = frozenset({ROOT})
 KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
     # The settings resolve loop.target_precision to an answer bar from the shipped confidence
     # model's curve (config -> evaluation -> ... -> config).
-    (f"{ROOT}.config", "evaluation"): "config reads the shipped model's bar (evaluation.shipped.bar_for)",
+    (f"{ROOT}.config.models", "evaluation"): "config reads the shipped model's bar (evaluation.shipped.bar_for)",
     # The ingest pipeline builds the retrieval indexes, while retrieval reads ingestion's
     # sentences and index paths (ingestion <-> retrieval).
     (f"{ROOT}.ingestion.pipeline", "retrieval"): "the ingest pipeline builds the retrieval indexes",
+    (f"{ROOT}.ingestion.chunk_vectors", "retrieval"): "the pipeline embeds chunks through retrieval's cache",
     (f"{ROOT}.ingestion.stats", "retrieval"): "index statistics read the retrieval index",
     # The evaluation harness inside evaluation/ (cold-start protocol, retrieval-only eval) uses
     # batch's grading and index checks, while batch scores its runs with evaluation's metrics

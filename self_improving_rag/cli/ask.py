@@ -112,7 +112,7 @@ def cmd_ask(args: argparse.Namespace, config: Config) -> int:
     chooses the first strategy per kind of question; a strategy given with --set (e.g.
     --set strategy.top_k=8) is used for the first attempt instead.
     """
-    from ..engine import check_question
+    from ..questions import check_question
 
     if args.stream and args.json:
         raise InputError("--stream writes the answer as it is generated and --json writes it once at the end; "
@@ -154,7 +154,8 @@ def cmd_search(args: argparse.Namespace, config: Config) -> int:
     """
     from dataclasses import replace
 
-    from ..engine import check_question, rewrite_query
+    from ..attempt import rewrite_query
+    from ..questions import check_question
     from ..retrieval.embedder import embedder_from_config
     from ..retrieval.searcher import Searcher, search_json
 

@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
-import logging
-import os
-import re
 import shutil
 import time
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
@@ -21,296 +13,17 @@ from .. import __version__
 from ..config import Config
 from ..errors import IngestionError, InterruptedAfterCommit, NoTextError, SiragError
 from ..retrieval.embedder import Embedder
-from ..retrieval.index import ANN_THRESHOLD, FORMAT_VERSION, CorpusIndex, EmbeddingCache
+from ..retrieval.embedding_cache import EmbeddingCache
+from ..retrieval.index import ANN_THRESHOLD, FORMAT_VERSION, CorpusIndex
 from ..types import Chunk
+from .chunk_vectors import chunker_params, pooled_vectors
 from .chunkers import make_chunker
-from .chunkers.base import CHUNKING_VERSION
-from .loaders import SUPPORTED_SUFFIXES, doc_slug, iter_source_files, load_document
-from .sentences import split_sentences
-
-log = logging.getLogger(__name__)
-
-
-@dataclass
-class IngestReport:
-    """What an ingest did, for the CLI and for benchmarks."""
-
-    index_dir: str
-    documents: list[dict] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    chunks: dict[str, int] = field(default_factory=dict)
-    reused_documents: int = 0
-    # Documents the index held before and no longer holds (not among the paths given, removed,
-    # or with no text now), by document id.
-    removed_documents: list[str] = field(default_factory=list)
-    # Chunkers the index held and ``ingestion.chunkers`` no longer lists: their chunks are not in
-    # the new index (a search with one of them is refused until an ingest builds it again).
-    removed_chunkers: list[str] = field(default_factory=list)
-    # Documents that are new to the index or whose content changed (the others were chunked
-    # again only because a chunker's settings changed, or reused).
-    changed_documents: int = 0
-    # Chunkers the index held with other settings (or with another embedder), re-chunked for
-    # every document; empty for a new index or a rebuild.
-    changed_settings: list[str] = field(default_factory=list)
-    # Those of changed_settings whose settings are the same but were chunked by an older sirag
-    # (another CHUNKING_VERSION): its loaders or chunkers read the same files differently.
-    older_chunking: list[str] = field(default_factory=list)
-    embedded_texts: int = 0
-    cached_texts: int = 0
-    # True when nothing changed (same files, settings and paths): the live index was left as it is.
-    unchanged: bool = False
-    timings_ms: dict[str, float] = field(default_factory=dict)
-
-    def to_json(self) -> dict:
-        return self.__dict__.copy()
-
-    def summary_notes(self) -> list[str]:
-        """What changed in the index, one line each (empty when nothing did): the documents new
-        or changed, and the chunkers re-chunked because their settings differ from the index's."""
-        if self.unchanged:
-            return []
-        lines = []
-        if self.changed_documents:
-            lines.append(f"indexed {self.changed_documents} new or changed document(s) of {len(self.documents)} "
-                         f"into {self.index_dir}")
-        other = [n for n in self.changed_settings if n not in self.older_chunking]
-        if other:
-            lines.append(f"re-chunked all {len(self.documents)} document(s) of {self.index_dir} with chunker(s) "
-                         f"{', '.join(other)}: the index held them with other settings (or none); "
-                         "it now holds chunks made with the settings given")
-        if self.older_chunking:
-            lines.append(f"re-chunked all {len(self.documents)} document(s) of {self.index_dir} with chunker(s) "
-                         f"{', '.join(self.older_chunking)}: the index was made by an older sirag, which reads or "
-                         f"chunks some files differently (chunking version {CHUNKING_VERSION} now); same settings")
-        return lines
-
-    def notices(self) -> list[str]:
-        """The console lines for files left out and documents dropped (stderr of every command that ingests)."""
-        lines = [f"warning: {p}" for p in self.problems]
-        if self.removed_documents:
-            lines.append(f"note: {len(self.removed_documents)} document(s) the index held are no longer in it: "
-                         f"{', '.join(self.removed_documents)} (a file removed or not among the paths given, or one "
-                         "with no text now, is dropped)")
-        if self.removed_chunkers:
-            names = ", ".join(self.removed_chunkers)
-            lines.append(f"note: the index no longer holds the chunks of chunker(s) {names}: ingestion.chunkers leaves "
-                         f"them out (searching with them needs an ingest whose ingestion.chunkers includes {names})")
-        return lines
-
-
-#: Chunkers whose chunk vectors are pooled from their sentences' embeddings (one shared sentence
-#: pass) instead of embedding each chunk's text: ingest ~2x faster. Section chunks (the default
-#: chunker) keep full vectors: pooling them lowered their dense recall@5 on sherlock_dev from 0.514
-#: to 0.405 (docs/results.md, "Ingestion").
-POOLED_CHUNKERS = ("fixed", "semantic")
-
-
-def chunker_params(config: Config, embed_limit: int) -> dict[str, dict]:
-    """Parameters of each configured chunker, as recorded in the manifest (with how its
-    chunk vectors are made: ``full`` embeds each chunk, ``pooled`` pools its sentences)."""
-    out = {}
-    for name in config.ingestion.chunkers:
-        params = getattr(config.ingestion, name).model_dump()
-        out[name] = make_chunker(name, params, embed_limit).params()
-        out[name]["vectors"] = "pooled" if name in POOLED_CHUNKERS else "full"
-        out[name]["algorithm"] = CHUNKING_VERSION
-    return out
-
-
-def chunk_sentences(chunks: list[Chunk]) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """The sentences of each chunk: (texts, owning chunk index, weight), weight = sqrt(characters)."""
-    texts: list[str] = []
-    owner: list[int] = []
-    weight: list[float] = []
-    for i, c in enumerate(chunks):
-        spans = split_sentences(c.text) or [(0, len(c.text))]
-        for s, e in spans:
-            texts.append(c.text[s:e])
-            owner.append(i)
-            weight.append(max(e - s, 1) ** 0.5)
-    return texts, np.asarray(owner, dtype=np.int64), np.asarray(weight, dtype=np.float32)
-
-
-POOLED_KEY = "pooled-v1\x00"  # cache key prefix of a pooled chunk vector (bump if the pooling changes)
-
-
-def pooled_vectors(chunks: list[Chunk], embed_texts, dim: int, cache: EmbeddingCache | None = None) -> np.ndarray:
-    """Chunk vectors pooled from sentence vectors: the unit-normalised, sqrt(length)-weighted sum.
-
-    One sentence pass serves every pooled chunker (the semantic chunker embeds the same
-    sentences to find its breakpoints, and overlapping fixed windows share theirs), and no part
-    of a chunk is cut off by the embedder's 256-word-piece window.
-    """
-    out = np.zeros((len(chunks), dim), dtype=np.float32)
-    if not chunks:
-        return out
-    known = cache.get_many([POOLED_KEY + c.text for c in chunks]) if cache is not None else {}
-    todo = [i for i, c in enumerate(chunks) if POOLED_KEY + c.text not in known]
-    for i, c in enumerate(chunks):
-        v = known.get(POOLED_KEY + c.text)
-        if v is not None:
-            out[i] = v
-    if todo:
-        sub = [chunks[i] for i in todo]
-        texts, owner, weight = chunk_sentences(sub)
-        vecs = embed_texts(texts)
-        pooled = np.zeros((len(sub), dim), dtype=np.float32)
-        np.add.at(pooled, owner, vecs * weight[:, None])
-        pooled /= np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
-        out[todo] = pooled
-        if cache is not None:
-            cache.put_many({POOLED_KEY + c.text: pooled[j] for j, c in enumerate(sub)})
-    return out
-
-
-# What an ingest writes in an index folder before its first generation is live: removed when that
-# first ingest fails, so a failed first ingest leaves no index folder behind (nor a lock and a cache).
-_FIRST_INGEST_FILES = ("ingest.lock", "embeddings.sqlite", "embeddings.sqlite-wal", "embeddings.sqlite-shm",
-                       "embeddings.sqlite-journal")
-
-
-@contextmanager
-def _ingest_lock(root: Path, wait_s: float = 0.0) -> Iterator[None]:
-    """The index folder's writer lock. ``wait_s``: how long to wait for another ingest to finish
-    (a batch that only checks its index is up to date waits; ``sirag ingest`` does not).
-
-    When the work under the lock fails and the folder holds no index (no ``CURRENT``), what the
-    ingest made is removed: its lock and cache files, and the folders it created, when empty."""
-    deadline = time.monotonic() + wait_s
-    waiting = False
-    while True:
-        created = [p for p in (root, *root.parents) if not p.exists()]  # made by this ingest, innermost first
-        try:
-            root.mkdir(parents=True, exist_ok=True)
-        except (FileExistsError, NotADirectoryError) as exc:
-            raise IngestionError(f"index path {root} is not a directory; pass --index with a directory path") from exc
-        except PermissionError as exc:
-            raise IngestionError(f"cannot create index directory {root} (permission denied); pass a writable "
-                                 "--index") from exc
-        fresh = [n for n in _FIRST_INGEST_FILES if not (root / n).exists()]
-        fh = (root / "ingest.lock").open("w")
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            fh.close()
-            if wait_s and not waiting:
-                waiting = True
-                log.warning("another ingest is writing %s; waiting for it to finish (up to %.0f s)", root, wait_s)
-            if time.monotonic() >= deadline:
-                waited = f" (waited {wait_s:.0f} s)" if wait_s else ""
-                raise IngestionError(f"another ingest is writing {root}{waited}; wait for it to finish and "
-                                     "retry") from exc
-            time.sleep(0.2)
-            continue
-        try:
-            held = os.fstat(fh.fileno()).st_ino == (root / "ingest.lock").stat().st_ino
-        except OSError:
-            held = False
-        if held:
-            break
-        fh.close()  # a failed first ingest removed the lock file (and its folder) meanwhile: take the new one
-    try:
-        yield
-    except BaseException:
-        if not (root / "CURRENT").exists():
-            for name in fresh:
-                with suppress(OSError):
-                    (root / name).unlink()
-            for folder in created:
-                with suppress(OSError):  # not empty: something else is in it now
-                    folder.rmdir()
-        raise
-    finally:
-        fcntl.flock(fh, fcntl.LOCK_UN)
-        fh.close()
-
-
-def _doc_ids(files: list[Path], held: dict[str, dict] | None = None, max_bytes: int | None = None,
-             sha_of=None) -> dict[Path, str]:
-    """Each file's document id.
-
-    A file the index already holds (``held``: the manifest's ``files``, id -> metadata) keeps its
-    id, so adding, removing or moving another file never renames it (the memory store and
-    earlier results cite documents by id). A file is known by its absolute path as given
-    (``file``; a symlink beside its target is not ingested: see :func:`iter_source_files`), or, in an index written before that was
-    recorded, by its resolved ``path`` when one held document has it; a file at a new path with the
-    name and the content of a held document whose path is not among ``files`` is that document
-    moved (its folder renamed, reached through a link), and keeps its id (files over ``max_bytes``
-    are not read for this; ``sha_of`` hashes a file, default :func:`_file_sha256`). A new file gets its
-    :func:`doc_slug`, with a path hash appended when that id is taken or another new file would
-    get it too ("My Book.txt" and "my_book.txt" included).
-    """
-    held = {k: v for k, v in (held or {}).items() if isinstance(v, dict)}
-    by_file = {str(meta["file"]): doc_id for doc_id, meta in held.items() if meta.get("file")}
-    legacy: dict[str, list[str]] = {}
-    for doc_id, meta in held.items():
-        if not meta.get("file"):
-            legacy.setdefault(str(meta.get("path")), []).append(doc_id)
-    out: dict[Path, str] = {}
-    assigned: set[str] = set()
-    for f in files:
-        old = by_file.get(str(f.absolute()))
-        if old is None and len(legacy.get(str(f.resolve()), [])) == 1:
-            old = legacy[str(f.resolve())][0]
-        if old is not None and old not in assigned:
-            out[f] = old
-            assigned.add(old)
-    # A file at a path the index does not know, with the name and content of a document whose own
-    # path is not among these files, is that document moved (its folder renamed, reached through a
-    # link): it keeps its id, which a hash of the new path would change. A renamed file (another
-    # name) is a new document, as before.
-    given = {str(f.absolute()) for f in files}
-    gone: dict[str, list[str]] = {}
-    for doc_id, meta in held.items():
-        if doc_id not in assigned and meta.get("sha256") and str(meta.get("file")) not in given:
-            gone.setdefault(str(meta["sha256"]), []).append(doc_id)
-    if gone:
-        for f in files:
-            if f in out:
-                continue
-            slug = doc_slug(f)
-            named = re.compile(re.escape(slug) + r"(-[0-9a-f]{6,64})?")  # its id, or its id with a path hash
-            if not any(named.fullmatch(d) for ds in gone.values() for d in ds):
-                continue  # no gone document of this name: a renamed file is a new document
-            try:
-                if max_bytes is not None and f.stat().st_size > max_bytes:
-                    continue  # too large to be read: the ingest reports it
-                candidates = [d for d in gone.get((sha_of or _file_sha256)(f), []) if d not in assigned]
-            except OSError:
-                continue  # unreadable now: the ingest reports it
-            same_name = [d for d in candidates if named.fullmatch(d)]
-            if same_name:
-                out[f] = same_name[0]
-                assigned.add(same_name[0])
-    new = [f for f in files if f not in out]
-    slugs = {f: doc_slug(f) for f in new}
-    counts: dict[str, int] = {}
-    for slug in slugs.values():
-        counts[slug] = counts.get(slug, 0) + 1
-    # Plain slugs are reserved first, so a hashed id never takes the id another file has by its
-    # own name ("notes.txt" hashed to "notes-2b40d5" beside a file named "notes-2b40d5.txt");
-    # a hashed id that is still taken grows its hash until it is unique.
-    plain = {slug for slug in slugs.values() if counts[slug] == 1 and slug not in assigned}
-    taken = assigned | plain
-    for f, slug in slugs.items():
-        if slug in plain:
-            out[f] = slug
-            continue
-        digest = hashlib.sha256(str(f).encode()).hexdigest()
-        width = 6
-        while f"{slug}-{digest[:width]}" in taken and width < len(digest):
-            width += 2
-        out[f] = f"{slug}-{digest[:width]}"
-        taken.add(out[f])
-    return {f: out[f] for f in files}
-
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(4 * 2**20):
-            h.update(block)
-    return h.hexdigest()
+from .doc_ids import assign_doc_ids
+from .fingerprints import file_sha256, stamp
+from .loaders import load_document
+from .lock import ingest_lock
+from .report import IngestReport
+from .source_files import SUPPORTED_SUFFIXES, iter_source_files
 
 
 def _parts_present(gen: Path | None, manifest: dict) -> bool:
@@ -390,7 +103,7 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
     index = CorpusIndex(root)
     if (Path(root) / "CURRENT").is_dir():  # found before the build, not after it
         raise index.missing_error()
-    with _ingest_lock(root, wait_s):
+    with ingest_lock(root, wait_s):
         previous: dict = {}
         prev_manifest: dict | None = None
         prev_chunks: dict[str, dict[str, list[Chunk]]] = {}
@@ -443,10 +156,10 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
 
             def sha_of(f: Path) -> str:  # a file moved since the last ingest is hashed once, not twice
                 if f not in shas:
-                    shas[f] = _file_sha256(f)
+                    shas[f] = file_sha256(f)
                 return shas[f]
 
-            ids = _doc_ids(files, held_files, max_bytes, sha_of)
+            ids = assign_doc_ids(files, held_files, max_bytes, sha_of)
             t_chunk = time.perf_counter()
             bar = tqdm(files, desc="chunking", unit="file", disable=not progress or None, leave=False)
             sentence_embed = lambda texts: cache.embed(texts, embedder.embed)  # noqa: E731
@@ -471,7 +184,7 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
                     for n in chunkers:
                         all_chunks[n].extend(prev_chunks[n][doc_id])
                     # Same content, perhaps at another place: the manifest records where it is now.
-                    files_meta[doc_id] = {**old, "path": str(f.resolve()), "file": str(f.absolute()), **_stamp(st)}
+                    files_meta[doc_id] = {**old, "path": str(f.resolve()), "file": str(f.absolute()), **stamp(st)}
                     report.reused_documents += 1
                     continue
                 try:
@@ -503,7 +216,7 @@ def ingest(paths: list[str | Path], config: Config, embedder: Embedder, index_di
                 files_meta[doc_id] = {
                     "path": str(f.resolve()), "file": str(f.absolute()), "sha256": doc.sha256 or sha, "title": doc.title,
                     "author": doc.author, "encoding": doc.encoding, "chars": len(doc.text),
-                    "sections": len(doc.sections), **_stamp(st),
+                    "sections": len(doc.sections), **stamp(st),
                 }
                 if not same_content:
                     report.changed_documents += 1
@@ -600,34 +313,6 @@ def _only_version_differs(held: object, params: dict) -> bool:
     return {k for k in keys if held.get(k, 1 if k == "algorithm" else None) != params.get(k)} == {"algorithm"}
 
 
-def _stamp(st: os.stat_result) -> dict[str, int]:
-    """A file's size and modification time as the manifest records them, to tell later, without
-    reading it, that the file is as it was when indexed (:func:`stale_documents`)."""
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
-
-
-def stale_documents(manifest: dict) -> tuple[list[str], list[str]]:
-    """The documents of an index whose files changed since it was built, and those whose files
-    are gone (or cannot be read): (changed, gone), by document id. A file whose size and
-    modification time are as recorded is taken as unchanged without reading it; another is read
-    and compared by its sha256, so a file only touched is not reported. Documents recorded before
-    the manifest kept sizes and times are not checked (reading every file at every start of a
-    large corpus would cost more than it tells)."""
-    changed, gone = [], []
-    for doc_id, meta in (manifest.get("files") or {}).items():
-        if "mtime_ns" not in meta or not meta.get("path"):
-            continue
-        path = Path(meta["path"])
-        try:
-            st = path.stat()
-            if (st.st_size, st.st_mtime_ns) != (meta.get("size"), meta["mtime_ns"]) and \
-                    _file_sha256(path) != meta.get("sha256"):
-                changed.append(doc_id)
-        except OSError:
-            gone.append(doc_id)
-    return changed, gone
-
-
 def _same(a: dict, b: dict) -> bool:
     """Equal once both are written as JSON (tuples read back as lists, as the manifest holds them)."""
     return json.loads(json.dumps(a, sort_keys=True)) == json.loads(json.dumps(b, sort_keys=True))
@@ -649,7 +334,3 @@ def _versions() -> dict[str, str]:
         except md.PackageNotFoundError:
             pass
     return out
-
-
-def manifest_summary(manifest: dict) -> str:
-    return json.dumps({k: manifest[k] for k in ("embedder", "chunkers", "counts")}, indent=2)

@@ -14,7 +14,8 @@ from .bm25 import BM25Retriever
 from .dense import FaissDenseRetriever
 from .embedder import Embedder
 from .hybrid import dedupe_overlapping, weighted_fuse
-from .index import ChunkerIndex, CorpusIndex, EmbeddingCache
+from .embedding_cache import EmbeddingCache
+from .index import ChunkerIndex, CorpusIndex
 from .refine import (CONTEXT_AFTER_TOKENS, CONTEXT_SENTENCES, EVERY_PASSAGE, KEEP_REPLIES, RANK_WEIGHT, join_spans,
                      refine_passage_spans)
 from .reranker import EmbeddingReranker
@@ -42,7 +43,7 @@ class Searcher:
     def warm_up(self) -> None:
         if self._manifest is not None:
             return
-        from ..ingestion.pipeline import chunker_params
+        from ..ingestion.chunk_vectors import chunker_params
 
         self.embedder.warm_up()
         # Every chunker is loaded from the generation checked here, never from a newer one an

@@ -123,7 +123,7 @@ def ask_job(engine, question: str, loop: bool | None, first_strategy: Strategy |
 def search_job(engine, question: str, over: dict[str, Any]):
     """The worker's job for a search: the JSON of ``sirag search --json``, with the engine's
     searcher (and its generator for a keywords rewrite)."""
-    from ..engine import rewrite_query
+    from ..attempt import rewrite_query
     from ..retrieval.searcher import search_json
 
     def run(job: Job) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
-from ..engine import check_question
+from ..questions import check_question
 from ..errors import InputError
 from ..generation.prompts import REFUSAL_PHRASE
 from .errors import ApiError, SafeJSONResponse, as_api_error, dumps, error_response

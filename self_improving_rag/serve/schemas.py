@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, create_model, field_validator
 
 from ..config import StrategyConfig
-from ..engine import MAX_QUESTION_CHARS, check_question
+from ..questions import MAX_QUESTION_CHARS, check_question
 from ..errors import InputError
 
 _FORBID = ConfigDict(extra="forbid")

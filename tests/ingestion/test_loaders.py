@@ -10,11 +10,8 @@ from pathlib import Path
 import pytest
 
 from self_improving_rag.errors import IngestionError
-from self_improving_rag.ingestion.loaders import (
-    SUPPORTED_SUFFIXES,
-    iter_source_files,
-    load_document,
-)
+from self_improving_rag.ingestion.loaders import load_document
+from self_improving_rag.ingestion.source_files import SUPPORTED_SUFFIXES, iter_source_files
 
 FRENCH = (
     "Le café était plein. Nous avons mangé une crème brûlée près de la fenêtre, à côté"
@@ -527,7 +524,7 @@ def test_another_sirag_index_among_the_documents_is_one_skipped_entry(tmp_path: 
     # Each of its files (CURRENT, embeddings.sqlite, gen-*/...) was named as an unsupported type, a
     # warning of 25 entries for one folder; a folder given twice said it twice.
     from self_improving_rag.config import load_config
-    from self_improving_rag.ingestion.loaders import _SUPPORTED_LIST
+    from self_improving_rag.ingestion.source_files import SUPPORTED_LIST
     from self_improving_rag.ingestion.pipeline import ingest
     from self_improving_rag.retrieval.embedder import embedder_from_config
     from tests.conftest import fake_overrides, write_corpus
@@ -539,4 +536,4 @@ def test_another_sirag_index_among_the_documents_is_one_skipped_entry(tmp_path: 
     files, problems = iter_source_files([docs, docs])
     assert files == [docs / "harbour.md", docs / "orchard.txt"]
     assert problems == [f"skipped 2 entries in {docs}: idx (a sirag index, not documents), notes.csv (unsupported "
-                        f"type) (supported types: {_SUPPORTED_LIST})"], problems
+                        f"type) (supported types: {SUPPORTED_LIST})"], problems

@@ -13,8 +13,10 @@ import pytest
 
 from self_improving_rag.config import load_config
 from self_improving_rag.errors import IngestionError
-from self_improving_rag.ingestion import pipeline
-from self_improving_rag.ingestion.pipeline import chunker_params, ingest
+from self_improving_rag.ingestion import chunk_vectors, pipeline
+from self_improving_rag.ingestion.chunk_vectors import chunker_params
+from self_improving_rag.ingestion.fingerprints import file_sha256
+from self_improving_rag.ingestion.pipeline import ingest
 from self_improving_rag.retrieval import index as index_module
 from self_improving_rag.retrieval.embedder import HashEmbedder
 from self_improving_rag.retrieval.index import CorpusIndex
@@ -93,7 +95,7 @@ def test_builds_every_chunker(fake_config, corpus_dir: Path, hash_embedder) -> N
 def test_embedding_cache_shares_a_text_between_chunkers(tmp_path: Path, corpus_dir: Path, hash_embedder,
                                                         monkeypatch) -> None:
     # Every chunker embeds its chunks' own text here (no pooled vectors).
-    monkeypatch.setattr(pipeline, "POOLED_CHUNKERS", ())
+    monkeypatch.setattr(chunk_vectors, "POOLED_CHUNKERS", ())
     fake_config = load_config(None, fake_overrides(tmp_path))
     assert all(p["vectors"] == "full" for p in chunker_params(fake_config, 256).values())
     embedder = CountingEmbedder(hash_embedder)
@@ -124,7 +126,7 @@ def test_pooled_vectors_come_from_one_shared_sentence_pass(tmp_path: Path, corpu
     # Section chunks are embedded whole (breadcrumb + text); fixed and semantic chunks never are.
     assert all(c.embed_text in counts for c in chunks["section"])
     whole = {c.embed_text for c in chunks["fixed"] + chunks["semantic"]}
-    sentences = {t for n in ("fixed", "semantic") for t in pipeline.chunk_sentences(chunks[n])[0]}
+    sentences = {t for n in ("fixed", "semantic") for t in chunk_vectors.chunk_sentences(chunks[n])[0]}
     assert all(t in counts for t in sentences)
     assert not (whole - sentences - {c.embed_text for c in chunks["section"]}) & set(counts)
     # The semantic chunker embedded its sentences while chunking; pooling reused nearly all of them.
@@ -134,7 +136,7 @@ def test_pooled_vectors_come_from_one_shared_sentence_pass(tmp_path: Path, corpu
     for name in ("fixed", "semantic"):
         ci = index.load_chunker(name)
         for i in (0, len(ci.chunks) // 2, len(ci.chunks) - 1):
-            texts, _, weight = pipeline.chunk_sentences([ci.chunks[i]])
+            texts, _, weight = chunk_vectors.chunk_sentences([ci.chunks[i]])
             want = (hash_embedder.embed(texts) * weight[:, None]).sum(axis=0)
             want /= np.linalg.norm(want)
             np.testing.assert_allclose(ci.dense.reconstruct(i), want, atol=1e-5)
@@ -147,10 +149,10 @@ def test_pooled_vectors_come_from_one_shared_sentence_pass(tmp_path: Path, corpu
 def test_changing_the_vector_mode_rebuilds_that_chunker(tmp_path: Path, corpus_dir: Path, hash_embedder,
                                                         monkeypatch) -> None:
     cfg = load_config(None, fake_overrides(tmp_path))
-    monkeypatch.setattr(pipeline, "POOLED_CHUNKERS", ())
+    monkeypatch.setattr(chunk_vectors, "POOLED_CHUNKERS", ())
     ingest([corpus_dir], cfg, hash_embedder, progress=False)
     before = CorpusIndex(Path(cfg.paths.index_dir)).load_chunker("fixed").dense.reconstruct(0)
-    monkeypatch.setattr(pipeline, "POOLED_CHUNKERS", ("fixed",))
+    monkeypatch.setattr(chunk_vectors, "POOLED_CHUNKERS", ("fixed",))
     ingest([corpus_dir], cfg, hash_embedder, progress=False)
     index = CorpusIndex(Path(cfg.paths.index_dir))
     assert index.manifest()["chunkers"]["fixed"]["vectors"] == "pooled"
@@ -240,7 +242,7 @@ def test_changing_one_file_rechunks_only_that_file(fake_config, built_index: Pat
         assert _ids_by_doc(after[name])["harbour"] == _ids_by_doc(before[name])["harbour"]
         assert any("pears are picked" in c.text for c in after[name] if c.doc_id == "orchard")
     manifest = CorpusIndex(built_index).manifest()
-    assert manifest["files"]["orchard"]["sha256"] == pipeline._file_sha256(orchard)
+    assert manifest["files"]["orchard"]["sha256"] == file_sha256(orchard)
 
 
 def test_removing_a_file_removes_its_chunks(fake_config, built_index: Path, corpus_dir: Path,
@@ -654,9 +656,9 @@ def test_crash_between_chunkers_keeps_the_previous_index(fake_config, built_inde
 def test_document_ids_have_no_whitespace():
     from pathlib import Path
 
-    from self_improving_rag.ingestion.pipeline import _doc_ids
+    from self_improving_rag.ingestion.doc_ids import assign_doc_ids
 
-    ids = _doc_ids([Path("/d/My Book.txt"), Path("/d/line\nbreak.txt"), Path("/d/tab\there.md")])
+    ids = assign_doc_ids([Path("/d/My Book.txt"), Path("/d/line\nbreak.txt"), Path("/d/tab\there.md")])
     assert sorted(ids.values()) == ["line_break", "my_book", "tab_here"]
 
 
@@ -747,17 +749,17 @@ def test_an_ingest_may_wait_for_another_to_finish(tmp_path):
     import threading
 
     from self_improving_rag.errors import IngestionError
-    from self_improving_rag.ingestion.pipeline import _ingest_lock
+    from self_improving_rag.ingestion.lock import ingest_lock
 
     root = tmp_path / "index"
     root.mkdir()
     held = (root / "ingest.lock").open("w")
     fcntl.flock(held, fcntl.LOCK_EX)
     with pytest.raises(IngestionError, match="another ingest is writing"):
-        with _ingest_lock(root):
+        with ingest_lock(root):
             pass
     threading.Timer(0.5, lambda: fcntl.flock(held, fcntl.LOCK_UN)).start()
-    with _ingest_lock(root, wait_s=10):
+    with ingest_lock(root, wait_s=10):
         pass
     held.close()
 
@@ -768,14 +770,14 @@ def test_an_ingest_waiting_on_a_failed_first_one_takes_the_lock_it_made_again(tm
     lock a new file beside it and write at the same time)."""
     import threading
 
-    from self_improving_rag.ingestion.pipeline import _ingest_lock
+    from self_improving_rag.ingestion.lock import ingest_lock
 
     root = tmp_path / "new" / "index"
     inside, raised = threading.Event(), []
 
     def first() -> None:
         try:
-            with _ingest_lock(root):
+            with ingest_lock(root):
                 inside.set()
                 time.sleep(0.5)  # the second ingest is waiting meanwhile
                 raise RuntimeError("every file failed")
@@ -785,7 +787,7 @@ def test_an_ingest_waiting_on_a_failed_first_one_takes_the_lock_it_made_again(tm
     thread = threading.Thread(target=first)
     thread.start()
     assert inside.wait(5)
-    with _ingest_lock(root, wait_s=10):
+    with ingest_lock(root, wait_s=10):
         assert raised  # the first ingest failed and removed what it made, then this one took the lock
         with (root / "ingest.lock").open("w") as third:  # the lock held is the file there now
             with pytest.raises(BlockingIOError):
@@ -823,7 +825,7 @@ def test_a_held_document_whose_file_cannot_be_read_now_stops_the_ingest(fake_con
 
     # Unreadable (permission denied: root reads any file, so the read is made to fail), and a
     # second document at once: both named.
-    real = pipeline._file_sha256
+    real = pipeline.file_sha256
 
     def denied(path: Path) -> str:
         if path.name == "mill.txt":
@@ -831,7 +833,7 @@ def test_a_held_document_whose_file_cannot_be_read_now_stops_the_ingest(fake_con
         return real(path)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(pipeline, "_file_sha256", denied)
+        mp.setattr(pipeline, "file_sha256", denied)
         with pytest.raises(IngestionError) as info:
             ingest([folder], fake_config, hash_embedder, progress=False)
     assert "and 1 more document(s) the index holds cannot be read now: mill" in str(info.value), info.value

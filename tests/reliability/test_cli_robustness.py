@@ -21,7 +21,7 @@ from self_improving_rag.config import pins_strategy
 from self_improving_rag.feedback.policy import StrategyPolicy
 from self_improving_rag.query import QueryFeatures
 from self_improving_rag.memory.store import MemoryStore
-from self_improving_rag.retrieval.index import EmbeddingCache
+from self_improving_rag.retrieval.embedding_cache import EmbeddingCache
 from tests.conftest import batch_overrides, fake_overrides, write_corpus
 
 

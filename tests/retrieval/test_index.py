@@ -10,12 +10,13 @@ import pytest
 
 from self_improving_rag.config import load_config
 from self_improving_rag.errors import IndexMismatchError, IndexNotFoundError
-from self_improving_rag.ingestion.pipeline import chunker_params, ingest
+from self_improving_rag.ingestion.chunk_vectors import chunker_params
+from self_improving_rag.ingestion.pipeline import ingest
 from self_improving_rag.retrieval.embedder import HashEmbedder
+from self_improving_rag.retrieval.embedding_cache import EmbeddingCache
 from self_improving_rag.retrieval.index import (
     FORMAT_VERSION,
     CorpusIndex,
-    EmbeddingCache,
     atomic_write_text,
     build_dense,
 )

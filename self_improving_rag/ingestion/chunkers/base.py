@@ -37,7 +37,8 @@ class Chunker(Protocol):
 #: Recorded with every chunker's parameters in the index manifest; bump it when chunking code
 #: changes what the same parameters produce, so that an index built by the older code is
 #: re-chunked (ingest) or named as built differently (search), never mixed silently. Bump it too
-#: when a loader (loaders.py, sections.py) changes the text or sections of an unchanged file:
+#: when reading a file (loaders.py, decoding.py, headers.py, html_text.py, sections.py and its
+#: book_headings.py, markdown_headings.py) changes the text or sections of an unchanged file:
 #: an ingest reuses the chunks of a file whose bytes and chunker settings are unchanged, and
 #: only this version tells it that the same bytes now read differently.
 #: 2: split_long cuts between words. 3: a chunk of merged sibling sections names them all.
