@@ -23,7 +23,6 @@ import os
 import re
 import shlex
 import sys
-from concurrent.futures import ProcessPoolExecutor, as_completed, wait
 from pathlib import Path
 from typing import Any, Callable
 
@@ -878,147 +877,6 @@ def _evidence_hit(item: QAItem, answer_json: dict) -> bool | None:
 
 # -- running ----------------------------------------------------------------------------
 
-_ENGINE = None
-_PARENT: int | None = None
-#: Set by the batch when it stops (Ctrl-C, a failed question): the questions queued are not asked.
-_STOP = None
-#: This worker has had its Ctrl-C (it asks nothing more), and whether it is loading or asking now.
-_INTERRUPTED = False
-_BUSY = False
-
-
-def _die_with_parent() -> None:
-    """Have Linux end this worker when the batch process dies (prctl PR_SET_PDEATHSIG), so that a
-    killed batch leaves no worker answering and recording; elsewhere each question checks."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
-    except (OSError, AttributeError):
-        pass
-
-
-def _worker_sigint(signum: int, frame: Any) -> None:
-    """A worker's Ctrl-C (a terminal sends it to the batch and its workers alike): it stops the
-    loading or the question under way (until its answer is recorded: :func:`_idle_once_recorded`),
-    once, and the worker asks nothing more. An idle worker
-    does not die of it: a worker ended by KeyboardInterrupt printed a traceback and broke the
-    pool, and Python 3.11's pool then failed on the questions already cancelled, leaving the
-    batch waiting for ever (CPython gh-107219)."""
-    global _INTERRUPTED
-    first = not _INTERRUPTED
-    _INTERRUPTED = True
-    if first and _BUSY:
-        raise KeyboardInterrupt
-
-
-def _sigint_blocked():
-    """Ctrl-C held (blocked) in this thread, and raised when the block ends. Worker processes
-    started meanwhile inherit the block, so none can die of a Ctrl-C before :func:`_worker_init`
-    has set its handler (which then takes a Ctrl-C held for it). The block is per thread: another
-    thread (tqdm's monitor, with a progress bar on a terminal) can still take the signal, and
-    Python then runs the handler in this thread, inside the block, in the middle of starting a
-    worker (which died of the half-sent start-up data, with a traceback). So, in the main thread,
-    the block's handler only notes the signal."""
-    import contextlib
-    import signal
-    import threading
-
-    if not hasattr(signal, "pthread_sigmask"):
-        return contextlib.nullcontext()
-
-    @contextlib.contextmanager
-    def blocked():
-        held: list[int] = []
-        previous = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
-        if previous is not None:
-            signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
-            yield
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
-        if held:
-            raise KeyboardInterrupt
-
-    return blocked()
-
-
-def _idle_once_recorded(store) -> None:
-    """Make a worker idle for Ctrl-C (see :func:`_worker_sigint`) as soon as its answer is
-    recorded in memory: an interrupt after that, while the row is made, would lose a row whose
-    outcome memory holds (a resume then sets that outcome aside and asks the question again)."""
-    record = store.record
-
-    def record_then_idle(*args, **kwargs):
-        global _BUSY
-        outcome = record(*args, **kwargs)
-        _BUSY = False
-        return outcome
-
-    store.record = record_then_idle
-
-
-def _worker_init(config_json: dict, index_dir: str, loop: bool, fit_id: Any = None, parent: int | None = None,
-                 stop: Any = None) -> None:
-    global _ENGINE, _PARENT, _STOP, _BUSY, _INTERRUPTED
-    import signal
-
-    _PARENT, _STOP = parent, stop
-    _die_with_parent()
-    _BUSY = True
-    try:
-        signal.signal(signal.SIGINT, _worker_sigint)
-        if hasattr(signal, "pthread_sigmask"):  # started with Ctrl-C blocked (see _sigint_blocked)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-        try:
-            if _INTERRUPTED:
-                raise KeyboardInterrupt
-            from .engine import Engine
-            from .memory import MemoryStore
-
-            config = config_from_dict(config_json)
-            engine = Engine(config, memory=MemoryStore(config.paths.memory_db), index_dir=index_dir,
-                            fit_id=fit_id)
-            engine.warm_up()
-            if engine.memory is not None:
-                _idle_once_recorded(engine.memory)
-            _ENGINE = (engine, loop)
-        except SiragError as exc:  # raised by the first question: an initializer error only breaks the pool
-            _ENGINE = exc
-    except KeyboardInterrupt as exc:  # Ctrl-C while loading: no question is asked, no traceback
-        _INTERRUPTED, _ENGINE = True, exc
-    finally:
-        _BUSY = False
-
-
-def _worker_ask(item: QAItem, run_id: str) -> dict:
-    global _BUSY, _INTERRUPTED
-    if _PARENT is not None and os.getppid() != _PARENT:
-        # The batch was killed (kill -9 leaves its pool's queue behind): answering the queued
-        # questions would record answers in memory that no results file will ever hold.
-        os._exit(1)
-    _BUSY = True  # from here a Ctrl-C is raised, not only noted
-    try:
-        if _INTERRUPTED or (_STOP is not None and _STOP.is_set()):
-            # The batch is stopping: a question queued in the pool (not cancellable there) is not asked.
-            raise KeyboardInterrupt
-        if isinstance(_ENGINE, BaseException):
-            raise _ENGINE
-        engine, loop = _ENGINE
-        return _ask_row(engine, item, run_id, loop)
-    except KeyboardInterrupt:  # also one raised where the store held the signal during a read
-        _INTERRUPTED = True
-        raise
-    finally:
-        _BUSY = False
-
-
 def _ask_row(engine, item: QAItem, run_id: str, loop: bool) -> dict:
     """One question's result row. A question the engine cannot take (InputError: empty, too long)
     or whose prompt the generator failed on (GenerationError: too long for n_ctx, nothing
@@ -1190,7 +1048,7 @@ def squad_corpus(squad_file: Path, out_dir: Path) -> Path:
 _PARAGRAPH_FILE = re.compile(r"[a-z0-9_]+_p\d{2,}\.txt")
 
 
-def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | None = None, workers: int = 1,
+def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | None = None,
               loop: bool | None = None, progress: bool = True, suffix: str = "",
               on_row: Callable[[dict], None] | None = None, offset: int | None = None,
               cli_overrides: tuple[str, ...] | list[str] = (), guard_index: str | None = None,
@@ -1206,7 +1064,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
     (``calibration.auto_fit``); the runs themselves never fit. ``fits``: for a run (by name) that
     starts now, the calibration fit to score it with instead of memory's latest (a separate
     loop-off run takes its loop run's, see :func:`_pin_fit`). ``executor``: asks the questions
-    instead of this process or the ``workers`` (a :class:`~self_improving_rag.ray_pool.RayPool`)."""
+    instead of this process (a :class:`~self_improving_rag.ray_pool.RayPool`)."""
     from tqdm import tqdm
 
     items = load_items(spec, base)
@@ -1270,17 +1128,12 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
         MemoryStore(db).close()
     # The confidence weights are settled once, here: the gold labels each run writes at its end
     # calibrate the next command, not the batch's later runs (they would be scored with weights
-    # fitted on their own questions), and workers do not each fit.
+    # fitted on their own questions), and the engines that answer (Ray actors too) do not each fit.
     if calibrate:
         for db, config in {c.paths.memory_db: c for _, c, _, _ in reversed(runs) if c.calibration.auto_fit}.items():
             _fit_calibration_once(db, config)
     runs = [(p, c.model_copy(update={"calibration": c.calibration.model_copy(update={"auto_fit": False})}), n, lp)
             for p, c, n, lp in runs]
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if workers > cpus and executor is None:
-        print(f"note: --workers {workers} is more than this machine's {cpus} CPU(s); each worker loads its own "
-              "models and they share the CPUs, so the run will not be faster (use --workers "
-              f"{cpus} or fewer)", file=sys.stderr)
     summaries = []
     for point, config, run_name, loop in runs:
         run_dir = out_root / run_name
@@ -1338,7 +1191,7 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
 
             if todo and executor is not None:
                 executor.run(todo, run_name, keep, config, index_dir, loop, fit_id)
-            elif todo and workers <= 1:
+            elif todo:
                 from .engine import Engine
                 from .memory import MemoryStore
 
@@ -1350,8 +1203,6 @@ def run_batch(spec: BatchSpec, base: Path, base_config: Config, *, limit: int | 
                         keep(_ask_row(engine, it, run_name, loop))
                 finally:
                     engine.close()
-            elif todo:
-                _run_pool(todo, run_name, keep, workers, (config.model_dump(mode="json"), index_dir, loop, fit_id))
             failed = False
         finally:
             if bar is not None:
@@ -1376,62 +1227,6 @@ def comparison_stem(out_root: Path, name: str, summaries: list[dict], suffix: st
         return None
     noloop = "" if any(s["loop"] for s in summaries) else "-noloop"  # as its runs are named
     return out_root / f"{name}{suffix}{noloop}-comparison"
-
-
-def _run_pool(todo: list[QAItem], run_name: str, keep: Callable[[dict], None], workers: int,
-              initargs: tuple) -> None:
-    """Ask ``todo`` in ``workers`` spawned processes, passing each row to ``keep`` (see :func:`drain`)."""
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    stop = ctx.Event()  # set when the batch stops: the workers ask none of the questions queued
-    futures: list = []
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
-                             initargs=(*initargs, os.getpid(), stop)) as pool:
-        try:
-            # The workers start as the first questions are submitted, with Ctrl-C blocked until
-            # their own handler is set; a Ctrl-C meanwhile is raised here once all are submitted.
-            with _sigint_blocked():
-                for it in todo:
-                    futures.append(pool.submit(_worker_ask, it, run_name))
-        except BaseException:
-            _wind_down(futures, set(), keep, stop)
-            raise
-        drain(futures, keep, stop)
-
-
-def drain(futures: list, keep: Callable[[dict], None], stop: Any = None) -> None:
-    """Pass each future's row to ``keep`` as it completes. If one fails (or Ctrl-C), the queued
-    questions are cancelled instead of run (``stop`` is set: the pool's workers skip those they
-    already hold), and every row a worker finished, already written to memory, is still kept, so
-    that a resume does not ask it again; then the error propagates."""
-    kept: set = set()
-    try:
-        for f in as_completed(futures):
-            row = f.result()
-            kept.add(f)
-            keep(row)
-    except BaseException:
-        _wind_down(futures, kept, keep, stop)
-        raise
-
-
-def _wind_down(futures: list, kept: set, keep: Callable[[dict], None], stop: Any) -> None:
-    """Stop a batch's questions: cancel those not started, wait for those being answered (they
-    are recorded in memory) and keep the rows of those that finished."""
-    if stop is not None:
-        stop.set()
-    for f in futures:
-        f.cancel()
-    # Only the futures that were not cancelled are waited for: a process pool reports a cancelled
-    # future as done only once its manager thread takes it off the queue (which a pool whose
-    # manager thread failed never does).
-    started = [f for f in futures if not f.cancelled()]
-    wait(started)
-    for f in started:
-        if f not in kept and f.exception() is None:
-            kept.add(f)
-            keep(f.result())
 
 
 def _ungraded(row: dict) -> dict:
@@ -1869,9 +1664,8 @@ def cmd_batch(args: argparse.Namespace, config: Config) -> int:
     spec, named_by = _with_index(spec, *command_line_index(args, config))
     _note_default_index(args, config, spec, base, named_by)
     executor = make_executor(args.ray, args.workers, spec.executor)
-    summaries = run_batch(spec, base, config, limit=args.limit, workers=args.workers or 1,
-                          loop=False if args.no_retry else None, progress=sys.stderr.isatty() and not args.json,
-                          offset=args.offset, cli_overrides=args.overrides, guard_index=named_by, executor=executor)
+    summaries = run_batch(spec, base, config, limit=args.limit, loop=False if args.no_retry else None,
+                          progress=sys.stderr.isatty() and not args.json, offset=args.offset, cli_overrides=args.overrides, guard_index=named_by, executor=executor)
     if args.json:
         print(json.dumps(summaries))
     else:
@@ -1946,8 +1740,8 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
     progress = sys.stderr.isatty() and not args.json
     derived = (("-plain",) if args.separate_no_retry_run else ("-single", "-plain")) if args.compare_no_retry else ()
     executor = make_executor(args.ray, args.workers, spec.executor)
-    summaries = run_batch(spec, base, config, limit=args.limit, workers=args.workers or 1,
-                          loop=False if args.no_retry else None, progress=progress, offset=args.offset,
+    summaries = run_batch(spec, base, config, limit=args.limit, loop=False if args.no_retry else None,
+                          progress=progress, offset=args.offset,
                           cli_overrides=args.overrides, guard_index=named_by, derived=derived, executor=executor)
     out_root = _resolve(base, spec.output_dir)
     comparisons = [comparison_stem(out_root, spec.name, summaries)]  # a grid's, as run_batch wrote it
@@ -1961,7 +1755,7 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
         if args.separate_no_retry_run:
             # calibrate=False: the loop run's gold labels must not calibrate its own comparison; and
             # each loop-off run is scored with the confidence weights of the loop run it is set beside.
-            noloop = run_batch(spec, base, config, limit=args.limit, workers=args.workers or 1, loop=False,
+            noloop = run_batch(spec, base, config, limit=args.limit, loop=False,
                                progress=progress, offset=args.offset, cli_overrides=args.overrides,
                                guard_index=named_by, calibrate=False, executor=executor,
                                fits={s["run"] + "-noloop": pinned_fit(out_root / s["run"]) for s in loop_runs})
@@ -2051,8 +1845,10 @@ def add_batch_commands(sub, common, registry: dict, command) -> None:
                                                               "covers every question the run has answered")
         sp.add_argument("--offset", type=int_at_least(0), help="skip the first N questions")
         sp.add_argument("--workers", type=int_at_least(1, 64),
-                        help="worker processes sharing the memory store (each loads its own models: "
-                             "at most one per CPU helps; default 1); with --ray, the number of Ray actors")
+                        help="engines answering at once (default 1, in this process): N > 1 runs N Ray actors "
+                             "on this machine, this process alone recording the answers (each loads its own "
+                             "models: at most one per CPU helps; needs pip install -e '.[ray]'); with --ray (or "
+                             "executor: ray), the number of actors there")
         sp.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
                         help="ask the questions on Ray actors, this process alone recording the answers: a local "
                              "Ray, or the cluster at ADDRESS (auto, HOST:6379, ray://HOST:10001); needs "

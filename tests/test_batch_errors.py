@@ -786,19 +786,6 @@ def test_a_grid_point_with_a_chunker_the_index_lacks_is_refused_before_any_run(t
     assert "ingestion.chunkers" in line and not (tmp_path / "runs").exists()
 
 
-def test_a_worker_whose_batch_died_answers_nothing_more(monkeypatch):
-    """kill -9 of a batch leaves its pool's queued questions: a worker re-parented away from the
-    batch exits instead of answering (and recording) them."""
-    from self_improving_rag import batch as batch_module
-
-    exits = []
-    monkeypatch.setattr(batch_module, "_PARENT", -12345)  # not this process's parent
-    monkeypatch.setattr(batch_module.os, "_exit", lambda code: exits.append(code) or (_ for _ in ()).throw(SystemExit(code)))
-    with pytest.raises(SystemExit):
-        batch_module._worker_ask(None, "run")
-    assert exits == [1]
-
-
 def test_with_no_corpus_a_grid_chunker_is_checked_against_the_index_itself(tmp_path):
     """A batch that only reads an index (no corpus: nothing is re-ingested) searches the chunkers
     that index holds, whatever ingestion.chunkers says now."""
