@@ -1657,6 +1657,9 @@ def cmd_batch(args: argparse.Namespace, config: Config) -> int:
     Re-running resumes: questions already in results.jsonl are skipped; a resume with other
     settings than the run was made with is refused (give the batch another name in its name: field).
     """
+    file_before_ray(args)
+    if args.file is None:
+        raise BatchError(f"sirag batch needs a batch YAML file: sirag batch FILE ({BATCH_FORMAT})")
     spec, base = load_batch(args.file)
     _log_to_batch_log_dir(spec, config, args)
     check_grid_conflicts(spec, args.overrides, memory=getattr(args, "memory", None))  # names --memory as such
@@ -1840,7 +1843,9 @@ def add_batch_commands(sub, common, registry: dict, command) -> None:
         doc = inspect.cleandoc(fn.__doc__ or "")
         sp = sub.add_parser(name, parents=[common], help=doc.splitlines()[0], description=doc,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-        sp.add_argument("file", nargs="?" if name == "eval" else None, help="batch YAML file")
+        # Optional to argparse in both commands: in `--ray FILE` it gives FILE to --ray, and
+        # file_before_ray takes it back; cmd_batch says when none is given.
+        sp.add_argument("file", nargs="?", help="batch YAML file")
         sp.add_argument("--limit", type=int_at_least(1), help="only the first N questions (after --offset); the summary "
                                                               "covers every question the run has answered")
         sp.add_argument("--offset", type=int_at_least(0), help="skip the first N questions")
@@ -1851,8 +1856,9 @@ def add_batch_commands(sub, common, registry: dict, command) -> None:
                              "executor: ray), the number of actors there")
         sp.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
                         help="ask the questions on Ray actors, this process alone recording the answers: a local "
-                             "Ray, or the cluster at ADDRESS (auto, HOST:6379, ray://HOST:10001); needs "
-                             "pip install -e '.[ray]' (docs/scale.md)")
+                             "Ray, or the cluster at ADDRESS (auto, HOST:6379, ray://HOST:10001); a batch file "
+                             "right after --ray is the file, not an address; needs pip install -e '.[ray]' "
+                             "(docs/scale.md)")
         sp.add_argument("--no-retry", action="store_true", help="run with the loop off")
         if name == "eval":
             sp.add_argument("--dataset", help="JSONL or SQuAD 2.0 JSON with gold answers")

@@ -113,8 +113,8 @@ def _is_batch_file(text: str | None) -> bool:
 
 
 def file_before_ray(args) -> None:
-    """``sirag eval --ray FILE``: argparse gives FILE to --ray (its address is optional) and none
-    to eval's optional file; a batch file there is the file, on a local Ray."""
+    """``sirag batch|eval --ray FILE``: argparse gives FILE to --ray (its address is optional) and
+    none to the command's optional file; a batch file there is the file, on a local Ray."""
     if getattr(args, "file", None) is None and _is_batch_file(getattr(args, "ray", None)):
         args.file, args.ray = args.ray, LOCAL
 

@@ -208,8 +208,17 @@ def test_without_ray_one_worker_answers_in_this_process(world: Path, capsys, mon
     assert json.loads(capsys.readouterr().out)[0]["n"] == 2
 
 
-def test_eval_s_batch_file_right_after_ray_is_the_file_not_the_address(ray_local, world: Path, capsys) -> None:
+@pytest.mark.parametrize("command", ["batch", "eval"])
+def test_a_batch_file_right_after_ray_is_the_file_not_the_address(ray_local, world: Path, capsys,
+                                                                   command: str) -> None:
     # argparse gives FILE to --ray (its address is optional): it is the batch file, on a local Ray.
     sets = [x for o in [*batch_overrides(world), REPLY] for x in ("--set", o)]
-    assert main_in_process(["eval", "--ray", str(world / "t.yaml"), "--limit", "2", "--json", *sets]) == 0
+    assert main_in_process([command, "--ray", str(world / "t.yaml"), "--limit", "2", "--json", *sets]) == 0
     assert json.loads(capsys.readouterr().out)[0]["n"] == 2
+
+
+def test_batch_without_a_file_says_so_in_one_line(world: Path, capsys) -> None:
+    sets = [x for o in batch_overrides(world) for x in ("--set", o)]
+    assert main_in_process(["batch", "--ray", *sets]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: sirag batch needs a batch YAML file") and err.count("\n") == 1
