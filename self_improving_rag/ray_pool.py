@@ -5,7 +5,7 @@ The questions go to a pool of Ray actors, each holding one engine whose models a
 :class:`~self_improving_rag.types.Answer`; the driver (the ``sirag`` process) is the one writer:
 it records each answer in memory (:func:`~self_improving_rag.engine.record_answer`, as
 ``Engine.ask`` does) and appends its row to ``results.jsonl`` through the batch's own
-``_ask_row``, so a row and a memory record are made exactly as in a single-process run, and
+``ask_row``, so a row and a memory record are made exactly as in a single-process run, and
 nothing has to be merged afterwards. Each actor has one question at a time, handed out as the
 previous answer is recorded.
 
@@ -219,7 +219,7 @@ def _node_name() -> str:
 
 
 class _Answered:
-    """Stands in for the engine in the batch's ``_ask_row`` on the driver: ``ask`` records the
+    """Stands in for the engine in the batch's ``ask_row`` on the driver: ``ask`` records the
     answer an actor gave (or raises the error it met), so the row is made as in a single-process run."""
 
     def __init__(self, got: Any, memory, threshold: float, corpus: str) -> None:
@@ -249,7 +249,7 @@ class RayPool:
     def run(self, todo: list, run_name: str, keep: Callable[[dict], None], config, index_dir: str, loop: bool,
             fit_id: Any) -> None:
         """Ask ``todo`` (QAItems), passing each question's row to ``keep`` as its answer is recorded."""
-        from .batch import _ask_row
+        from .batch.runner import ask_row
         from .memory import MemoryStore
 
         ray = import_ray()
@@ -333,7 +333,7 @@ class RayPool:
                         queue.appendleft(item)  # nobody recorded it: asked again
                         replace(slot)
                         continue
-                    keep(_ask_row(_Answered(got, memory, config.loop.answer_threshold, corpus), item,
+                    keep(ask_row(_Answered(got, memory, config.loop.answer_threshold, corpus), item,
                                   run_name, loop))
                     self.stats["answered"] += 1
                     self.stats[f"answered_in_slot_{slot}"] += 1
