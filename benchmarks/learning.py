@@ -112,11 +112,12 @@ def _compare(cold_rows: list[dict], warm_rows: list[dict], threshold: float, **e
 
 def _interleaved(spec, base: Path, out: Path):
     """Two batch specs over alternate questions of the spec's JSONL file, and their items."""
-    from self_improving_rag.batch import _resolve, load_items
+    from self_improving_rag.batch import load_items
+    from self_improving_rag.batch.spec import resolve_path
 
     if not spec.questions.file or not spec.questions.file.endswith(".jsonl"):
         sys.exit("error: --interleave needs a batch whose questions are a JSONL file")
-    lines = [ln for ln in _resolve(base, spec.questions.file).read_text(encoding="utf-8").splitlines() if ln.strip()]
+    lines = [ln for ln in resolve_path(base, spec.questions.file).read_text(encoding="utf-8").splitlines() if ln.strip()]
     specs, parts = [], []
     for k in (0, 1):
         path = out / f"{spec.name}-il-part{k + 1}.jsonl"

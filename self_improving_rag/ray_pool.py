@@ -1,11 +1,11 @@
-"""Batch runs on Ray (``sirag batch|eval FILE --ray [ADDRESS]``, or ``executor:`` in a batch file).
+"""Batch runs on Ray (``sirag batch|eval FILE --ray [ADDRESS]``, ``--workers N``, or ``executor:`` in a batch file).
 
 The questions go to a pool of Ray actors, each holding one engine whose models are loaded once
 (:class:`EngineActor`). An actor answers with ``Engine(record=False)`` and returns the
 :class:`~self_improving_rag.types.Answer`; the driver (the ``sirag`` process) is the one writer:
 it records each answer in memory (:func:`~self_improving_rag.outcome.record_answer`, as
 ``Engine.ask`` does) and appends its row to ``results.jsonl`` through the batch's own
-``_ask_row``, so a row and a memory record are made exactly as in a single-process run, and
+``ask_row``, so a row and a memory record are made exactly as in a single-process run, and
 nothing has to be merged afterwards. Each actor has one question at a time, handed out as the
 previous answer is recorded.
 
@@ -18,7 +18,7 @@ pool is only handed the questions ``results.jsonl`` does not hold.
 
 Actors read memory (the confidence weights the run is scored with, and the records the policy
 chooses strategies from). On the driver's machine they open the driver's store read-only, and
-see each answer as soon as it is recorded, as ``--workers`` processes do. An actor on another
+see each answer as soon as it is recorded. An actor on another
 machine reads a copy of the store taken when the run started (SQLite cannot be shared over a
 network file system), so it chooses from the records as they were then (docs/scale.md).
 """
@@ -26,6 +26,7 @@ network file system), so it chooses from the records as they were then (docs/sca
 from __future__ import annotations
 
 import collections
+import math
 import os
 import sqlite3
 import sys
@@ -48,7 +49,7 @@ MAX_TRIES = 3
 class ExecutorSpec(BaseModel):
     """A batch file's ``executor:``: ``ray`` (a local Ray), or a mapping, e.g.
     ``{kind: ray, address: auto, actors: 8, cpus_per_actor: 2}``; ``local`` is the default
-    (this process, or ``--workers`` processes)."""
+    (this process, or, with ``--workers N``, N actors on a local Ray)."""
 
     model_config = ConfigDict(extra="forbid")
     kind: Literal["local", "ray"] = "ray"
@@ -56,7 +57,8 @@ class ExecutorSpec(BaseModel):
     address: str | None = None
     #: How many actors (engines); None: as many as the cluster's CPUs hold (``cpus_per_actor`` each).
     actors: int | None = Field(None, ge=1, le=4096)
-    #: CPUs each actor reserves; None: generator.n_threads for a local model, 1 for the openai backend.
+    #: CPUs each actor reserves; None: generator.n_threads for a local model, 1 for the openai backend,
+    #: and no more than the cluster's CPUs shared among ``actors`` when that is given (see _default_cpus).
     cpus_per_actor: float | None = Field(None, gt=0, le=1024)
 
     @model_validator(mode="before")
@@ -65,21 +67,32 @@ class ExecutorSpec(BaseModel):
         return {"kind": value} if isinstance(value, str) else value
 
 
-def import_ray():
-    """The ``ray`` module; BatchError with the install line when it is not installed."""
+#: What asked for Ray and how to run without it, for the message when it is not installed.
+RAY_OPTION = ("--ray (or executor: ray)", "run without --ray")
+WORKERS_OPTION = ("--workers N (N engines, each a Ray actor on this machine)",
+                  "run without --workers (one engine, in this process)")
+
+
+def import_ray(asked_by: tuple[str, str] = RAY_OPTION):
+    """The ``ray`` module; BatchError with the install line when it is not installed (``asked_by``:
+    the option that needs it, and how to run without it)."""
     try:
         import ray
     except ImportError:
-        raise BatchError(f"--ray (or executor: ray) runs the questions on Ray, which is not installed; install "
-                         f"it with {INSTALL}, or run without --ray") from None
+        raise BatchError(f"{asked_by[0]} runs the questions on Ray, which is not installed; install "
+                         f"it with {INSTALL}, or {asked_by[1]}") from None
     return ray
 
 
 def make_executor(ray_address: str | None, workers: int | None, spec: ExecutorSpec | None) -> RayPool | None:
     """The executor of a batch: a :class:`RayPool` when ``--ray`` is given (``ray_address``:
-    :data:`LOCAL`, or the address) or the batch file asks for ``executor: ray``, else None (the
-    batch's own processes). ``--workers N`` is then the number of actors. Ray is imported here,
-    so that a missing install is said before anything is written."""
+    :data:`LOCAL`, or the address), when the batch file asks for ``executor: ray``, or when
+    ``workers`` (``--workers N``) asks for more than one engine (N actors on a local Ray); else
+    None (one engine, in this process). ``workers`` is the number of actors. Ray is imported
+    here, so that a missing install is said before anything is written."""
+    asked_by = RAY_OPTION
+    if ray_address is None and workers is not None and workers > 1 and (spec is None or spec.kind != "ray"):
+        ray_address, asked_by = LOCAL, WORKERS_OPTION
     if ray_address is not None:
         if _is_batch_file(ray_address):
             raise BatchError(f"--ray took {ray_address} as the Ray cluster's address; put --ray after the batch "
@@ -90,7 +103,7 @@ def make_executor(ray_address: str | None, workers: int | None, spec: ExecutorSp
         return None
     if workers is not None:
         spec = spec.model_copy(update={"actors": workers})
-    import_ray()
+    import_ray(asked_by)
     return RayPool(spec)
 
 
@@ -100,8 +113,8 @@ def _is_batch_file(text: str | None) -> bool:
 
 
 def file_before_ray(args) -> None:
-    """``sirag eval --ray FILE``: argparse gives FILE to --ray (its address is optional) and none
-    to eval's optional file; a batch file there is the file, on a local Ray."""
+    """``sirag batch|eval --ray FILE``: argparse gives FILE to --ray (its address is optional) and
+    none to the command's optional file; a batch file there is the file, on a local Ray."""
     if getattr(args, "file", None) is None and _is_batch_file(getattr(args, "ray", None)):
         args.file, args.ray = args.ray, LOCAL
 
@@ -206,7 +219,7 @@ def _node_name() -> str:
 
 
 class _Answered:
-    """Stands in for the engine in the batch's ``_ask_row`` on the driver: ``ask`` records the
+    """Stands in for the engine in the batch's ``ask_row`` on the driver: ``ask`` records the
     answer an actor gave (or raises the error it met), so the row is made as in a single-process run."""
 
     def __init__(self, got: Any, memory, threshold: float, corpus: str) -> None:
@@ -236,7 +249,7 @@ class RayPool:
     def run(self, todo: list, run_name: str, keep: Callable[[dict], None], config, index_dir: str, loop: bool,
             fit_id: Any) -> None:
         """Ask ``todo`` (QAItems), passing each question's row to ``keep`` as its answer is recorded."""
-        from .batch import _ask_row
+        from .batch.runner import ask_row
         from .memory import MemoryStore
 
         ray = import_ray()
@@ -244,10 +257,15 @@ class RayPool:
         from ray.exceptions import ObjectLostError, RayActorError, WorkerCrashedError
 
         died = (RayActorError, WorkerCrashedError, ObjectLostError)
-        cpus = self.spec.cpus_per_actor or _default_cpus(config)
+        cpus = self.spec.cpus_per_actor or _default_cpus(config, ray, self.spec.actors)
         n_actors = min(self.spec.actors or _cluster_actors(ray, cpus), len(todo))
         _check_fits(ray, cpus)
-        if n_actors > _cluster_actors(ray, cpus):
+        total = ray.cluster_resources().get("CPU", 0)
+        if n_actors > total:
+            print(f"note: {n_actors} Ray actors share the cluster's {total:g} CPU(s); each loads its own models, so "
+                  f"the run is not faster than with {max(1, int(total))} (--workers {max(1, int(total))})",
+                  file=sys.stderr)
+        elif n_actors > _cluster_actors(ray, cpus):
             print(f"note: {n_actors} Ray actors of {cpus:g} CPU(s) each are more than the cluster's CPUs hold now "
                   f"({_cluster_actors(ray, cpus)}); the others start as CPUs free up or machines join",
                   file=sys.stderr)
@@ -315,7 +333,7 @@ class RayPool:
                         queue.appendleft(item)  # nobody recorded it: asked again
                         replace(slot)
                         continue
-                    keep(_ask_row(_Answered(got, memory, config.loop.answer_threshold, corpus), item,
+                    keep(ask_row(_Answered(got, memory, config.loop.answer_threshold, corpus), item,
                                   run_name, loop))
                     self.stats["answered"] += 1
                     self.stats[f"answered_in_slot_{slot}"] += 1
@@ -330,10 +348,15 @@ class RayPool:
             memory.close()
 
 
-def _default_cpus(config) -> float:
+def _default_cpus(config, ray, actors: int | None) -> float:
     """CPUs an actor reserves: the generator's threads when it runs the model itself, 1 when the
-    model is on a server (the actor then embeds, searches and scores)."""
-    return 1.0 if config.generator.backend in ("openai", "scripted") else float(config.generator.n_threads)
+    model is on a server (the actor then embeds, searches and scores). When a number of actors is
+    asked for (``--workers N``, ``actors:``), no more than the cluster's CPUs shared among them,
+    so that all of them run at once (Ray takes a fraction of a CPU, and whole CPUs above one)."""
+    own = 1.0 if config.generator.backend in ("openai", "scripted") else float(config.generator.n_threads)
+    share = ray.cluster_resources().get("CPU", 0) / actors if actors else 0
+    share = float(math.floor(share)) if share >= 1 else math.floor(share * 10_000) / 10_000
+    return min(own, share) if share > 0 else own
 
 
 def _cluster_actors(ray, cpus: float) -> int:

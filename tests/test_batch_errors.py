@@ -133,7 +133,8 @@ def test_eval_refuses_options_that_would_be_ignored(tmp_path):
 def test_a_failure_on_one_prompt_is_a_row_a_generator_that_cannot_run_stops():
     import pytest
 
-    from self_improving_rag.batch import _ask_row, grade
+    from self_improving_rag.batch import grade
+    from self_improving_rag.batch.runner import ask_row
     from self_improving_rag.errors import GenerationError, GeneratorUnavailableError
     from self_improving_rag.evaluation.datasets import QAItem
 
@@ -145,12 +146,12 @@ def test_a_failure_on_one_prompt_is_a_row_a_generator_that_cannot_run_stops():
             raise self.exc
 
     item = QAItem(id="q", question="Who?", answers=(), answerable=False)
-    row = _ask_row(Engine(GenerationError("prompt of 5000 tokens exceeds n_ctx=4096")), item, "run", True)
+    row = ask_row(Engine(GenerationError("prompt of 5000 tokens exceeds n_ctx=4096")), item, "run", True)
     assert row["error_type"] == "GenerationError" and row["attempts"] == []
     assert row["grade"]["correct"] is False, "a failed question is not a rightly refused one"
     assert grade({k: v for k, v in row.items() if k != "error"})["correct"] is True  # a real refusal would be
     with pytest.raises(GeneratorUnavailableError):
-        _ask_row(Engine(GeneratorUnavailableError("cannot reach the server")), item, "run", True)
+        ask_row(Engine(GeneratorUnavailableError("cannot reach the server")), item, "run", True)
 
 
 def test_runs_of_one_squad_file_under_two_names_share_its_corpus_and_index(tmp_path):
@@ -689,7 +690,8 @@ def test_a_separate_loop_off_run_of_another_slice_is_compared_on_the_shared_ques
 def test_runs_compared_are_summarised_on_their_shared_questions_only(tmp_path):
     """Every figure of a run compared on fewer questions comes from those questions (none is the
     whole run's), and runs that share no question are not compared."""
-    from self_improving_rag.batch import _on_common_questions, summarise
+    from self_improving_rag.batch import summarise
+    from self_improving_rag.batch.noloop import on_common_questions
     from self_improving_rag.errors import BatchError
     from self_improving_rag.evaluation.datasets import QAItem
 
@@ -705,12 +707,12 @@ def test_runs_compared_are_summarised_on_their_shared_questions_only(tmp_path):
 
     full = write("r", "ab", "x")
     half = write("r-noloop", "b", "y")
-    out = {s["run"]: s for s in _on_common_questions([full, half], tmp_path, items)}
+    out = {s["run"]: s for s in on_common_questions([full, half], tmp_path, items)}
     assert out["r"]["n"] == 1 and out["r"]["compared_on"] == 1 and out["r"]["correct_or_rightly_refused"] == 1.0
     assert out["r-noloop"]["correct_or_rightly_refused"] == 0.0
     other = write("s", "cd", "x")
     with pytest.raises(BatchError, match="share no question"):
-        _on_common_questions([full, other], tmp_path, items)
+        on_common_questions([full, other], tmp_path, items)
 
 
 def test_a_separate_loop_off_run_is_scored_with_its_loop_runs_fit(tmp_path):
@@ -784,19 +786,6 @@ def test_a_grid_point_with_a_chunker_the_index_lacks_is_refused_before_any_run(t
     line = _one_error_line(run(["batch", str(f)], tmp_path, fake_overrides(tmp_path)))
     assert "strategy.chunker='semantic'" in line or "'semantic'" in line
     assert "ingestion.chunkers" in line and not (tmp_path / "runs").exists()
-
-
-def test_a_worker_whose_batch_died_answers_nothing_more(monkeypatch):
-    """kill -9 of a batch leaves its pool's queued questions: a worker re-parented away from the
-    batch exits instead of answering (and recording) them."""
-    from self_improving_rag import batch as batch_module
-
-    exits = []
-    monkeypatch.setattr(batch_module, "_PARENT", -12345)  # not this process's parent
-    monkeypatch.setattr(batch_module.os, "_exit", lambda code: exits.append(code) or (_ for _ in ()).throw(SystemExit(code)))
-    with pytest.raises(SystemExit):
-        batch_module._worker_ask(None, "run")
-    assert exits == [1]
 
 
 def test_with_no_corpus_a_grid_chunker_is_checked_against_the_index_itself(tmp_path):
@@ -918,9 +907,9 @@ def test_a_question_that_could_not_be_asked_is_named_on_stderr(tmp_path):
 def test_the_summary_line_says_n_a_for_a_figure_it_cannot_compute(capsys):
     """A figure a run cannot give (an AUROC with one class of answers, a refusal recall with no
     unanswerable question) reads "n/a", as the other commands print it, not Python's None."""
-    from self_improving_rag.batch import _print_summary
+    from self_improving_rag.batch.report import print_summary
 
-    _print_summary({"run": "t", "n": 2, "em": 0.5, "confidence_auroc": None, "faithfulness_mean": None,
+    print_summary({"run": "t", "n": 2, "em": 0.5, "confidence_auroc": None, "faithfulness_mean": None,
                     "refused": 1, "answered": 1,
                     "refusal": {"precision": 0.0, "recall": None, "f1": None, "false_refusal_rate": 1.0}})
     out = capsys.readouterr().out

@@ -13,6 +13,8 @@ import pytest
 import yaml
 
 from self_improving_rag import batch
+from self_improving_rag.batch.report import print_summary
+from self_improving_rag.batch.runner import ask_row
 from self_improving_rag.decision import acceptable
 from self_improving_rag.evaluation.datasets import QAItem
 from tests.conftest import fake_overrides, main_in_process, write_corpus
@@ -105,7 +107,7 @@ def test_unacceptable_first_attempt_becomes_a_refusal(first):
 def test_row_rescued_on_attempt_two_by_the_real_loop_is_wrong_alone(make_engine):
     engine, _, _ = make_engine([REFUSE, GOOD])
     item = QAItem(id="g1", question=QUESTION, answers=("Tobias Lune",), answerable=True)
-    row = json.loads(json.dumps(batch._ask_row(engine, item, "r", True)))  # as stored in results.jsonl
+    row = json.loads(json.dumps(ask_row(engine, item, "r", True)))  # as stored in results.jsonl
     assert row["chosen_attempt"] == 2 and row["grade"]["correct"] is True and len(row["attempts"]) == 2
     out = batch.single_attempt_row(row, engine.config.loop.answer_threshold)
     assert out["refused"] is True and out["answer"] is None and len(out["attempts"]) == 1
@@ -338,7 +340,7 @@ def test_a_wrong_answer_withheld_shows_in_the_answers_returned_not_in_the_score(
     assert a["correct_or_rightly_refused"] == b["correct_or_rightly_refused"] == 0.5
     assert (a["answered_wrong"], a["answered_accuracy"]) == (1, 0.5)
     assert (b["answered_wrong"], b["answered_accuracy"]) == (0, 1.0)
-    batch._print_summary({"run": "t", **b})
+    print_summary({"run": "t", **b})
     out = capsys.readouterr().out
     assert "answered_accuracy=1.000" in out and "refused=1, answered=1, answered_right=1, answered_wrong=0" in out
     assert "answered_accuracy" in batch.COMPARE_KEYS
@@ -446,7 +448,7 @@ def test_plain_rag_returns_an_answer_that_only_echoes_the_question(make_engine):
     (or nothing said) is withheld."""
     engine, _, _ = make_engine(["The Greyling [1].", GOOD])
     item = QAItem(id="e1", question=QUESTION, answers=(), answerable=False)
-    row = json.loads(json.dumps(batch._ask_row(engine, item, "r", True)))  # as stored in results.jsonl
+    row = json.loads(json.dumps(ask_row(engine, item, "r", True)))  # as stored in results.jsonl
     first = row["attempts"][0]
     assert first["answer"] is None and first["raw_answer"] == "The Greyling [1]."  # withheld by the engine
     out = batch.plain_attempt_row(row)
@@ -485,7 +487,7 @@ def test_plain_rag_with_nothing_retrieved_says_the_model_was_not_asked(tmp_path,
     cfg = load_config(None, fake_overrides(tmp_path) + ["strategy.retriever=bm25"])
     engine, gen, _ = make_engine([GOOD], config=cfg)
     item = QAItem(id="n1", question="What colour is the moon on Tuesdays?", answers=(), answerable=False)
-    row = json.loads(json.dumps(batch._ask_row(engine, item, "r", False)))  # as stored in results.jsonl
+    row = json.loads(json.dumps(ask_row(engine, item, "r", False)))  # as stored in results.jsonl
     assert not gen.history
     out = batch.plain_attempt_row(row)
     assert out["refused"] is True and out["answer"] is None

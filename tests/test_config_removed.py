@@ -102,7 +102,7 @@ def test_a_run_config_written_before_the_settings_were_removed_loads(caplog) -> 
 def test_a_run_made_with_removed_settings_at_todays_behaviour_resumes(tmp_path) -> None:
     """A resume compares the run's config.yaml with the settings given now: a removed setting that
     held the value the code now behaves as is no change; another value is, and is named."""
-    from self_improving_rag.batch import _changed_settings
+    from self_improving_rag.batch.resume import _changed_settings
 
     (tmp_path / "config.yaml").write_text(OLD_RUN_CONFIG.read_text(encoding="utf-8"))
     config = load_config(None, ["paths.model_cache=~/.cache/self_improving_rag/models"])

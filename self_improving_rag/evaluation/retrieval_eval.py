@@ -29,8 +29,10 @@ def _hit(item: QAItem, doc_id: str, text: str) -> bool:
 def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, ks=(1, 3, 5, 10),
                    chunkers=None, retrievers=("dense", "bm25", "hybrid"), rerank=(False, True),
                    cli_overrides=(), offset: int | None = None, guard_index: str | None = None) -> dict:
-    from ..batch import (_check_folders, _check_index_keeps_documents, _check_index_sources, check_documents,
-                         ensure_index, load_items, resolved_config, run_inputs, write_squad_corpus)
+    from ..batch.inputs import (check_documents, check_folders, check_index_keeps_documents, check_index_sources,
+                                ensure_index, run_inputs, write_squad_corpus)
+    from ..batch.questions import load_items
+    from ..batch.settings import resolved_config
     from ..errors import BatchError
     from ..retrieval.embedder import embedder_from_config
     from ..retrieval.searcher import Searcher
@@ -48,13 +50,13 @@ def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, k
     # check has passed, right before the index is built). A file in the way of the index is named
     # as a run names it (the output folder's problem when the index goes there, as
     # <output_dir>/<name>/index does by default).
-    _check_folders(out_root if Path(index_dir).is_relative_to(out_root) else None, [], index_dir)
+    check_folders(out_root if Path(index_dir).is_relative_to(out_root) else None, [], index_dir)
     check_documents(spec, index_dir, corpus, squad)
     if corpus:
         if guard_index:
-            _check_index_sources(index_dir, corpus, guard_index)
+            check_index_sources(index_dir, corpus, guard_index)
         else:
-            _check_index_keeps_documents(index_dir, corpus)
+            check_index_keeps_documents(index_dir, corpus)
         write_squad_corpus(squad, corpus)
         ensure_index(cfg, corpus, index_dir, progress=False, out_root=out_root)
     embedder = embedder_from_config(cfg)
@@ -82,7 +84,7 @@ def retrieval_eval(spec, base: Path, config: Config, limit: int | None = None, k
         nowhere = evidence_found_nowhere(items, [searcher.chunker(ch).chunks for ch in chunkers])
     finally:
         searcher.close()
-    from ..batch import markdown_table
+    from ..batch.report import markdown_table
 
     return {"rows": rows, "refinement": rows_ref, "evidence_found_nowhere": nowhere,
             "markdown": markdown_table(rows) + "\n" + markdown_table([rows_ref])}

@@ -277,7 +277,7 @@ def test_batch_overrides_and_grid_points_pin_the_first_strategy():
 
 
 def test_a_resumed_run_made_before_pinning_keeps_its_behaviour(tmp_path):
-    from self_improving_rag.batch import _changed_settings
+    from self_improving_rag.batch.resume import _changed_settings
     from self_improving_rag.config import Config, to_yaml
 
     old = Config()
@@ -292,7 +292,7 @@ def test_a_resumed_run_made_before_pinning_keeps_its_behaviour(tmp_path):
 def test_a_resumed_run_made_before_the_retry_margin_is_not_judged_with_it(tmp_path):
     """A run made before loop.retry_margin existed accepted retries at answer_threshold: resuming
     it with the new default would judge its later questions by another rule, so it is refused."""
-    from self_improving_rag.batch import _changed_settings
+    from self_improving_rag.batch.resume import _changed_settings
     from self_improving_rag.config import Config, to_yaml
 
     now = Config()
@@ -313,7 +313,7 @@ def test_a_resumed_run_made_without_question_prior_is_not_scored_with_it(tmp_pat
 
     import yaml
 
-    from self_improving_rag.batch import _changed_settings
+    from self_improving_rag.batch.resume import _changed_settings
     from self_improving_rag.config import Config, to_yaml
 
     now = Config()
@@ -339,7 +339,7 @@ def test_a_resumed_run_made_before_the_dates_rule_and_the_chosen_l2_is_not_judge
 
     import yaml
 
-    from self_improving_rag.batch import _changed_settings
+    from self_improving_rag.batch.resume import _changed_settings
     from self_improving_rag.config import Config
 
     now = Config()

@@ -7,9 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.reliability.reliability_kit import ingest_test_corpus, memory_count, replies, result_lines, run_cli, start_cli
+from tests.reliability.reliability_kit import ingest_test_corpus, memory_count, replies, run_cli, start_cli
 
 QUESTIONS = (
     "Who built the lighthouse of Marrow Point?",
@@ -48,21 +47,6 @@ def test_four_asks_at_once_share_memory_and_index(indexed: Path) -> None:
     assert data["questions"] == 4
     assert memory_count(db, "SELECT COUNT(*) FROM _sqlite_migrations") == memory_count(
         db, "SELECT COUNT(DISTINCT name) FROM _sqlite_migrations"), "a migration was applied twice"
-
-
-def test_batch_with_two_workers_writes_one_row_per_question(indexed: Path) -> None:
-    n = 16
-    items = [{"id": f"w{i:02d}", "question": f"{QUESTIONS[i % 4]} (variant {i})"} for i in range(n)]
-    (indexed / "two.yaml").write_text(yaml.safe_dump({"name": "two", "index": "index", "output_dir": "runs",
-                                                      "questions": {"inline": items}}), encoding="utf-8")
-    proc = run_cli(indexed, ["batch", "two.yaml", "--workers", "2"], cwd=indexed, extra=[REPLY], timeout=180)
-    assert proc.returncode == 0, proc.stderr
-    assert "database is locked" not in proc.stderr.lower()
-    rows = [json.loads(line) for line in result_lines(indexed / "runs" / "two" / "results.jsonl")]
-    assert sorted(r["id"] for r in rows) == [f"w{i:02d}" for i in range(n)]
-    assert not [r for r in rows if r.get("error")], "a worker reported an error"
-    db = indexed / "memory" / "memory.db"
-    assert memory_count(db, "SELECT COUNT(*) FROM outcomes WHERE run_id = 'two'") == n
 
 
 def test_second_ingest_is_refused_while_one_holds_the_lock(indexed: Path) -> None:

@@ -161,15 +161,15 @@ def test_interrupted_ingest_leaves_previous_index_usable(indexed: Path, sig: sig
 
 def test_a_second_process_on_the_same_run_is_refused(tmp_path):
     """Two processes resuming one run would answer the same questions twice: the second is refused."""
-    from self_improving_rag.batch import _lock_run
+    from self_improving_rag.batch.rundir import lock_run
     from self_improving_rag.errors import BatchError
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    held = _lock_run(run_dir)
+    held = lock_run(run_dir)
     try:
         with pytest.raises(BatchError, match="another sirag process"):
-            _lock_run(run_dir)
+            lock_run(run_dir)
     finally:
         held.close()
-    _lock_run(run_dir).close()  # free again once the first holder is gone
+    lock_run(run_dir).close()  # free again once the first holder is gone

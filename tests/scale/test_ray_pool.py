@@ -1,6 +1,7 @@
 """Batch runs on a local Ray (``ray.init(num_cpus=2)``) with the fake models: the driver alone
-records, so a Ray run gives the rows and the memory records of a single-process run; an actor
-killed mid-run loses and duplicates nothing; a resumed run asks only what is left."""
+records, so a Ray run (``--ray``, or ``--workers N``) gives the rows and the memory records of a
+single-process run; an actor killed mid-run loses and duplicates nothing; a resumed run asks only
+what is left."""
 
 from __future__ import annotations
 
@@ -165,19 +166,59 @@ def test_an_actor_that_cannot_load_its_model_stops_the_run_before_any_question(r
         not (world / "runs" / "t" / "results.jsonl").read_text(encoding="utf-8").strip()
 
 
-def test_without_ray_the_ray_option_names_the_install(world: Path, capsys, monkeypatch) -> None:
+def test_workers_n_asks_on_n_local_actors_and_resumes_as_one_process_would(ray_local, world: Path, capsys,
+                                                                           monkeypatch) -> None:
+    from self_improving_rag.ray_pool import RayPool
+
+    fixed = "policy.method=fixed"  # two actors answer in any order: memory must not steer the answers
+    _run(world, "single", fixed)
+    pools: list[RayPool] = []
+    run = RayPool.run
+    monkeypatch.setattr(RayPool, "run", lambda self, *a, **k: (pools.append(self), run(self, *a, **k))[1])
+    sets = [x for o in [*batch_overrides(world), REPLY, fixed, f"paths.memory_db={world / 'runs' / 'memory.db'}"]
+            for x in ("--set", o)]
+    argv = ["batch", str(world / "t.yaml"), "--workers", "2", "--json", *sets]
+    assert main_in_process([*argv, "--limit", "4"]) == 0
+    assert main_in_process(argv) == 0  # resumed: only the questions left are asked
+    assert [json.loads(line)[0]["n"] for line in capsys.readouterr().out.splitlines()] == [4, len(QUESTIONS)]
+    assert [p.stats["actors_started"] for p in pools] == [2, 2]
+    assert [p.stats["answered"] for p in pools] == [4, len(QUESTIONS) - 4]
+    assert _rows(world, "runs") == _rows(world, "single")
+    assert _memory(world, "runs") == _memory(world, "single")
+
+
+@pytest.mark.parametrize("option", [["--ray"], ["--workers", "2"]])
+def test_without_ray_the_ray_option_names_the_install(world: Path, capsys, monkeypatch, option) -> None:
     import sys
 
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails as when it is not installed
     sets = [x for o in batch_overrides(world) for x in ("--set", o)]
-    assert main_in_process(["batch", str(world / "t.yaml"), "--ray", *sets]) == 2
+    assert main_in_process(["batch", str(world / "t.yaml"), *option, *sets]) == 2
     err = capsys.readouterr().err
-    assert "pip install -e '.[ray]'" in err and err.count("\n") == 1
+    assert "pip install -e '.[ray]'" in err and option[0] in err and err.count("\n") == 1
     assert not (world / "runs").exists()  # said before anything was written
 
 
-def test_eval_s_batch_file_right_after_ray_is_the_file_not_the_address(ray_local, world: Path, capsys) -> None:
+def test_without_ray_one_worker_answers_in_this_process(world: Path, capsys, monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    sets = [x for o in [*batch_overrides(world), REPLY] for x in ("--set", o)]
+    assert main_in_process(["batch", str(world / "t.yaml"), "--workers", "1", "--limit", "2", "--json", *sets]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["n"] == 2
+
+
+@pytest.mark.parametrize("command", ["batch", "eval"])
+def test_a_batch_file_right_after_ray_is_the_file_not_the_address(ray_local, world: Path, capsys,
+                                                                   command: str) -> None:
     # argparse gives FILE to --ray (its address is optional): it is the batch file, on a local Ray.
     sets = [x for o in [*batch_overrides(world), REPLY] for x in ("--set", o)]
-    assert main_in_process(["eval", "--ray", str(world / "t.yaml"), "--limit", "2", "--json", *sets]) == 0
+    assert main_in_process([command, "--ray", str(world / "t.yaml"), "--limit", "2", "--json", *sets]) == 0
     assert json.loads(capsys.readouterr().out)[0]["n"] == 2
+
+
+def test_batch_without_a_file_says_so_in_one_line(world: Path, capsys) -> None:
+    sets = [x for o in batch_overrides(world) for x in ("--set", o)]
+    assert main_in_process(["batch", "--ray", *sets]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: sirag batch needs a batch YAML file") and err.count("\n") == 1

@@ -1,45 +1,10 @@
-"""Batch results: a failing worker stops the queue and finished rows are kept; damaged result files."""
+"""A run's results file: a torn last line is cut, a damaged or foreign line is named."""
 
 from __future__ import annotations
 
 import json
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-
-from self_improving_rag.batch import drain
-
-
-def test_a_failure_cancels_the_queue_and_keeps_every_finished_row():
-    started: list[int] = []
-    lock = threading.Lock()
-
-    def task(i: int) -> dict:
-        with lock:
-            started.append(i)
-        if i == 1:
-            raise RuntimeError("boom")
-        time.sleep(0.2)
-        return {"id": i}
-
-    kept: list[dict] = []
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        futs = [pool.submit(task, i) for i in range(8)]
-        with pytest.raises(RuntimeError, match="boom"):
-            drain(futs, kept.append)
-    # Question 1 fails at once while 0 runs; at most one more starts before the queue is cancelled.
-    assert len(started) <= 3, started
-    # Every question that was answered is kept, once (it is in memory: a resume must skip it).
-    assert sorted(r["id"] for r in kept) == sorted(i for i in started if i != 1)
-
-
-def test_all_rows_are_kept_when_nothing_fails():
-    kept: list[dict] = []
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        drain([pool.submit(dict, id=i) for i in range(5)], kept.append)
-    assert sorted(r["id"] for r in kept) == list(range(5))
 
 
 def test_results_file_a_torn_last_line_is_cut_a_damaged_middle_line_is_named(tmp_path):
