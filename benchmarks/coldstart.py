@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                                    f"leave-one-corpus-out fits, bar chosen for precision {args.target}"))
         print(cs.summary_table(figs, ivs))
     report["curve"] = loco["curve"]
-    chosen = cs.bar_for(loco["curve"], args.target)
+    chosen = shipped.bar_for(loco["curve"], args.target)
     report["chosen_bar"] = chosen
     pooled_before = report["before"]["pooled"]["figures"]
     plot(args.out / "risk_coverage.png",

@@ -8,6 +8,8 @@ rule is written once.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .types import Failure
 
 #: Diagnoses that veto an answer whatever its confidence: the answer is not supported by its
@@ -36,6 +38,16 @@ def acceptable(answer: str | None, confidence: float | None, failure: str, bar: 
     return answer is not None and (confidence or 0.0) >= bar and failure not in VETO_FAILURES
 
 
+def returned(attempts: Sequence[tuple[str | None, float | None, str, int]], threshold: float,
+             retry_margin: float) -> int | None:
+    """Which attempt is returned: the index, in ``attempts`` (each ``(answer, confidence, failure,
+    number)``), of the most confident :func:`acceptable` one under :func:`answer_bar`, or None for a
+    refusal. The engine, the loop-off view of a run and the cold-start replay all choose here."""
+    ok = [i for i, (answer, conf, failure, number) in enumerate(attempts)
+          if acceptable(answer, conf, failure, answer_bar(threshold, retry_margin, number))]
+    return max(ok, key=lambda i: attempts[i][1] or 0.0) if ok else None
+
+
 def rediagnose(failure: str, confidence: float | None, bar: float, floor: float) -> str:
     """The diagnosis a recorded attempt would get with another ``confidence`` and ``bar``: NONE or
     LOW_CONFIDENCE as the confidence clears ``max(floor, bar)``; any other diagnosis as recorded."""
@@ -49,4 +61,5 @@ def refusal_confidence(best_answer_confidence: float | None) -> float:
     return 1.0 - float(best_answer_confidence or 0.0)
 
 
-__all__ = ["CONFIDENCE_FAILURES", "VETO_FAILURES", "acceptable", "answer_bar", "rediagnose", "refusal_confidence"]
+__all__ = ["CONFIDENCE_FAILURES", "VETO_FAILURES", "acceptable", "answer_bar", "rediagnose", "refusal_confidence",
+           "returned"]

@@ -50,12 +50,21 @@ class Engine:
         self.corpus = str(self.searcher.index.root.resolve())
         self._policy: StrategyPolicy | None = None
         self._scorer: SignalScorer | None = None
+        #: The return check of loop.target_precision (the shipped confidence model and its bar),
+        #: None without a target or a shipped model: the loop's own confidence and bar decide.
+        self._check = shipped.gate(config.loop.target_precision)
         #: What the automatic calibration at start stored (its one-line report), else None: new
         #: confidence weights are in use from this engine on, which its user should be told.
         self.calibrated: str | None = None
 
+    @property
+    def returns_checked(self) -> bool:
+        """Whether answers are returned by the shipped model's confidence and bar
+        (loop.target_precision), so the confidence shown is that model's."""
+        return self._check is not None
+
     def answer_bar(self, number: int) -> float:
-        """The confidence attempt ``number`` (1-based) must reach to be returned."""
+        """The confidence attempt ``number`` (1-based) must reach for the loop to stop on it."""
         return answer_bar(self.config.loop, number)
 
     @property
@@ -96,10 +105,6 @@ class Engine:
                 note = "fitted weights of this corpus"
             elif fit and (fit.get("metrics") or {}).get("reset_to_defaults"):
                 note = "default weights"  # stored by `sirag calibrate --reset`
-        if weights is None:
-            # No fit in memory yet: the model shipped with the package, fitted on other corpora.
-            weights = shipped.weights(self.config.loop.target_precision)
-            note = "shipped weights" if weights is not None else note
         prior_weight = (weights or {}).get("question_prior") or 0.0
         if prior_weight and not getattr(self.generator, "reads_prompt", False):
             # Undefined, the feature takes its neutral value: the fit's say for it is lost unseen.
@@ -110,7 +115,7 @@ class Engine:
         # Memory's attempts are judged by the confidence weights and bars in use now, not by the
         # diagnoses stored with them (made by another confidence model after a fit).
         own = {c: f["weights"] for c, f in fit.get("corpus_fits", {}).items()} if fit else {}
-        verdicts = Verdicts(fit.get("weights") if fit else shipped.weights(self.config.loop.target_precision),
+        verdicts = Verdicts(fit.get("weights") if fit else None,
                             self.config.loop.answer_threshold,
                             self.config.loop.retry_margin, self.config.thresholds.confidence,
                             self.config.thresholds.dates_unstated, own or None)
@@ -257,7 +262,7 @@ class Engine:
             repair, strategy = nxt
             tried.add(strategy.key)
             log.info("attempt %d failed (%s): retrying with %s", len(attempts), failure, repair)
-        answer = finish(question, attempts, features.query_class, t_start, self.config.loop)
+        answer = finish(question, attempts, features.query_class, t_start, self.config.loop, self._check)
         if stop_note and answer.refused:
             answer = replace(answer, refusal_reason=f"{answer.refusal_reason}; {stop_note}")
         if self.record and self.memory is not None:

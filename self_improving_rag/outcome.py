@@ -8,7 +8,8 @@ from dataclasses import replace
 
 from . import decision
 from .config import LoopConfig
-from .decision import VETO_FAILURES, acceptable
+from .decision import VETO_FAILURES
+from .evaluation.shipped import Gate
 from .evaluation.answer_metrics import normalize_answer
 from .query import query_features
 from .generation.prompts import strip_citations
@@ -21,20 +22,23 @@ def answer_bar(loop_config: LoopConfig, number: int) -> float:
 
 
 def finish(question: str, attempts: list[AttemptRecord], query_class: str, t_start: float,
-           loop: LoopConfig) -> Answer:
-    """The question's answer from its ``attempts``: the most confident acceptable one under
-    ``loop`` (the loop settings: bars, passages shown), else a refusal that says why, with the
-    closest passages."""
+           loop: LoopConfig, check: Gate | None = None) -> Answer:
+    """The question's answer from its ``attempts``: the most confident acceptable one
+    (:func:`decision.returned`) under ``loop`` (the loop settings: bars, passages shown), or, with
+    ``check`` (the return check of ``loop.target_precision``), under the shipped model's confidence
+    and bar; else a refusal that says why, with the closest passages."""
     # An answer flagged as unsupported by its passages, or without evidence, is never returned.
-    answered = [a for a in attempts
-                if acceptable(a.answer, a.signals.confidence.value, a.attribution.failure, answer_bar(loop, a.number))]
+    confs = [_confidence(a, check) for a in attempts]
+    threshold = check.bar if check else loop.answer_threshold
+    chosen = decision.returned([(a.answer, c, a.attribution.failure, a.number) for a, c in zip(attempts, confs)],
+                               threshold, loop.retry_margin)
     timings = _sum_timings(attempts)
     timings["total"] = (time.perf_counter() - t_start) * 1000
-    if answered:
-        best = max(answered, key=lambda a: a.signals.confidence.value or 0.0)
+    if chosen is not None:
+        best = attempts[chosen]
         cited = [p for p in best.passages if p.number in _source_numbers(best)] or list(best.passages)
         return Answer(question=question, answer=best.answer, refused=False, refusal_reason=None,
-                      confidence=float(best.signals.confidence.value or 0.0), sources=tuple(cited),
+                      confidence=confs[chosen], sources=tuple(cited),
                       attempts=tuple(attempts), timings_ms=timings, query_class=query_class,
                       chosen_attempt=best.number)
     # The closest passages: from the attempt whose passages were most relevant, and never from
@@ -42,7 +46,7 @@ def finish(question: str, attempts: list[AttemptRecord], query_class: str, t_sta
     best = max(attempts, key=lambda a: (bool(a.passages), (a.signals.grounding.value or 0.0),
                                         (a.signals.coverage.value or 0.0)))
     last = attempts[-1]
-    best_conf = max(float(a.signals.confidence.value or 0.0) for a in attempts)
+    best_conf = max(confs)
     if not any(a.passages for a in attempts):
         why = f"retrieval found no passage for the question in {len(attempts)} attempt(s)"
     elif all(a.signals.refusal for a in attempts):
@@ -51,9 +55,12 @@ def finish(question: str, attempts: list[AttemptRecord], query_class: str, t_sta
                f"the model found no answer in the passages of {len(attempts) - empty} attempt(s) "
                f"({empty} other(s) retrieved nothing)")
     else:
-        bars = "/".join(dict.fromkeys(f"{answer_bar(loop, a.number):.2f}" for a in attempts))
-        vetoed = [a for a in attempts if a.answer is not None and a.attribution.failure in VETO_FAILURES
-                  and (a.signals.confidence.value or 0.0) >= answer_bar(loop, a.number)]
+        def bar(n: int) -> float:
+            return decision.answer_bar(threshold, loop.retry_margin, n)
+
+        bars = "/".join(dict.fromkeys(f"{bar(a.number):.2f}" for a in attempts))
+        vetoed = [a for a, c in zip(attempts, confs) if a.answer is not None and a.attribution.failure in VETO_FAILURES
+                  and c >= bar(a.number)]
         if vetoed:
             # Confident enough, but its own checks found unsupported claims or no evidence.
             found = "; ".join(dict.fromkeys(f"{a.attribution.failure} ({_VETO_WHY[a.attribution.failure]})"
@@ -62,6 +69,9 @@ def finish(question: str, attempts: list[AttemptRecord], query_class: str, t_sta
                    f"checks found {found}, and such an answer is never returned")
         else:
             why = f"no answer reached confidence {bars} after {len(attempts)} attempt(s) (best {best_conf:.2f})"
+            if check is not None:
+                why += (f"; {bars} is the bar at which answers were right {check.target_precision:.0%} of the time "
+                        "on corpora the confidence model never saw (loop.target_precision)")
     reason = f"{why}; last diagnosis {last.attribution.failure}: {last.attribution.reason}"
     n_show = loop.show_passages_on_refusal
     # A refusal's confidence is that of the refusal: the chance the best answer withheld was wrong.
@@ -69,6 +79,13 @@ def finish(question: str, attempts: list[AttemptRecord], query_class: str, t_sta
                   confidence=decision.refusal_confidence(best_conf),
                   sources=tuple(best.passages[:n_show]), attempts=tuple(attempts), timings_ms=timings,
                   query_class=query_class, chosen_attempt=None)
+
+
+def _confidence(a: AttemptRecord, check: Gate | None) -> float:
+    """The confidence that decides whether ``a`` is returned: the shipped model's under ``check``."""
+    if check is None:
+        return float(a.signals.confidence.value or 0.0)
+    return check.confidence((a.signals.confidence.detail or {}).get("features") or {})
 
 
 _VETO_WHY = {"HALLUCINATION_RISK": "claims the passages do not support",

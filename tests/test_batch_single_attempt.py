@@ -16,6 +16,7 @@ from self_improving_rag import batch
 from self_improving_rag.batch.report import print_summary
 from self_improving_rag.batch.runner import ask_row
 from self_improving_rag.decision import acceptable
+from self_improving_rag.config import load_config
 from self_improving_rag.evaluation.datasets import QAItem
 from tests.conftest import fake_overrides, main_in_process, write_corpus
 
@@ -55,7 +56,7 @@ def test_finish_chooses_through_acceptable(make_engine, monkeypatch):
     engine, _, _ = make_engine([GOOD])
     assert not engine.ask(QUESTION, loop=False).refused
     seen = []
-    monkeypatch.setattr("self_improving_rag.outcome.acceptable", lambda *a: seen.append(a) or False)
+    monkeypatch.setattr("self_improving_rag.decision.acceptable", lambda *a: seen.append(a) or False)
     ans = engine.ask(QUESTION, loop=False)
     assert ans.refused and ans.answer is None
     assert seen and seen[0][0] == GOOD and seen[0][2] == "NONE" and seen[0][3] == engine.config.loop.answer_threshold
@@ -129,7 +130,7 @@ def test_derive_single_attempt_run_writes_rows_and_summary(tmp_path):
         batch.append_row(run / "results.jsonl", r)
     original = (run / "results.jsonl").read_bytes()
     assert batch.summarise(copy.deepcopy(rows))["correct_or_rightly_refused"] == 1.0  # the loop got all three
-    s = batch.derive_single_attempt_run(run, 0.5)
+    s = batch.derive_single_attempt_run(run, load_config(overrides=["loop.target_precision=null"]).loop)
     assert (run / "results.jsonl").read_bytes() == original
     out_dir = tmp_path / "runs" / "demo-single"
     derived = [json.loads(x) for x in (out_dir / "results.jsonl").read_text().splitlines()]
@@ -396,7 +397,7 @@ def test_compare_never_overwrites_a_run_that_owns_the_derived_folder(world, caps
     from self_improving_rag.errors import BatchError
 
     with pytest.raises(BatchError, match="derived from run y"):
-        batch.derive_single_attempt_run(runs / "x", 0.5)
+        batch.derive_single_attempt_run(runs / "x", load_config(overrides=["loop.target_precision=null"]).loop)
 
 
 def test_a_damaged_run_config_is_named_by_the_comparison(world, capsys):

@@ -30,9 +30,6 @@ CLI_IMPORTERS = frozenset({ROOT})
 #: Known exceptions, (importing module, imported part): each closes an import cycle between
 #: top-level parts or imports the CLI, and none can be removed by moving an import line alone.
 KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
-    # The settings resolve loop.target_precision to an answer bar from the shipped confidence
-    # model's curve (config -> evaluation -> ... -> config).
-    (f"{ROOT}.config.models", "evaluation"): "config reads the shipped model's bar (evaluation.shipped.bar_for)",
     # The ingest pipeline builds the retrieval indexes, while retrieval reads ingestion's
     # sentences and index paths (ingestion <-> retrieval).
     (f"{ROOT}.ingestion.pipeline", "retrieval"): "the ingest pipeline builds the retrieval indexes",

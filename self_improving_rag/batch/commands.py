@@ -191,7 +191,7 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
         else:
             for s in loop_runs:
                 run_cfg = run_config(out_root / s["run"])
-                summaries.append(derive_single_attempt_run(out_root / s["run"], run_cfg.loop.answer_threshold, current))
+                summaries.append(derive_single_attempt_run(out_root / s["run"], run_cfg.loop, current))
         # No loop at all: the first attempt's answer as the model gave it, no checks, no refusal but its own decline.
         summaries += [derive_plain_run(out_root / s["run"], current) for s in loop_runs]
         summaries = on_common_questions(summaries, out_root, current)

@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..config import LoopConfig
 from ..errors import BatchError
+from ..evaluation.shipped import Gate, gate
 from .grading import summarise
 from .resume import current_rows
 from .rundir import read_done
@@ -21,20 +23,24 @@ def _ungraded(row: dict) -> dict:
     return row
 
 
-def single_attempt_row(row: dict, threshold: float) -> dict:
+def single_attempt_row(row: dict, threshold: float, check: Gate | None = None) -> dict:
     """The row the loop-off engine gives for the same question: its first attempt, finished alone.
 
     At temperature 0 with the same first strategy the engine is deterministic, so the first
     attempt of a loop-on run is exactly what a loop-off run would have produced; the final
-    choice follows :func:`~self_improving_rag.decision.acceptable`, as in the engine.
+    choice follows :func:`~self_improving_rag.decision.returned`, as in the engine: with ``check``
+    (the return check of ``loop.target_precision``) its confidence and bar, else the loop's and
+    ``threshold``.
     """
-    from ..decision import acceptable
+    from ..decision import returned
 
     if not row.get("attempts"):  # the engine refused the question itself (a user error row)
         return _ungraded({**row, "derived_from_first_attempt": True})
     a = row["attempts"][0]
     conf = float(a["signals"]["confidence"]["value"] or 0.0)
-    ok = acceptable(a["answer"], conf, a["failure"], threshold)
+    if check is not None:
+        conf = check.confidence((a["signals"]["confidence"].get("detail") or {}).get("features") or {})
+    ok = returned([(a["answer"], conf, a["failure"], 1)], check.bar if check else threshold, 0.0) == 0
     out = {**row, "attempts": [a], "answer": a["answer"] if ok else None, "refused": not ok, "confidence": conf,
            "chosen_attempt": 1 if ok else None, "timings_ms": dict(a["timings_ms"]), "derived_from_first_attempt": True,
            # The outcome in memory is the loop-on one, and the row keeps only its final passages.
@@ -49,10 +55,13 @@ def _loop_rows(run_dir: Path, items: dict[str, Any] | None) -> list[dict]:
     return list(rows.values()) if items is None else current_rows(run_dir.name, rows, items, quiet=True)
 
 
-def derive_single_attempt_run(run_dir: Path, threshold: float, items: dict[str, Any] | None = None) -> dict:
+def derive_single_attempt_run(run_dir: Path, loop: LoopConfig, items: dict[str, Any] | None = None) -> dict:
     """Write ``<run>-single`` (results.jsonl, summary.json) from a loop-on run's first attempts
-    (of the questions in ``items``, with their current gold, when given)."""
-    return _derive_run(run_dir, "-single", [single_attempt_row(r, threshold) for r in _loop_rows(run_dir, items)])
+    (of the questions in ``items``, with their current gold, when given), decided under the run's
+    loop settings ``loop``."""
+    check = gate(loop.target_precision)
+    rows = [single_attempt_row(r, loop.answer_threshold, check) for r in _loop_rows(run_dir, items)]
+    return _derive_run(run_dir, "-single", rows)
 
 
 def plain_attempt_row(row: dict) -> dict:

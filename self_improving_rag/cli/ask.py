@@ -29,10 +29,11 @@ def source_snippet(text: str, focus: set[str], width: int = 220) -> str:
     return ("… " if start else "") + shown
 
 
-def format_answer(ans: dict, verbose: bool) -> str:
-    """The answer for a person: the answer and what its confidence means, the sources it cites
-    (document > section, a short quote), then one line per attempt; ``verbose`` adds each
-    attempt's signals, diagnosis, tokens and timings."""
+def format_answer(ans: dict, verbose: bool, held_out: bool = False) -> str:
+    """The answer for a person: the answer and, when its confidence is the shipped model's
+    (``held_out``: loop.target_precision set), what that confidence meant on corpora the model
+    never saw; the sources it cites (document > section, a short quote), then one line per
+    attempt; ``verbose`` adds each attempt's signals, diagnosis, tokens and timings."""
     from ..evaluation.shipped import meaning
 
     lines = []
@@ -44,7 +45,7 @@ def format_answer(ans: dict, verbose: bool) -> str:
     else:
         lines.append(ans["answer"])
         chosen = next((a for a in ans["attempts"] if a["number"] == ans["chosen_attempt"]), None)
-        means = meaning(ans["confidence"])
+        means = meaning(ans["confidence"]) if held_out else None
         lines.append(f"confidence {ans['confidence']:.2f}" + (f": {means}" if means else ""))
         if chosen is not None and chosen["failure"] != "NONE":
             # Accepted on its confidence although a check flagged it (no attempt passed them all).
@@ -129,21 +130,21 @@ def cmd_ask(args: argparse.Namespace, config: Config) -> int:
     try:
         answer = engine.ask(question, loop=False if args.no_retry else None, on_token=on_token, on_attempt=on_attempt)
     except AnswerNotRecordedError as exc:
-        _print_answer(exc.answer.to_json(), args)  # the work is not lost; main() then says what failed
+        _print_answer(exc.answer.to_json(), args, engine)  # the work is not lost; main() then says what failed
         raise
     finally:
         engine.close()
     if engine.calibrated:  # as `sirag batch` says it: the confidence weights changed with this command
         print(f"note: {engine.calibrated}", file=sys.stderr)
-    _print_answer(answer.to_json(), args)
+    _print_answer(answer.to_json(), args, engine)
     return 0
 
 
-def _print_answer(data: dict, args: argparse.Namespace) -> None:
+def _print_answer(data: dict, args: argparse.Namespace, engine) -> None:
     if args.json:
         print_json(data)
     else:
-        print(format_answer(data, args.verbose))
+        print(format_answer(data, args.verbose, held_out=engine.returns_checked))
 
 
 @command

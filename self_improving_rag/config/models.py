@@ -219,30 +219,22 @@ class LoopConfig(_Model):
     max_attempts: int = Field(3, ge=1, le=20, description="The most attempts per question.")
     max_seconds: float = Field(180.0, gt=0,
                                description="No retry that would end past this many seconds for the question.")
-    # The answer bar is read off the shipped model's held-out curve (docs/results.md). Null by
-    # default until the package ships a model fitted on enough labelled answers to carry over.
+    # The bar is read off the shipped model's held-out curve (docs/results.md).
     target_precision: float | None = Field(
         None, gt=0, lt=1,
         description="The share of returned answers that should be right, on documents the confidence model never "
-                    "saw: the bar and the starting weights come from the shipped confidence model "
-                    "(evaluation/shipped_confidence.json, written by benchmarks/coldstart.py --ship); null, or no "
-                    "shipped model: the hand-set confidence weights, answer_threshold a raw bar.")
-    answer_threshold: float | None = Field(
-        None, ge=0, le=1,
-        description="A raw bar on the confidence instead of the one target_precision gives; unset, it is filled in "
-                    "from target_precision (0.5 when that is null).")
+                    "saw: an answer is returned only if the confidence model shipped with the package "
+                    "(evaluation/shipped_confidence.json, written by benchmarks/coldstart.py --ship) rates it at least "
+                    "the bar its held-out curve gives for this share; the loop's retries are unchanged. null (or no "
+                    "shipped model): answer_threshold alone decides.")
+    answer_threshold: float = Field(
+        0.5, ge=0, le=1,
+        description="The confidence (hand-set weights, or memory's fit) a first attempt must reach for the loop to "
+                    "stop; and, with target_precision null, to be returned.")
     # The best of several tries clears a fixed bar more often by luck than one try does.
     retry_margin: float = Field(0.1, ge=0, le=1,
                                 description="Attempt n must reach answer_threshold + retry_margin * (n - 1).")
     show_passages_on_refusal: int = Field(3, ge=0, le=20, description="Passages shown with a refusal.")
-
-    @model_validator(mode="after")
-    def _bar_from_target(self) -> "LoopConfig":
-        if self.answer_threshold is None:
-            from ..evaluation.shipped import bar_for
-
-            object.__setattr__(self, "answer_threshold", bar_for(self.target_precision))
-        return self
 
 
 class PolicyConfig(_Model):

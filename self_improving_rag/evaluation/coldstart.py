@@ -33,6 +33,7 @@ from self_improving_rag.confidence import confidence
 from self_improving_rag.evaluation.confidence_metrics import auroc, expected_calibration_error, reliability_bins
 from self_improving_rag.evaluation.crossfit import choose_model_and_l2
 from self_improving_rag.evaluation.fitting import fit_model
+from self_improving_rag.evaluation.shipped import bar_for
 
 #: The answer bars the curve is traced over.
 BAR_GRID: tuple[float, ...] = tuple(round(0.3 + 0.01 * i, 2) for i in range(66))  # 0.30 .. 0.95
@@ -145,16 +146,14 @@ def replay(q: RecordedQuestion, weights: Mapping[str, float] | None, bar: float,
     """The engine's decision for ``q`` had the answer to return been chosen with the confidence of
     ``weights`` and the bar ``bar``: the most confident acceptable attempt, or a refusal. Every
     recorded attempt is one the engine makes (see the module's docstring), so this is exact."""
-    scored = [(a, confidence(a.features, weights)) for a in q.attempts]
+    confs = [confidence(a.features, weights) for a in q.attempts]  # a declined attempt's hold refusal 1.0
     tokens = sum(a.prompt_tokens for a in q.attempts)
     seconds = sum(a.seconds for a in q.attempts)
-    ok = [(a, c) for a, c in scored
-          if decision.acceptable(a.answer, c, a.failure, decision.answer_bar(bar, retry_margin, a.number))]
-    if ok:
-        best, conf = max(ok, key=lambda t: t[1])
-        return Decision(q, True, bool(best.correct) and q.answerable, conf, tokens, seconds)
-    best_conf = max((c for a, c in scored if a.answer is not None), default=0.0)
-    return Decision(q, False, not q.answerable, decision.refusal_confidence(best_conf), tokens, seconds)
+    chosen = decision.returned([(a.answer, c, a.failure, a.number) for a, c in zip(q.attempts, confs)], bar,
+                               retry_margin)
+    if chosen is not None:
+        return Decision(q, True, bool(q.attempts[chosen].correct) and q.answerable, confs[chosen], tokens, seconds)
+    return Decision(q, False, not q.answerable, decision.refusal_confidence(max(confs)), tokens, seconds)
 
 
 def as_recorded(q: RecordedQuestion) -> Decision:
@@ -221,15 +220,6 @@ def curve(questions: Sequence[RecordedQuestion], weights_of: Mapping[str, Mappin
     return out
 
 
-def bar_for(points: Sequence[Mapping[str, float]], target: float) -> float:
-    """The lowest bar whose precision reaches ``target`` (the most answers at that precision); the
-    highest bar of the curve when none does."""
-    for p in sorted(points, key=lambda p: p["bar"]):
-        if p["precision"] >= target:
-            return float(p["bar"])
-    return float(max(p["bar"] for p in points))
-
-
 def held_out_curve(corpora: Mapping[str, Sequence[RecordedQuestion]], retry_margin: float, folds: int = 5,
                    seed: int = 0) -> tuple[list[dict[str, float]], dict[str, dict[str, float]]]:
     """The curve of :func:`curve` with every corpus decided by a fit on the other corpora only, and
@@ -293,6 +283,6 @@ def summary_table(rows: Mapping[str, Mapping[str, Any]], intervals: Mapping[str,
     return head + "\n".join("| " + name + " | " + " | ".join(cell(name, k) for k in cols) + " |" for name in rows)
 
 
-__all__ = ["BAR_GRID", "Decision", "RecordedAttempt", "RecordedQuestion", "as_recorded", "bar_for", "bootstrap",
+__all__ = ["BAR_GRID", "Decision", "RecordedAttempt", "RecordedQuestion", "as_recorded", "bootstrap",
            "curve", "figures", "fit", "held_out_curve", "held_out_reliability", "leave_one_corpus_out", "load_run", "replay",
            "summary_table", "training_rows"]

@@ -1,22 +1,28 @@
-"""The confidence model shipped with the package, used from a new store's first question.
+"""The confidence model shipped with the package, and the return check it gives
+``loop.target_precision`` from a new store's first question.
 
 ``shipped_confidence.json`` is written by ``benchmarks/coldstart.py --ship``: weights fitted on
 every labelled answer of the project's collection (several corpora), the held-out curve of the
 leave-one-corpus-out protocol (precision and coverage at each answer bar), how often held-out
 answers were right at each confidence, and its provenance (datasets, counts, commit, figures).
+
+The loop retries by its own confidence (the hand-set weights, or memory's fit) and
+``loop.answer_threshold``; the shipped model only decides which of the attempts made is returned,
+if any (:class:`Gate`). So the protocol's replay of recorded attempts is exact.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-PATH = Path(__file__).with_name("shipped_confidence.json")
+from ..confidence import confidence
 
-#: The bar used when no precision is targeted or no shipped curve exists.
-FALLBACK_BAR = 0.5
+PATH = Path(__file__).with_name("shipped_confidence.json")
 
 
 @lru_cache(maxsize=1)
@@ -27,26 +33,35 @@ def load() -> dict[str, Any] | None:
     return json.loads(PATH.read_text(encoding="utf-8"))
 
 
-def weights(target_precision: float | None) -> dict[str, float] | None:
-    """The starting confidence weights: the shipped fit when a precision is targeted, else None
-    (the hand-set defaults)."""
-    model = load()
-    if target_precision is None or model is None:
-        return None
-    return dict(model["weights"])
-
-
-def bar_for(target_precision: float | None) -> float:
-    """The lowest answer bar whose held-out precision reached ``target_precision`` on the shipped
-    curve (the most answers at that precision); :data:`FALLBACK_BAR` without a target or curve."""
-    model = load()
-    if target_precision is None or model is None:
-        return FALLBACK_BAR
-    points = sorted(model["curve"], key=lambda p: p["bar"])
+def bar_for(points: list[Mapping[str, float]], target_precision: float) -> float:
+    """The lowest answer bar whose held-out precision reached ``target_precision`` on the curve
+    ``points`` (the most answers at that precision); its strictest bar when none did."""
+    points = sorted(points, key=lambda p: p["bar"])
     for p in points:
         if p["precision"] >= target_precision:
             return float(p["bar"])
     return float(points[-1]["bar"])
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What an answer must reach to be returned under ``loop.target_precision``: the shipped
+    model's confidence of the attempt, at least the bar its held-out curve gives for the target."""
+
+    weights: Mapping[str, float]
+    bar: float
+    target_precision: float
+
+    def confidence(self, features: Mapping[str, float | None]) -> float:
+        return confidence(features, self.weights)
+
+
+def gate(target_precision: float | None) -> Gate | None:
+    """The return check for ``target_precision``; None without a target or a shipped model."""
+    model = load()
+    if target_precision is None or model is None:
+        return None
+    return Gate(dict(model["weights"]), bar_for(model["curve"], target_precision), target_precision)
 
 
 def meaning(conf: float) -> str | None:
@@ -62,4 +77,4 @@ def meaning(conf: float) -> str | None:
     return None
 
 
-__all__ = ["FALLBACK_BAR", "PATH", "bar_for", "load", "meaning", "weights"]
+__all__ = ["PATH", "Gate", "bar_for", "gate", "load", "meaning"]

@@ -12,6 +12,7 @@ import yaml
 
 from self_improving_rag import decision
 from self_improving_rag.evaluation import coldstart as cs
+from self_improving_rag.evaluation import shipped
 from self_improving_rag.confidence import DEFAULT_WEIGHTS, confidence
 from tests.conftest import DOCS, REPO, batch_overrides
 
@@ -47,9 +48,11 @@ def test_replay_returns_the_most_confident_acceptable_attempt_or_refuses():
 def test_replay_keeps_vetoes_and_refuses_rightly_an_unanswerable_question():
     vetoed = question(attempt(1, failure="HALLUCINATION_RISK"))
     assert not cs.replay(vetoed, None, 0.0, 0.0).answered  # a veto holds whatever the weights
-    declined = question(attempt(1, answer=None, failure="LOW_CONFIDENCE"), kind="unanswerable")
+    declined = question(attempt(1, answer=None, failure="LOW_CONFIDENCE", features={**WEAK, "refusal": 1.0}),
+                        kind="unanswerable")
     d = cs.replay(declined, None, 0.0, 0.0)
-    assert not d.answered and d.correct and d.confidence == 1.0
+    assert not d.answered and d.correct
+    assert d.confidence == pytest.approx(decision.refusal_confidence(confidence({**WEAK, "refusal": 1.0})))
 
 
 def test_replay_agrees_with_the_engine_under_its_own_weights():
@@ -68,7 +71,7 @@ def test_figures_and_bar_for():
     assert f["precision"] == 0.5 and f["unanswerable_refused"] == 1.0 and f["answered_right"] == 0.5
     assert f["false_refusals"] == 0.0 and f["n_returned"] == 2
     pts = [{"bar": 0.3, "precision": 0.6}, {"bar": 0.5, "precision": 0.82}, {"bar": 0.7, "precision": 0.9}]
-    assert cs.bar_for(pts, 0.8) == 0.5 and cs.bar_for(pts, 0.95) == 0.7
+    assert shipped.bar_for(pts, 0.8) == 0.5 and shipped.bar_for(pts, 0.95) == 0.7
 
 
 def _batch(tmp_path: Path, name: str, doc: str, rows: list[dict], reply: str) -> Path:
