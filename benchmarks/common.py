@@ -1,8 +1,7 @@
-"""Shared helpers for the benchmarks: paths, peak memory, JSON output, the studies' options."""
+"""Shared helpers for the benchmarks: paths, peak memory, JSON output."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -14,16 +13,6 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 # Where figures are written; SIRAG_BENCH_RESULTS moves them (the tests use it to keep real results).
 OUT = Path(os.environ.get("SIRAG_BENCH_RESULTS") or REPO / "benchmarks" / "results")
-
-
-def study_parser(doc: str, traced: str) -> argparse.ArgumentParser:
-    """The options every study script takes: ``--run BATCH --name NAME`` (``sirag eval`` with
-    ``traced`` kept beside the run) and ``--analyse RUN_DIR...``; a study adds its own."""
-    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--run", metavar="BATCH", help=f"run `sirag eval BATCH` with {traced}")
-    p.add_argument("--name", help="run name (with --run)")
-    p.add_argument("--analyse", nargs="+", type=Path, metavar="RUN_DIR")
-    return p
 
 
 #: Exit codes run_all.py tells apart from a crash (1).

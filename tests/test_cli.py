@@ -438,37 +438,6 @@ def test_exports_write_through_a_symlink_and_refuse_special_files(tmp_path):
     assert not (tmp_path / "-").exists()
 
 
-def test_learning_benchmark_compares_existing_warm_and_cold_runs(tmp_path):
-    """benchmarks/learning.py --pair: each pair on the questions both runs hold, then pooled."""
-    docs = write_corpus(tmp_path / "docs")
-    qa = tmp_path / "qa.jsonl"
-    rows = [{"id": "a", "question": "Who built the lighthouse of Marrow Point?", "answers": ["Clara Venn"], "answerable": True},
-            {"id": "b", "question": "What is the name of the harbour master's dog?", "answers": [], "answerable": False}]
-    qa.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    spec = {"name": "tiny", "corpus": [str(docs)], "index": str(tmp_path / "index"), "questions": {"file": str(qa)},
-            "output_dir": str(tmp_path / "runs"), "overrides": {"generator.replies": ["Clara Venn built it [1]."]}}
-    f = tmp_path / "batch.yaml"
-    f.write_text(yaml.safe_dump(spec))
-    ov = fake_overrides(tmp_path)
-    for name, limit in (("cold", "2"), ("warm", "1")):
-        r = run(["eval", str(f), "--name", name, "--limit", limit, "--json"], tmp_path, ov)
-        assert r.returncode == 0, r.stderr
-    runs = tmp_path / "runs"
-    bench = [sys.executable, str(REPO / "benchmarks" / "learning.py")]
-    env = {**os.environ, "SIRAG_BENCH_RESULTS": str(tmp_path / "results")}  # the real results stay
-    r = subprocess.run([*bench, "--pair", str(runs / "warm"), str(runs / "cold"), "--pair", str(runs / "cold"),
-                        str(runs / "cold")], capture_output=True, text=True, timeout=120, env=env)
-    assert r.returncode == 0, r.stderr
-    figures = json.loads((tmp_path / "results" / "learning.json").read_text())
-    first, second = figures["pairs"]
-    assert first["stream_questions"] == 1 and second["stream_questions"] == 2  # only "a" is in both of the first pair
-    assert first["cold"]["first_attempt_success"] == first["warm"]["first_attempt_success"] == 1.0
-    assert figures["pooled"]["stream_questions"] == 3 and figures["pooled"]["delta_attempts_per_question"] == 0
-    r = subprocess.run([*bench, "--pair", str(runs / "warm"), str(runs / "cold"), "--run"],
-                       capture_output=True, text=True, timeout=60, env=env)
-    assert r.returncode == 2 and "does not go with --run" in r.stderr
-
-
 def test_ingest_marks_the_chunkers_it_re_chunked_for_new_settings(tmp_path):
     docs = write_corpus(tmp_path / "docs")
     ov = fake_overrides(tmp_path)
