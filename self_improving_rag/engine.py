@@ -106,7 +106,7 @@ class Engine:
             elif fit and (fit.get("metrics") or {}).get("reset_to_defaults"):
                 note = "default weights"  # stored by `sirag calibrate --reset`
         prior_weight = (weights or {}).get("question_prior") or 0.0
-        if prior_weight and not getattr(self.generator, "reads_prompt", False):
+        if prior_weight and not self.generator.reads_prompt:
             # Undefined, the feature takes its neutral value: the fit's say for it is lost unseen.
             log.warning("the confidence weights in use give question_prior the weight %.3g, but this generator "
                         "(backend %s) cannot read its prompt as it generates: question_prior stays undefined and "

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import GenerationError, GeneratorUnavailableError
 from ..types import Generation
-from .base import TokenCallback
+from .base import Generator, TokenCallback
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def _interrupt_held() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
-class LlamaCppGenerator:
+class LlamaCppGenerator(Generator):
     """Chat generation with a GGUF file; the chat template comes from the file's metadata."""
 
     reads_prompt = True  # generate(read=...) fills Generation.prompt_read (question_prior)

@@ -11,12 +11,12 @@ import time
 
 from ..errors import GenerationError, GeneratorUnavailableError
 from ..types import Generation
-from .base import TokenCallback
+from .base import Generator, TokenCallback
 
 log = logging.getLogger(__name__)
 
 
-class OpenAIHTTPGenerator:
+class OpenAIHTTPGenerator(Generator):
     """Chat completions over HTTP with timeouts and retries on connection errors and rate limits.
 
     The judge asks for one token with ``logprobs``/``top_logprobs``; a server that does not

@@ -6,10 +6,10 @@ import re
 
 from ..errors import GenerationError
 from ..types import Generation
-from .base import TokenCallback
+from .base import Generator, TokenCallback
 
 
-class ScriptedGenerator:
+class ScriptedGenerator(Generator):
     """Returns the scripted replies in order (the last one repeats when the queue runs out).
 
     A reply may be a callable ``f(messages) -> str``. ``judge`` scripts ``yes_probability``

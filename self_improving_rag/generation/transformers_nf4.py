@@ -9,12 +9,12 @@ import time
 
 from ..errors import GenerationError, GeneratorUnavailableError
 from ..types import Generation
-from .base import TokenCallback
+from .base import Generator, TokenCallback
 
 log = logging.getLogger(__name__)
 
 
-class TransformersGenerator:
+class TransformersGenerator(Generator):
     """``AutoModelForCausalLM`` with ``BitsAndBytesConfig(load_in_4bit, nf4, double quant)``."""
 
     def __init__(self, model: str, gguf_file: str | None = None, load_in_4bit: bool = True,
