@@ -8,7 +8,9 @@
    Without it, the runs must exist.
 2. Batch files that share an index are one corpus. For each corpus in turn, a confidence model is
    fitted on the other corpora's labelled attempts, its answer bar chosen on them for
-   ``--target`` precision, and the corpus's recorded attempts decided with both
+   ``--target`` precision, and the corpus's recorded attempts decided with both. A corpus whose
+   unanswerable questions were written to mislead (SQuAD 2.0) is held apart: left out of every
+   fit and bar, and decided by the model fitted on all the others
    (self_improving_rag/evaluation/coldstart.py says why the replay is exact).
 3. Prints, per corpus and pooled, with 95% bootstrap intervals, the figures before (the runs as
    recorded) and after; writes ``<out>/coldstart.json`` and the risk-coverage curve
@@ -59,6 +61,23 @@ def record(batch_files: list[Path], out: Path, sets: list[str]) -> None:
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
 
+def sources_hold_gold(run_dirs: list[Path]) -> tuple[int, int]:
+    """(right answers whose shown sources contain a gold answer, right answers) over the recorded
+    runs: whether a user who checks the passages shown finds the answer there."""
+    from self_improving_rag.evaluation.answer_metrics import normalize_answer
+
+    hold = right = 0
+    for run in run_dirs:
+        for line in (run / "results.jsonl").read_text(encoding="utf-8").splitlines():
+            row = json.loads(line) if line.strip() else {}
+            if row.get("refused", True) or not (row.get("grade") or {}).get("correct") or not row.get("answerable"):
+                continue
+            shown = normalize_answer(" ".join(s.get("text") or "" for s in row.get("sources") or []))
+            right += 1
+            hold += any(g and normalize_answer(g) in shown for g in row.get("gold_answers") or [])
+    return hold, right
+
+
 def commit() -> str:
     r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     return r.stdout.strip() or "unknown"
@@ -100,30 +119,45 @@ def main(argv: list[str] | None = None) -> int:
     if args.record:
         record(args.batch, args.out, args.set)
     groups = corpora_of(args.batch, args.out)
-    corpora = {name: [q for _, run, adv in runs for q in cs.load_run(run, name, adversarial=adv)]
-               for name, runs in groups.items()}
-    corpora = {k: v for k, v in corpora.items() if v}
+    loaded = {name: [q for _, run, adv in runs for q in cs.load_run(run, name, adversarial=adv)]
+              for name, runs in groups.items()}
+    loaded = {k: v for k, v in loaded.items() if v}
+    # Corpora whose unanswerable questions were written to mislead (SQuAD 2.0) are held apart: the
+    # model is fitted and its bar chosen on the others, then they are decided by that model.
+    apart = {k: v for k, v in loaded.items() if any(q.kind == "adversarial" for q in v)}
+    corpora = {k: v for k, v in loaded.items() if k not in apart}
     if len(corpora) < 2:
         print("need answered questions from at least two corpora", file=sys.stderr)
         return 2
     config = load_config(overrides=[s for s in args.set if s.startswith(("loop.", "thresholds."))])
-    loco = cs.leave_one_corpus_out(corpora, args.target, config.loop.retry_margin)
+    margin = config.loop.retry_margin
+    loco = cs.leave_one_corpus_out(corpora, args.target, margin)
+    chosen = shipped.bar_for(loco["curve"], args.target)
+    every = cs.fit([q for qs in corpora.values() for q in qs])
     after = {name: [d for d in loco["decisions"] if d.question.corpus == name] for name in corpora}
-    before = {name: [cs.as_recorded(q) for q in qs] for name, qs in corpora.items()}
     after["pooled"] = loco["decisions"]
+    after.update({name: [cs.replay(q, every["weights"], chosen, margin) for q in qs] for name, qs in apart.items()})
+    before = {name: [cs.as_recorded(q) for q in qs] for name, qs in corpora.items()}
     before["pooled"] = [d for name in corpora for d in before[name]]
+    before.update({name: [cs.as_recorded(q) for q in qs] for name, qs in apart.items()})
     report: dict = {"commit": commit(), "target_precision": args.target, "folds": loco["folds"],
-                    "corpora": {name: {"batches": [str(f) for f, _, _ in groups[name]], "questions": len(qs)}
-                                for name, qs in corpora.items()}}
+                    "corpora": {name: {"batches": [str(f) for f, _, _ in groups[name]], "questions": len(qs),
+                                       "held_apart": name in apart}
+                                for name, qs in loaded.items()}}
     for label, table in (("before", before), ("after", after)):
         figs = {name: cs.figures(ds) for name, ds in table.items()}
         ivs = {name: cs.bootstrap(ds) for name, ds in table.items()}
         report[label] = {name: {"figures": figs[name], "intervals": ivs[name]} for name in table}
         print(f"\n## {label}: " + ("as recorded (engine defaults, empty memory)" if label == "before" else
-                                   f"leave-one-corpus-out fits, bar chosen for precision {args.target}"))
+                                   f"leave-one-corpus-out fits, bar chosen for precision {args.target}"
+                                   + (f"; {', '.join(apart)} held apart, decided by the fit on all the others"
+                                      if apart else "")))
         print(cs.summary_table(figs, ivs))
+    hold, right = sources_hold_gold([run for runs in groups.values() for _, run, _ in runs
+                                     if (run / "results.jsonl").is_file()])
+    report["sources_hold_gold"] = {"right_answers": right, "sources_hold_gold": hold}
+    print(f"\nright answers (as recorded) whose shown sources hold a gold answer: {hold} of {right}")
     report["curve"] = loco["curve"]
-    chosen = shipped.bar_for(loco["curve"], args.target)
     report["chosen_bar"] = chosen
     pooled_before = report["before"]["pooled"]["figures"]
     plot(args.out / "risk_coverage.png",
@@ -134,15 +168,13 @@ def main(argv: list[str] | None = None) -> int:
           + ", ".join(f"{k} {v['bar']:.3f}" for k, v in loco["folds"].items()))
     print(f"wrote {args.out / 'coldstart.json'} and {args.out / 'risk_coverage.png'}")
     if args.ship:
-        every = [q for qs in corpora.values() for q in qs]
-        f = cs.fit(every)
-        model = {"weights": f["weights"], "model": f["model"], "l2": f["l2"], "curve": loco["curve"],
+        model = {"weights": every["weights"], "model": every["model"], "l2": every["l2"], "curve": loco["curve"],
                  "reliability": cs.held_out_reliability(corpora, loco["held_out_weights"]),
-                 "provenance": {"commit": report["commit"], "labelled_attempts": f["n_labels"],
+                 "provenance": {"commit": report["commit"], "labelled_attempts": every["n_labels"],
                                 "corpora": report["corpora"],
                                 "held_out": {k: report["after"]["pooled"]["figures"][k]
                                              for k in ("precision", "answered_right", "unanswerable_refused",
-                                                       "adversarial_refused", "ece", "auroc", "n")},
+                                                       "ece", "auroc", "n")},
                                 "target_precision": args.target, "command": "python benchmarks/coldstart.py "
                                 + " ".join(str(b) for b in args.batch) + " --ship"}}
         args.ship.write_text(json.dumps(model, indent=1), encoding="utf-8")

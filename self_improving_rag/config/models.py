@@ -221,7 +221,7 @@ class LoopConfig(_Model):
                                description="No retry that would end past this many seconds for the question.")
     # The bar is read off the shipped model's held-out curve (docs/results.md).
     target_precision: float | None = Field(
-        None, gt=0, lt=1,
+        0.8, gt=0, lt=1,
         description="The share of returned answers that should be right, on documents the confidence model never "
                     "saw: an answer is returned only if the confidence model shipped with the package "
                     "(evaluation/shipped_confidence.json, written by benchmarks/coldstart.py --ship) rates it at least "
