@@ -165,6 +165,34 @@ async def next_event(job: Job, request: Request) -> tuple[str, Any] | None:
     return None
 
 
+#: What :func:`job_events` yields after ``KEEPALIVE_S`` without an event, and when the request's
+#: time budget ran out.
+KEEPALIVE, TIMED_OUT = "keepalive", "timed_out"
+
+
+async def job_events(job: Job, request: Request) -> AsyncIterator[tuple[str, Any]]:
+    """The job's events as ``(name, data)`` until its ``RESULT`` or ``ERROR``; ``(KEEPALIVE, None)``
+    after ``KEEPALIVE_S`` without one; ``(TIMED_OUT, ApiError)`` when the time budget ran out. A
+    client that went away ends it silently (the job is told to stop)."""
+    quiet = time.monotonic()
+    while True:
+        try:
+            event = await next_event(job, request)
+        except Cancelled as exc:
+            if exc.timed_out:
+                yield TIMED_OUT, as_api_error(exc)
+            return
+        if event is None:
+            if time.monotonic() - quiet > KEEPALIVE_S:
+                quiet = time.monotonic()
+                yield KEEPALIVE, None
+            continue
+        quiet = time.monotonic()
+        yield event
+        if event[0] in (RESULT, ERROR):
+            return
+
+
 async def result_of(job: Job, request: Request) -> Any:
     """The job's result; raises its error, or :class:`Cancelled` (the job is told to stop)."""
     try:
@@ -198,32 +226,22 @@ def event_stream(job: Job, request: Request) -> StreamingResponse:
     """The ask's events as server-sent events; the last is ``answer``, ``refusal`` or ``error``."""
 
     async def events() -> AsyncIterator[str]:
-        n, quiet_since = 0, time.monotonic()
+        n = 0
         try:
-            while True:
-                try:
-                    event = await next_event(job, request)
-                except Cancelled as exc:
-                    if exc.timed_out:
-                        e = as_api_error(exc)
-                        yield sse("error", {"status": e.status, "type": e.kind, "message": e.message}, n + 1)
-                    return
-                if event is None:
-                    if time.monotonic() - quiet_since > KEEPALIVE_S:
-                        quiet_since = time.monotonic()
-                        yield ": waiting\n\n"
+            async for name, data in job_events(job, request):
+                if name == KEEPALIVE:
+                    yield ": waiting\n\n"
                     continue
-                quiet_since = time.monotonic()
-                name, data = event
                 n += 1
-                if name == RESULT:
+                if name == TIMED_OUT:
+                    yield sse("error", {"status": data.status, "type": data.kind, "message": data.message}, n)
+                elif name == RESULT:
                     yield sse(*data, n)
-                    return
-                if name == ERROR:
+                elif name == ERROR:
                     e = as_api_error(data)
                     yield sse("error", {"status": e.status, "type": e.kind, "message": e.message, "field": e.field}, n)
-                    return
-                yield sse(name, data, n)
+                else:
+                    yield sse(name, data, n)
         finally:
             if not job.finished.is_set():
                 job.cancel()

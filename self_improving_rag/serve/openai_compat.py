@@ -40,8 +40,8 @@ def usage(result: dict[str, Any]) -> dict[str, int]:
 
 
 def add_openai_routes(app: FastAPI, engine) -> None:
-    from .app import KEEPALIVE_S, next_event, result_of  # the app's waiting, shared
-    from .worker import ERROR, RESULT, Cancelled
+    from .app import KEEPALIVE, TIMED_OUT, job_events, result_of  # the app's waiting, shared
+    from .worker import ERROR, RESULT
 
     @app.get("/v1/models", tags=["openai"], summary="The one model this server is (OpenAI format)")
     def models() -> dict[str, Any]:
@@ -74,31 +74,19 @@ def add_openai_routes(app: FastAPI, engine) -> None:
 
         async def chunks() -> AsyncIterator[str]:
             yield chunk({"role": "assistant", "content": ""})
-            quiet = time.monotonic()
             try:
-                while True:
-                    try:
-                        event = await next_event(job, request)
-                    except Cancelled as exc:
-                        if exc.timed_out:
-                            e = as_api_error(exc)
-                            yield f"data: {dumps({'error': {'type': e.kind, 'message': e.message}})}\n\n"
-                        return
-                    if event is None:
-                        if time.monotonic() - quiet > KEEPALIVE_S:
-                            quiet = time.monotonic()
-                            yield ": waiting\n\n"
-                        continue
-                    name, data = event
-                    if name == ERROR:
+                async for name, data in job_events(job, request):
+                    if name == KEEPALIVE:
+                        yield ": waiting\n\n"
+                    elif name == TIMED_OUT:
+                        yield f"data: {dumps({'error': {'type': data.kind, 'message': data.message}})}\n\n"
+                    elif name == ERROR:
                         e = as_api_error(data)
                         yield f"data: {dumps({'error': {'type': e.kind, 'message': e.message, 'param': e.field}})}\n\n"
-                        return
-                    if name == RESULT:
+                    elif name == RESULT:
                         yield chunk({"content": content(data)})
                         yield chunk({}, "stop", usage=usage(data), sirag=data)
                         yield "data: [DONE]\n\n"
-                        return
             finally:
                 if not job.finished.is_set():
                     job.cancel()
