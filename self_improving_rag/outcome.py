@@ -70,8 +70,13 @@ def finish(question: str, attempts: list[AttemptRecord], query_class: str, t_sta
         else:
             why = f"no answer reached confidence {bars} after {len(attempts)} attempt(s) (best {best_conf:.2f})"
             if check is not None:
-                why += (f"; {bars} is the bar at which answers were right {check.target_precision:.0%} of the time "
-                        "on corpora the confidence model never saw (loop.target_precision)")
+                why = (f"no answer reached the shipped model's confidence {bars} after {len(attempts)} attempt(s) "
+                       f"(best {best_conf:.2f}), where answers were right {check.target_precision:.0%} of the time on "
+                       "corpora that model never saw (loop.target_precision)")
+                unsure = [(c, a) for a, c in zip(attempts, confs) if a.answer is not None]
+                if unsure:  # said, not returned: the user may check it against the passages below
+                    c, a = max(unsure, key=lambda t: t[0])
+                    why += f"; the best answer withheld, at {c:.2f}: {strip_citations(a.answer).strip()!r}"
     reason = f"{why}; last diagnosis {last.attribution.failure}: {last.attribution.reason}"
     n_show = loop.show_passages_on_refusal
     # A refusal's confidence is that of the refusal: the chance the best answer withheld was wrong.

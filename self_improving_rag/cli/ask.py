@@ -75,7 +75,8 @@ def format_answer(ans: dict, verbose: bool, held_out: bool = False) -> str:
         conf = sig["confidence"]["value"]
         secs = (a["timings_ms"].get("total") or sum(a["timings_ms"].values())) / 1000
         lines.append(f"  {a['number']}. {a['strategy_key']}" + (f" (repair: {a['repair']})" if a["repair"] else "")
-                     + f"  {a['failure']}  confidence {'n/a' if conf is None else format(conf, '.2f')}  {secs:.1f}s")
+                     + f"  {a['failure']}  {'loop ' if held_out else ''}confidence "
+                     f"{'n/a' if conf is None else format(conf, '.2f')}  {secs:.1f}s")
         if not verbose:
             continue
         vals = " ".join(f"{k}={'n/a' if sig[k]['value'] is None else format(sig[k]['value'], '.2f')}"

@@ -60,6 +60,9 @@ def test_the_shipped_model_decides_what_is_returned(model_file, make_engine, fak
     assert ans.refused is (held_out < bar)
     if ans.refused:
         assert "loop.target_precision" in ans.refusal_reason
+        # The answer withheld is named, for the user to check against the passages shown.
+        assert f"the best answer withheld, at {held_out:.2f}: 'Clara Venn built the lighthouse in 1852.'" \
+            in ans.refusal_reason
         assert ans.confidence == pytest.approx(1 - held_out)
     else:
         assert ans.confidence == pytest.approx(held_out)
